@@ -1,0 +1,377 @@
+"""The transcript store against a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgpack
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from redis.asyncio import Redis
+
+from transcript import (
+    ChatMessage,
+    CorruptRecordError,
+    MissingNodeError,
+    NodeId,
+    StoreUnavailableError,
+    ToolCall,
+    TranscriptStore,
+    UnknownSchemaError,
+    connect,
+    keys,
+)
+
+from .redis_server import RedisServer, free_port
+
+SYSTEM = ChatMessage("system", "You are terse.")
+
+
+def user(text: str) -> ChatMessage:
+    return ChatMessage("user", text)
+
+
+def bot(text: str) -> ChatMessage:
+    return ChatMessage("assistant", text)
+
+
+async def chain(store: TranscriptStore, scope: str, turns: int) -> list[NodeId]:
+    """A linear chain: root, then user/assistant nodes; returns every node id."""
+    node = await store.start(scope, [SYSTEM])
+    ids = [node.id]
+    for i in range(turns):
+        node = await store.append(node.id, [user(f"q{i}")])
+        ids.append(node.id)
+        node = await store.append(node.id, [bot(f"a{i}")])
+        ids.append(node.id)
+    return ids
+
+
+async def test_new_root_holds_the_system_prompt(store: TranscriptStore) -> None:
+    root = await store.start("100", [SYSTEM])
+    transcript = await store.history(root.id)
+    assert transcript.messages == (SYSTEM,)
+    assert transcript.depth == 0
+
+
+async def test_continue_appends_and_counts_depth(store: TranscriptStore) -> None:
+    root = await store.start("100", [SYSTEM])
+    u1 = await store.append(root.id, [user("hello")])
+    a1 = await store.append(u1.id, [bot("hi")])
+    u2 = await store.append(a1.id, [user("more")])
+    a2 = await store.append(u2.id, [bot("sure")])
+    transcript = await store.history(a2.id)
+    assert transcript.messages == (SYSTEM, user("hello"), bot("hi"), user("more"), bot("sure"))
+    assert (a1.depth, a2.depth, transcript.depth) == (2, 4, 4)
+    # a linear chain stays in one segment
+    assert {n.seg for n in (root.id, u1.id, a1.id, u2.id, a2.id)} == {root.id.seg}
+
+
+async def test_branches_share_the_prefix_and_never_see_each_other(store: TranscriptStore) -> None:
+    root = await store.start("100", [SYSTEM])
+    u1 = await store.append(root.id, [user("hello")])
+    a1 = await store.append(u1.id, [bot("hi")])
+    left = await store.append(await_id(await store.append(a1.id, [user("left")])), [bot("L")])
+    right = await store.append(await_id(await store.append(a1.id, [user("right")])), [bot("R")])
+    prefix = (SYSTEM, user("hello"), bot("hi"))
+    assert (await store.history(left.id)).messages == (*prefix, user("left"), bot("L"))
+    assert (await store.history(right.id)).messages == (*prefix, user("right"), bot("R"))
+    assert left.depth == right.depth == 4
+    # the prefix is stored once: only one copy of each prefix node exists
+    raw = store._redis
+    node_keys = [k async for k in raw.scan_iter(match=keys.node_key_prefix("100") + "*")]
+    assert len(node_keys) == 7
+
+
+def await_id(node: object) -> NodeId:
+    assert hasattr(node, "id")
+    node_id = node.id
+    assert isinstance(node_id, NodeId)
+    return node_id
+
+
+async def test_tool_calls_round_trip(store: TranscriptStore) -> None:
+    root = await store.start("100", [SYSTEM])
+    call = ChatMessage("assistant", None, (ToolCall("c1", "clock", "{}"),))
+    result = ChatMessage("tool", "12:00", tool_call_id="c1", name="clock")
+    node = await store.append(root.id, [user("time?"), call, result, bot("noon")])
+    fresh = TranscriptStore(store._redis)
+    transcript = await fresh.history(node.id)
+    assert transcript.messages == (SYSTEM, user("time?"), call, result, bot("noon"))
+    assert transcript.depth == 3
+
+
+async def test_several_outbound_ids_alias_one_node(store: TranscriptStore) -> None:
+    root = await store.start("7", [SYSTEM])
+    u = await store.append(root.id, [user("hi")], aliases=[10])
+    a = await store.append(u.id, [bot("part 1 … part 3")])
+    await store.alias("7", [11, 12, 13], a.id)
+    fresh = TranscriptStore(store._redis)
+    assert await fresh.resolve("7", 10) == u.id
+    for message_id in (11, 12, 13):
+        assert await fresh.resolve("7", message_id) == a.id
+    assert await fresh.resolve("7", 14) is None
+
+
+async def test_alias_keeps_its_first_node(store: TranscriptStore) -> None:
+    root = await store.start("7", [SYSTEM])
+    a = await store.append(root.id, [user("a")])
+    b = await store.append(root.id, [user("b")])
+    await store.alias("7", [5], a.id)
+    await store.alias("7", [5], b.id)
+    assert await TranscriptStore(store._redis).resolve("7", 5) == a.id
+
+
+async def test_overlapping_message_ids_are_scoped_by_chat(store: TranscriptStore) -> None:
+    root_a = await store.start("-100", [SYSTEM])
+    root_b = await store.start("200", [ChatMessage("system", "other")])
+    node_a = await store.append(root_a.id, [user("in A")], aliases=[57])
+    node_b = await store.append(root_b.id, [user("in B")], aliases=[57])
+    await store.alias("-100", [58], node_a.id)
+    fresh = TranscriptStore(store._redis)
+    assert await fresh.resolve("-100", 57) == node_a.id
+    assert await fresh.resolve("200", 57) == node_b.id
+    assert await fresh.resolve("200", 58) is None  # known in A only: unknown in B
+    assert (await fresh.history(node_b.id)).messages == (
+        ChatMessage("system", "other"),
+        user("in B"),
+    )
+    with pytest.raises(ValueError, match="own scope"):
+        await store.alias("200", [99], node_a.id)
+
+
+async def test_idempotent_rewrite_returns_the_first_node(store: TranscriptStore) -> None:
+    root = await store.start("1", [SYSTEM], idem="root:1")
+    again = await store.start("1", [SYSTEM], idem="root:1")
+    assert again.id == root.id
+    first = await store.append(root.id, [user("x")], idem="in:5", aliases=[5])
+    before = await store._redis.dbsize()
+    for _ in range(3):
+        repeat = await TranscriptStore(store._redis).append(
+            root.id, [user("x")], idem="in:5", aliases=[5]
+        )
+        assert repeat == first
+    assert await store._redis.dbsize() == before
+    assert await store.lookup_idem("1", "in:5") == first.id
+    # the chain did not fork: the next append still continues the segment
+    nxt = await store.append(first.id, [bot("y")])
+    assert nxt.id == NodeId("1", first.id.seg, first.id.idx + 1)
+
+
+async def test_nodes_are_never_overwritten(store: TranscriptStore) -> None:
+    root = await store.start("1", [SYSTEM])
+    first = await store.append(root.id, [user("first")])
+    # A second child of the same parent must not replace the first one.
+    second = await store.append(root.id, [user("second")])
+    assert second.id != first.id
+    fresh = TranscriptStore(store._redis)
+    assert (await fresh.history(first.id)).messages[-1] == user("first")
+    assert (await fresh.history(second.id)).messages[-1] == user("second")
+
+
+async def test_corrupt_record_is_a_typed_error_naming_the_node(store: TranscriptStore) -> None:
+    ids = await chain(store, "9", 3)
+    bad = ids[2]
+    await store._redis.set(keys.node_key("9", bad.seg, bad.idx), b"\xc1not msgpack")
+    with pytest.raises(CorruptRecordError) as info:
+        await TranscriptStore(store._redis).history(ids[-1])
+    assert info.value.ref == str(bad)
+    assert str(bad) in str(info.value)
+
+
+async def test_malformed_record_is_a_typed_error(store: TranscriptStore) -> None:
+    ids = await chain(store, "9", 2)
+    bad = ids[1]
+    await store._redis.set(
+        keys.node_key("9", bad.seg, bad.idx), msgpack.packb([1, "n", 1, [[9, "x"]]])
+    )
+    with pytest.raises(CorruptRecordError, match=str(bad)):
+        await TranscriptStore(store._redis).history(ids[-1])
+
+
+async def test_unknown_schema_version_is_a_typed_error(store: TranscriptStore) -> None:
+    ids = await chain(store, "9", 2)
+    bad = ids[1]
+    await store._redis.set(keys.node_key("9", bad.seg, bad.idx), msgpack.packb([99, "n", 1, []]))
+    with pytest.raises(UnknownSchemaError) as info:
+        await TranscriptStore(store._redis).history(ids[-1])
+    assert info.value.ref == str(bad)
+    assert info.value.version == 99
+
+
+async def test_missing_ancestor_is_a_typed_error_never_a_shorter_chain(
+    store: TranscriptStore,
+) -> None:
+    ids = await chain(store, "9", 3)
+    branch_user = await store.append(ids[2], [user("branch")])
+    leaf = await store.append(branch_user.id, [bot("b")])
+    gone = ids[1]
+    await store._redis.delete(keys.node_key("9", gone.seg, gone.idx))
+    for leaf_id in (ids[-1], leaf.id):
+        with pytest.raises(MissingNodeError) as info:
+            await TranscriptStore(store._redis).history(leaf_id)
+        assert info.value.ref == str(gone)
+
+
+async def test_missing_segment_record_is_a_typed_error(store: TranscriptStore) -> None:
+    ids = await chain(store, "9", 1)
+    await store._redis.delete(keys.segment_key("9", ids[0].seg))
+    with pytest.raises(MissingNodeError, match="segment"):
+        await TranscriptStore(store._redis).history(ids[-1])
+
+
+async def test_cold_chain_loads_in_a_handful_of_round_trips(store: TranscriptStore) -> None:
+    ids = await chain(store, "5", 100)
+    # nested branches: each one leaves the previous branch above its tip
+    parent = ids[150]
+    for _ in range(3):
+        node = await store.append(parent, [user("b")])
+        await store.append(node.id, [bot("taken")])  # occupies the continuation
+        parent = node.id
+    leaf = (await store.append(parent, [bot("c")])).id
+    cold = TranscriptStore(store._redis)
+    transcript = await cold.history(ids[-1])
+    assert cold.round_trips == 1  # linear: record and nodes in one pipeline
+    assert transcript.depth == 200
+    cold = TranscriptStore(store._redis)
+    transcript = await cold.history(leaf)
+    assert cold.round_trips == 2  # own segment, then one MGET for every ancestor run
+    assert transcript.depth == 150 + 3 + 1
+    assert transcript.messages[-5:] == (bot("a74"), user("b"), user("b"), user("b"), bot("c"))
+    hot_before = cold.round_trips
+    assert (await cold.history(leaf)) == transcript
+    assert cold.round_trips == hot_before
+
+
+async def test_deep_branching_beyond_inline_ancestors_still_assembles(
+    store: TranscriptStore,
+) -> None:
+    small = TranscriptStore(store._redis, inline_ancestors=2)
+    root = await small.start("3", [SYSTEM])
+    expected = [SYSTEM]
+    parent = root.id
+    for i in range(12):
+        # a decoy child takes the continuation slot, forcing the next node to branch
+        await small.append(parent, [user(f"decoy{i}")])
+        node = await small.append(parent, [user(f"u{i}")])
+        expected.append(user(f"u{i}"))
+        parent = node.id
+    cold = TranscriptStore(store._redis, inline_ancestors=2)
+    transcript = await cold.history(parent)
+    assert transcript.messages == tuple(expected)
+    assert transcript.depth == 12
+
+
+async def test_cache_is_bounded_in_bytes_and_refills_lazily(redis: Redis) -> None:
+    small = TranscriptStore(redis, cache_bytes=60_000)
+    leaves = []
+    for c in range(20):
+        ids = await chain(small, f"chat{c}", 10)
+        leaves.append(ids[-1])
+        assert small.cache.bytes_used <= 60_000
+    # early chains were evicted; assembling them reloads from Redis correctly
+    trips = small.round_trips
+    transcript = await small.history(leaves[0])
+    assert small.round_trips > trips
+    assert transcript.depth == 20
+    assert transcript.messages[-1] == bot("a9")
+    assert small.cache.bytes_used <= 60_000
+    # the most recent chain is still hot
+    trips = small.round_trips
+    await small.history(leaves[0])
+    assert small.round_trips == trips
+
+
+async def test_record_larger_than_the_cache_is_served_uncached(redis: Redis) -> None:
+    tiny = TranscriptStore(redis, cache_bytes=2_000)
+    root = await tiny.start("1", [SYSTEM])
+    node = await tiny.append(root.id, [user("x" * 10_000)])
+    assert (await tiny.history(node.id)).messages[-1].content == "x" * 10_000
+    assert tiny.cache.bytes_used <= 2_000
+
+
+async def test_two_stores_see_each_others_writes(redis: Redis) -> None:
+    one, two = TranscriptStore(redis), TranscriptStore(redis)
+    ids = await chain(one, "42", 2)
+    assert (await one.history(ids[-1])).depth == 4  # one has the segment cached
+    # two extends one's chain; one still holds a shorter cached prefix
+    u = await two.append(ids[-1], [user("from two")], aliases=[900])
+    assert await one.resolve("42", 900) == u.id
+    seen = await one.history(u.id)
+    assert seen.messages[-1] == user("from two")
+    assert seen.depth == 5
+    # one appends below the same parent: the slot is taken, so it branches
+    mine = await one.append(ids[-1], [user("from one")])
+    assert mine.id.seg != u.id.seg
+    assert (await two.history(mine.id)).messages[-1] == user("from one")
+
+
+@pytest.mark.parametrize("crash", [False, True])
+async def test_chains_survive_a_redis_restart(private_redis: RedisServer, crash: bool) -> None:
+    client = connect(private_redis.url)
+    store = TranscriptStore(client)
+    ids = await chain(store, "77", 20)
+    branch = await store.append(ids[10], [user("branch")], aliases=[5])
+    before_main = await store.history(ids[-1])
+    before_branch = await store.history(branch.id)
+    private_redis.restart(crash=crash)
+    # the same client reconnects by itself; a fresh store has an empty cache
+    fresh = TranscriptStore(client)
+    assert await fresh.history(ids[-1]) == before_main
+    assert await fresh.history(branch.id) == before_branch
+    assert await fresh.resolve("77", 5) == branch.id
+    # writing goes on where it stopped
+    nxt = await fresh.append(ids[-1], [user("after restart")])
+    assert nxt.id.idx == ids[-1].idx + 1
+    await client.aclose()
+
+
+async def test_redis_unreachable_is_a_typed_error_without_secrets() -> None:
+    url = f"redis://:hunter2secret@127.0.0.1:{free_port()}/0"
+    client = connect(url, socket_timeout=0.5, connect_timeout=0.5, retries=1)
+    store = TranscriptStore(client)
+    with pytest.raises(StoreUnavailableError) as info:
+        await asyncio.wait_for(store.start("1", [SYSTEM]), timeout=10)
+    assert "hunter2secret" not in str(info.value)
+    with pytest.raises(StoreUnavailableError):
+        await asyncio.wait_for(store.resolve("1", 1), timeout=10)
+    await client.aclose()
+
+
+# --------------------------------------------------------------- property
+
+# A program is a list of (parent choice, message kind) steps building a tree.
+steps = st.lists(
+    st.tuples(st.integers(min_value=0, max_value=10_000), st.sampled_from("ua")),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(program=steps, inline=st.integers(min_value=1, max_value=4))
+def test_every_leaf_assembles_to_its_path(
+    redis_server: RedisServer, program: list[tuple[int, str]], inline: int
+) -> None:
+    async def run() -> None:
+        client = connect(redis_server.url)
+        await client.delete(*[k async for k in client.scan_iter(match="rc:{prop}*")] or ["x"])
+        store = TranscriptStore(client, inline_ancestors=inline)
+        root = await store.start("prop", [SYSTEM])
+        paths: dict[NodeId, tuple[ChatMessage, ...]] = {root.id: (SYSTEM,)}
+        order = [root.id]
+        for n, (choice, kind) in enumerate(program):
+            parent = order[choice % len(order)]
+            message = user(f"u{n}") if kind == "u" else bot(f"a{n}")
+            node = await store.append(parent, [message])
+            paths[node.id] = (*paths[parent], message)
+            order.append(node.id)
+        for reader in (store, TranscriptStore(client, inline_ancestors=inline)):
+            for node_id, expected in paths.items():
+                transcript = await reader.history(node_id)
+                assert transcript.messages == expected
+                assert transcript.depth == sum(1 for m in expected if m.role != "system")
+        await client.aclose()
+
+    asyncio.run(run())

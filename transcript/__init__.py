@@ -1,0 +1,39 @@
+"""replychain's transcript store: Telegram-agnostic reply-chain transcripts in Redis.
+
+It knows chat scopes, message ids, nodes and chat messages, nothing of
+Telegram or of any model API.
+"""
+
+from . import keys
+from .cache import RecordCache
+from .connect import connect
+from .errors import (
+    CorruptRecordError,
+    MissingNodeError,
+    RecordError,
+    StoreUnavailableError,
+    TranscriptError,
+    UnknownSchemaError,
+)
+from .model import ChatMessage, Node, NodeId, ToolCall, Transcript, count_depth
+from .store import DEFAULT_CACHE_BYTES, TranscriptStore
+
+__all__ = [
+    "DEFAULT_CACHE_BYTES",
+    "ChatMessage",
+    "CorruptRecordError",
+    "MissingNodeError",
+    "Node",
+    "NodeId",
+    "RecordCache",
+    "RecordError",
+    "StoreUnavailableError",
+    "ToolCall",
+    "Transcript",
+    "TranscriptError",
+    "TranscriptStore",
+    "UnknownSchemaError",
+    "connect",
+    "count_depth",
+    "keys",
+]

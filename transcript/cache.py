@@ -1,0 +1,105 @@
+"""A byte-bounded LRU of immutable records (cachetools), shared by one store.
+
+Entries are keyed by scope: segment entries hold the loaded prefix of a
+segment's nodes, alias entries a resolved message id. Nodes are immutable and a
+segment only ever grows at its end, so a cached prefix can never be stale, even
+when other processes write to the same Redis.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from cachetools import LRUCache
+
+from .codec import SegmentRecord
+from .model import ChatMessage, Node, NodeId
+
+#: Rough Python heap cost of the objects around one message / node / alias.
+_MESSAGE_OVERHEAD = 120
+_NODE_OVERHEAD = 160
+_ALIAS_SIZE = 200
+_ENTRY_OVERHEAD = 400
+
+
+def message_size(message: ChatMessage) -> int:
+    size = _MESSAGE_OVERHEAD
+    if message.content is not None:
+        size += sys.getsizeof(message.content)
+    for call in message.tool_calls:
+        size += _MESSAGE_OVERHEAD + len(call.arguments) + len(call.name) + len(call.id)
+    return size
+
+
+class SegmentEntry:
+    """The loaded prefix ``nodes[0..n)`` of one segment, with its messages flattened.
+
+    ``ends[i]`` is the number of messages in nodes ``0..i``, so the messages of
+    the run ending at node ``i`` are ``messages[:ends[i]]`` (a C-speed slice).
+    """
+
+    __slots__ = ("ends", "messages", "nodes", "record", "size")
+
+    def __init__(self, record: SegmentRecord | None = None) -> None:
+        self.record = record
+        self.nodes: list[Node] = []
+        self.messages: list[ChatMessage] = []
+        self.ends: list[int] = []
+        self.size = _ENTRY_OVERHEAD
+
+    def add(self, node: Node) -> None:
+        """Append the next node of the segment (its index must be ``len(nodes)``)."""
+        if node.id.idx != len(self.nodes):
+            raise ValueError("segment nodes must be added in order")
+        self.nodes.append(node)
+        self.messages.extend(node.messages)
+        self.ends.append(len(self.messages))
+        self.size += _NODE_OVERHEAD + sum(message_size(m) for m in node.messages)
+
+
+CacheKey = tuple[str, str, int | str]
+CacheValue = SegmentEntry | NodeId
+
+
+def _sizeof(value: CacheValue) -> int:
+    return value.size if isinstance(value, SegmentEntry) else _ALIAS_SIZE
+
+
+class RecordCache:
+    """LRU of segment entries and aliases, bounded by an estimate of their bytes."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self._lru: LRUCache[CacheKey, CacheValue] = LRUCache(max_bytes, getsizeof=_sizeof)
+
+    @property
+    def bytes_used(self) -> int:
+        return int(self._lru.currsize)
+
+    @property
+    def max_bytes(self) -> int:
+        return int(self._lru.maxsize)
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    def segment(self, scope: str, seg: int) -> SegmentEntry | None:
+        value = self._lru.get(("s", scope, seg))
+        return value if isinstance(value, SegmentEntry) else None
+
+    def put_segment(self, scope: str, seg: int, entry: SegmentEntry) -> None:
+        """Insert or re-account an entry (call again after it grew)."""
+        self._put(("s", scope, seg), entry)
+
+    def alias(self, scope: str, message_id: str) -> NodeId | None:
+        value = self._lru.get(("a", scope, message_id))
+        return value if isinstance(value, NodeId) else None
+
+    def put_alias(self, scope: str, message_id: str, node: NodeId) -> None:
+        self._put(("a", scope, message_id), node)
+
+    def _put(self, key: CacheKey, value: CacheValue) -> None:
+        try:
+            self._lru[key] = value
+        except ValueError:
+            # Larger than the whole cache: serve it uncached rather than fail.
+            self._lru.pop(key, None)

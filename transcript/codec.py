@@ -1,0 +1,156 @@
+"""msgpack encoding of stored records, with a schema version in each.
+
+Records are compact arrays, the first element being the schema version and the
+second the record kind, so a reader can always tell what it holds:
+
+    node     [1, "n", depth, [message, ...]]
+    segment  [1, "s", [seg, cut, seg, cut, ...], more]   ancestors nearest first
+    fold     [1, "f", depth, [message, ...]]              summary standing for a prefix
+    message  [role, content] or [role, content, {extras}]
+             role: 0 system, 1 user, 2 assistant, 3 tool
+             extras: "tc": [[id, name, arguments], ...], "tid": tool_call_id, "nm": name
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from .errors import CorruptRecordError, UnknownSchemaError
+from .model import ChatMessage, Role, ToolCall
+
+SCHEMA_VERSION = 1
+
+_ROLE_CODES: dict[str, int] = {"system": 0, "user": 1, "assistant": 2, "tool": 3}
+_ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentRecord:
+    """Where a segment hangs: ancestor runs ``(seg, last index)``, nearest first.
+
+    ``more`` is true when the list was capped and the last listed segment's own
+    record continues it.
+    """
+
+    ancestors: tuple[tuple[int, int], ...]
+    more: bool
+
+
+def _pack(obj: object) -> bytes:
+    data: bytes = msgpack.packb(obj, use_bin_type=True)
+    return data
+
+
+def encode_message(message: ChatMessage) -> list[Any]:
+    out: list[Any] = [_ROLE_CODES[message.role], message.content]
+    extras: dict[str, Any] = {}
+    if message.tool_calls:
+        extras["tc"] = [[c.id, c.name, c.arguments] for c in message.tool_calls]
+    if message.tool_call_id is not None:
+        extras["tid"] = message.tool_call_id
+    if message.name is not None:
+        extras["nm"] = message.name
+    if extras:
+        out.append(extras)
+    return out
+
+
+def encode_node(depth: int, messages: Sequence[ChatMessage]) -> bytes:
+    return _pack([SCHEMA_VERSION, "n", depth, [encode_message(m) for m in messages]])
+
+
+def encode_fold(depth: int, messages: Sequence[ChatMessage]) -> bytes:
+    return _pack([SCHEMA_VERSION, "f", depth, [encode_message(m) for m in messages]])
+
+
+def encode_segment(record: SegmentRecord) -> bytes:
+    flat = [n for pair in record.ancestors for n in pair]
+    return _pack([SCHEMA_VERSION, "s", flat, record.more])
+
+
+def _unpack(ref: str, data: bytes | str, kind: str) -> list[Any]:
+    if not isinstance(data, bytes):
+        raise CorruptRecordError(ref, "record is text, not msgpack (decode_responses on?)")
+    try:
+        obj = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except Exception as exc:  # msgpack raises several unrelated types
+        raise CorruptRecordError(ref, f"record does not decode: {type(exc).__name__}") from exc
+    if not isinstance(obj, list) or not obj:
+        raise CorruptRecordError(ref, "record is not a versioned array")
+    if obj[0] != SCHEMA_VERSION:
+        raise UnknownSchemaError(ref, obj[0])
+    if len(obj) < 2 or obj[1] != kind:
+        raise CorruptRecordError(ref, f"expected a {kind!r} record")
+    return obj
+
+
+def _decode_tool_calls(raw: object) -> tuple[ToolCall, ...]:
+    if not isinstance(raw, list):
+        raise TypeError("tool calls")
+    calls = []
+    for item in raw:
+        if not isinstance(item, list) or len(item) != 3:
+            raise TypeError("tool call")
+        if not all(isinstance(x, str) for x in item):
+            raise TypeError("tool call")
+        calls.append(ToolCall(item[0], item[1], item[2]))
+    return tuple(calls)
+
+
+def _decode_message(raw: object) -> ChatMessage:
+    if not isinstance(raw, list) or len(raw) not in (2, 3):
+        raise TypeError("message")
+    code, content = raw[0], raw[1]
+    if not isinstance(code, int) or not 0 <= code < len(_ROLES):
+        raise TypeError("role")
+    if content is not None and not isinstance(content, str):
+        raise TypeError("content")
+    extras = raw[2] if len(raw) == 3 else {}
+    if not isinstance(extras, dict):
+        raise TypeError("extras")
+    tool_call_id = extras.get("tid")
+    name = extras.get("nm")
+    if not isinstance(tool_call_id, str | None) or not isinstance(name, str | None):
+        raise TypeError("extras")
+    calls = _decode_tool_calls(extras["tc"]) if "tc" in extras else ()
+    return ChatMessage(_ROLES[code], content, calls, tool_call_id, name)
+
+
+def _decode_messages_record(
+    ref: str, data: bytes | str, kind: str
+) -> tuple[int, tuple[ChatMessage, ...]]:
+    obj = _unpack(ref, data, kind)
+    try:
+        if len(obj) != 4 or not isinstance(obj[2], int) or not isinstance(obj[3], list):
+            raise TypeError("layout")
+        return obj[2], tuple(_decode_message(m) for m in obj[3])
+    except TypeError as exc:
+        raise CorruptRecordError(ref, f"malformed {kind!r} record ({exc})") from exc
+
+
+def decode_node(ref: str, data: bytes | str) -> tuple[int, tuple[ChatMessage, ...]]:
+    """Decode a node record into ``(depth, messages)``; typed errors name ``ref``."""
+    return _decode_messages_record(ref, data, "n")
+
+
+def decode_fold(ref: str, data: bytes | str) -> tuple[int, tuple[ChatMessage, ...]]:
+    return _decode_messages_record(ref, data, "f")
+
+
+def decode_segment(ref: str, data: bytes | str) -> SegmentRecord:
+    obj = _unpack(ref, data, "s")
+    if (
+        len(obj) != 4
+        or not isinstance(obj[2], list)
+        or len(obj[2]) % 2
+        or not all(isinstance(n, int) and n >= 0 for n in obj[2])
+        or not isinstance(obj[3], bool)
+    ):
+        raise CorruptRecordError(ref, "malformed segment record")
+    flat: list[int] = obj[2]
+    pairs = tuple((flat[i], flat[i + 1]) for i in range(0, len(flat), 2))
+    return SegmentRecord(pairs, obj[3])

@@ -1,0 +1,33 @@
+"""The one place a Redis client is built: explicit timeouts and bounded retries."""
+
+from __future__ import annotations
+
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import BusyLoadingError, ConnectionError, TimeoutError
+
+
+def connect(
+    url: str,
+    *,
+    socket_timeout: float = 5.0,
+    connect_timeout: float = 3.0,
+    retries: int = 3,
+) -> Redis:
+    """A ``redis.asyncio`` client that fails with an error instead of hanging.
+
+    Each command gets ``socket_timeout`` seconds, each connection attempt
+    ``connect_timeout``; connection errors, timeouts and "loading the dataset"
+    are retried ``retries`` times with jittered exponential backoff. The client
+    speaks bytes (records are msgpack). No connection is made until first use.
+    """
+    return Redis.from_url(
+        url,
+        socket_timeout=socket_timeout,
+        socket_connect_timeout=connect_timeout,
+        retry=Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.05), retries),
+        retry_on_error=[ConnectionError, TimeoutError, BusyLoadingError],
+        health_check_interval=30,
+        decode_responses=False,
+    )

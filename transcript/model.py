@@ -1,0 +1,91 @@
+"""Value objects of the transcript store: messages, node ids, nodes, folds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Role = Literal["system", "user", "assistant", "tool"]
+ROLES: frozenset[str] = frozenset(("system", "user", "assistant", "tool"))
+#: Roles counted by ``depth``: the conversation itself, not its scaffolding.
+DEPTH_ROLES: frozenset[str] = frozenset(("user", "assistant"))
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A function call requested by the model (kept verbatim for replay)."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMessage:
+    """One message of a model transcript.
+
+    ``content`` may be ``None`` only for an assistant message that carries
+    ``tool_calls``. A ``tool`` message answers the call named by ``tool_call_id``.
+    """
+
+    role: Role
+    content: str | None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+def count_depth(messages: tuple[ChatMessage, ...] | list[ChatMessage]) -> int:
+    """Number of user and assistant messages (the unit of ``[depth:N]``)."""
+    return sum(1 for m in messages if m.role in DEPTH_ROLES)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class NodeId:
+    """Identity of a node: its chat scope, its segment and its index in the segment.
+
+    A segment is a run of nodes in which each node's parent is the one before
+    it; node ``(seg, 0)`` has its parent recorded in the segment record (or is a
+    root). Node ids are only meaningful inside their scope.
+    """
+
+    scope: str
+    seg: int
+    idx: int
+
+    @property
+    def ref(self) -> str:
+        """Compact form stored in alias and idempotency hashes: ``"seg.idx"``."""
+        return f"{self.seg}.{self.idx}"
+
+    @classmethod
+    def parse(cls, scope: str, ref: str | bytes) -> NodeId:
+        """Inverse of :attr:`ref`; raises ``ValueError`` on a malformed value."""
+        text = ref.decode() if isinstance(ref, bytes) else ref
+        seg, _, idx = text.partition(".")
+        return cls(scope, int(seg), int(idx))
+
+    def __str__(self) -> str:
+        return f"{self.scope}/{self.ref}"
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """An immutable node: the messages appended at one step and the chain depth there."""
+
+    id: NodeId
+    depth: int
+    messages: tuple[ChatMessage, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Transcript:
+    """A chain assembled root → leaf.
+
+    ``messages`` is what the model is sent; ``depth`` counts the user and
+    assistant messages of the whole chain (a fold does not lower it).
+    """
+
+    leaf: NodeId
+    depth: int
+    messages: tuple[ChatMessage, ...] = field(repr=False)
