@@ -79,9 +79,15 @@ async def test_branches_share_the_prefix_and_never_see_each_other(store: Transcr
     assert (await store.history(right.id)).messages == (*prefix, user("right"), bot("R"))
     assert left.depth == right.depth == 4
     # the prefix is stored once: only one copy of each prefix node exists
-    raw = store._redis
-    node_keys = [k async for k in raw.scan_iter(match=keys.node_key_prefix("100") + "*")]
-    assert len(node_keys) == 7
+    fields = await store._redis.hkeys(keys.tree_key("100", root.id.tree))
+    assert len([f for f in fields if f != b"#"]) == 7
+
+
+async def overwrite(store: TranscriptStore, node: NodeId, data: bytes) -> None:
+    """Corrupt a stored node behind the store's back."""
+    await store._redis.hset(
+        keys.tree_key(node.scope, node.tree), keys.node_field(node.seg, node.idx), data
+    )
 
 
 def await_id(node: object) -> NodeId:
@@ -156,7 +162,7 @@ async def test_idempotent_rewrite_returns_the_first_node(store: TranscriptStore)
     assert await store.lookup_idem("1", "in:5") == first.id
     # the chain did not fork: the next append still continues the segment
     nxt = await store.append(first.id, [bot("y")])
-    assert nxt.id == NodeId("1", first.id.seg, first.id.idx + 1)
+    assert nxt.id == NodeId("1", first.id.tree, first.id.seg, first.id.idx + 1)
 
 
 async def test_nodes_are_never_overwritten(store: TranscriptStore) -> None:
@@ -173,7 +179,7 @@ async def test_nodes_are_never_overwritten(store: TranscriptStore) -> None:
 async def test_corrupt_record_is_a_typed_error_naming_the_node(store: TranscriptStore) -> None:
     ids = await chain(store, "9", 3)
     bad = ids[2]
-    await store._redis.set(keys.node_key("9", bad.seg, bad.idx), b"\xc1not msgpack")
+    await overwrite(store, bad, b"\xc1not msgpack")
     with pytest.raises(CorruptRecordError) as info:
         await TranscriptStore(store._redis).history(ids[-1])
     assert info.value.ref == str(bad)
@@ -183,9 +189,7 @@ async def test_corrupt_record_is_a_typed_error_naming_the_node(store: Transcript
 async def test_malformed_record_is_a_typed_error(store: TranscriptStore) -> None:
     ids = await chain(store, "9", 2)
     bad = ids[1]
-    await store._redis.set(
-        keys.node_key("9", bad.seg, bad.idx), msgpack.packb([1, "n", 1, [[9, "x"]]])
-    )
+    await overwrite(store, bad, msgpack.packb([1, "n", 1, [[9, "x"]]]))
     with pytest.raises(CorruptRecordError, match=str(bad)):
         await TranscriptStore(store._redis).history(ids[-1])
 
@@ -193,7 +197,7 @@ async def test_malformed_record_is_a_typed_error(store: TranscriptStore) -> None
 async def test_unknown_schema_version_is_a_typed_error(store: TranscriptStore) -> None:
     ids = await chain(store, "9", 2)
     bad = ids[1]
-    await store._redis.set(keys.node_key("9", bad.seg, bad.idx), msgpack.packb([99, "n", 1, []]))
+    await overwrite(store, bad, msgpack.packb([99, "n", 1, []]))
     with pytest.raises(UnknownSchemaError) as info:
         await TranscriptStore(store._redis).history(ids[-1])
     assert info.value.ref == str(bad)
@@ -207,18 +211,21 @@ async def test_missing_ancestor_is_a_typed_error_never_a_shorter_chain(
     branch_user = await store.append(ids[2], [user("branch")])
     leaf = await store.append(branch_user.id, [bot("b")])
     gone = ids[1]
-    await store._redis.delete(keys.node_key("9", gone.seg, gone.idx))
+    await store._redis.hdel(keys.tree_key("9", gone.tree), keys.node_field(gone.seg, gone.idx))
     for leaf_id in (ids[-1], leaf.id):
         with pytest.raises(MissingNodeError) as info:
             await TranscriptStore(store._redis).history(leaf_id)
         assert info.value.ref == str(gone)
 
 
-async def test_missing_segment_record_is_a_typed_error(store: TranscriptStore) -> None:
+async def test_branch_without_its_ancestors_is_a_typed_error(store: TranscriptStore) -> None:
     ids = await chain(store, "9", 1)
-    await store._redis.delete(keys.segment_key("9", ids[0].seg))
-    with pytest.raises(MissingNodeError, match="segment"):
-        await TranscriptStore(store._redis).history(ids[-1])
+    await store.append(ids[0], [user("taken")])
+    branch = await store.append(ids[0], [user("branch")])
+    assert branch.id.idx == 0
+    await overwrite(store, branch.id, msgpack.packb([1, "n", 1, [[1, "branch"]]]))
+    with pytest.raises(CorruptRecordError, match="lacks its ancestors"):
+        await TranscriptStore(store._redis).history(branch.id)
 
 
 async def test_cold_chain_loads_in_a_handful_of_round_trips(store: TranscriptStore) -> None:

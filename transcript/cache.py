@@ -36,28 +36,33 @@ class SegmentEntry:
 
     ``ends[i]`` is the number of messages in nodes ``0..i``, so the messages of
     the run ending at node ``i`` are ``messages[:ends[i]]`` (a C-speed slice).
+    ``record`` (where the segment hangs) is known once node 0 is loaded.
     """
 
     __slots__ = ("ends", "messages", "nodes", "record", "size")
 
-    def __init__(self, record: SegmentRecord | None = None) -> None:
-        self.record = record
+    def __init__(self) -> None:
+        self.record: SegmentRecord | None = None
         self.nodes: list[Node] = []
         self.messages: list[ChatMessage] = []
         self.ends: list[int] = []
         self.size = _ENTRY_OVERHEAD
 
-    def add(self, node: Node) -> None:
-        """Append the next node of the segment (its index must be ``len(nodes)``)."""
+    def add(self, node: Node, record: SegmentRecord | None = None) -> None:
+        """Append the next node of the segment; node 0 comes with the segment record."""
         if node.id.idx != len(self.nodes):
             raise ValueError("segment nodes must be added in order")
+        if node.id.idx == 0:
+            if record is None:
+                raise ValueError("the first node of a segment needs its segment record")
+            self.record = record
         self.nodes.append(node)
         self.messages.extend(node.messages)
         self.ends.append(len(self.messages))
         self.size += _NODE_OVERHEAD + sum(message_size(m) for m in node.messages)
 
 
-CacheKey = tuple[str, str, int | str]
+CacheKey = tuple[str, str, int, int] | tuple[str, str, str]
 CacheValue = SegmentEntry | NodeId
 
 
@@ -82,13 +87,13 @@ class RecordCache:
     def __len__(self) -> int:
         return len(self._lru)
 
-    def segment(self, scope: str, seg: int) -> SegmentEntry | None:
-        value = self._lru.get(("s", scope, seg))
+    def segment(self, scope: str, tree: int, seg: int) -> SegmentEntry | None:
+        value = self._lru.get(("s", scope, tree, seg))
         return value if isinstance(value, SegmentEntry) else None
 
-    def put_segment(self, scope: str, seg: int, entry: SegmentEntry) -> None:
+    def put_segment(self, scope: str, tree: int, seg: int, entry: SegmentEntry) -> None:
         """Insert or re-account an entry (call again after it grew)."""
-        self._put(("s", scope, seg), entry)
+        self._put(("s", scope, tree, seg), entry)
 
     def alias(self, scope: str, message_id: str) -> NodeId | None:
         value = self._lru.get(("a", scope, message_id))

@@ -4,7 +4,8 @@ Records are compact arrays, the first element being the schema version and the
 second the record kind, so a reader can always tell what it holds:
 
     node     [1, "n", depth, [message, ...]]
-    segment  [1, "s", [seg, cut, seg, cut, ...], more]   ancestors nearest first
+             first node of a branch segment: [1, "n", depth, [message, ...], [seg, cut, ...], more]
+             (the ancestor runs nearest first; ``more``: the last run's own first node goes on)
     fold     [1, "f", depth, [message, ...]]              summary standing for a prefix
     message  [role, content] or [role, content, {extras}]
              role: 0 system, 1 user, 2 assistant, 3 tool
@@ -32,12 +33,22 @@ _ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")
 class SegmentRecord:
     """Where a segment hangs: ancestor runs ``(seg, last index)``, nearest first.
 
-    ``more`` is true when the list was capped and the last listed segment's own
-    record continues it.
+    Stored in the segment's first node. ``more`` is true when the list was
+    capped and the last listed segment's first node continues it.
     """
 
     ancestors: tuple[tuple[int, int], ...]
     more: bool
+
+
+ROOT_SEGMENT = SegmentRecord((), False)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    depth: int
+    messages: tuple[ChatMessage, ...]
+    segment: SegmentRecord | None  # only on a segment's first node
 
 
 def _pack(obj: object) -> bytes:
@@ -59,17 +70,18 @@ def encode_message(message: ChatMessage) -> list[Any]:
     return out
 
 
-def encode_node(depth: int, messages: Sequence[ChatMessage]) -> bytes:
-    return _pack([SCHEMA_VERSION, "n", depth, [encode_message(m) for m in messages]])
+def encode_node(
+    depth: int, messages: Sequence[ChatMessage], segment: SegmentRecord | None = None
+) -> bytes:
+    """A node record; ``segment`` is given for the first node of a branch segment."""
+    record: list[Any] = [SCHEMA_VERSION, "n", depth, [encode_message(m) for m in messages]]
+    if segment is not None and segment.ancestors:
+        record += [[n for pair in segment.ancestors for n in pair], segment.more]
+    return _pack(record)
 
 
 def encode_fold(depth: int, messages: Sequence[ChatMessage]) -> bytes:
     return _pack([SCHEMA_VERSION, "f", depth, [encode_message(m) for m in messages]])
-
-
-def encode_segment(record: SegmentRecord) -> bytes:
-    flat = [n for pair in record.ancestors for n in pair]
-    return _pack([SCHEMA_VERSION, "s", flat, record.more])
 
 
 def _unpack(ref: str, data: bytes | str, kind: str) -> list[Any]:
@@ -120,37 +132,33 @@ def _decode_message(raw: object) -> ChatMessage:
     return ChatMessage(_ROLES[code], content, calls, tool_call_id, name)
 
 
-def _decode_messages_record(
-    ref: str, data: bytes | str, kind: str
-) -> tuple[int, tuple[ChatMessage, ...]]:
-    obj = _unpack(ref, data, kind)
+def _decode_segment(raw: list[Any]) -> SegmentRecord:
+    flat, more = raw
+    if not isinstance(flat, list) or not flat or len(flat) % 2 or not isinstance(more, bool):
+        raise TypeError("segment")
+    if not all(isinstance(n, int) and n >= 0 for n in flat):
+        raise TypeError("segment")
+    return SegmentRecord(tuple((flat[i], flat[i + 1]) for i in range(0, len(flat), 2)), more)
+
+
+def decode_node(ref: str, data: bytes | str) -> NodeRecord:
+    """Decode a node record; typed errors name ``ref``."""
+    obj = _unpack(ref, data, "n")
+    try:
+        if len(obj) not in (4, 6) or not isinstance(obj[2], int) or not isinstance(obj[3], list):
+            raise TypeError("layout")
+        messages = tuple(_decode_message(m) for m in obj[3])
+        segment = _decode_segment(obj[4:]) if len(obj) == 6 else None
+    except TypeError as exc:
+        raise CorruptRecordError(ref, f"malformed node record ({exc})") from exc
+    return NodeRecord(obj[2], messages, segment)
+
+
+def decode_fold(ref: str, data: bytes | str) -> tuple[int, tuple[ChatMessage, ...]]:
+    obj = _unpack(ref, data, "f")
     try:
         if len(obj) != 4 or not isinstance(obj[2], int) or not isinstance(obj[3], list):
             raise TypeError("layout")
         return obj[2], tuple(_decode_message(m) for m in obj[3])
     except TypeError as exc:
-        raise CorruptRecordError(ref, f"malformed {kind!r} record ({exc})") from exc
-
-
-def decode_node(ref: str, data: bytes | str) -> tuple[int, tuple[ChatMessage, ...]]:
-    """Decode a node record into ``(depth, messages)``; typed errors name ``ref``."""
-    return _decode_messages_record(ref, data, "n")
-
-
-def decode_fold(ref: str, data: bytes | str) -> tuple[int, tuple[ChatMessage, ...]]:
-    return _decode_messages_record(ref, data, "f")
-
-
-def decode_segment(ref: str, data: bytes | str) -> SegmentRecord:
-    obj = _unpack(ref, data, "s")
-    if (
-        len(obj) != 4
-        or not isinstance(obj[2], list)
-        or len(obj[2]) % 2
-        or not all(isinstance(n, int) and n >= 0 for n in obj[2])
-        or not isinstance(obj[3], bool)
-    ):
-        raise CorruptRecordError(ref, "malformed segment record")
-    flat: list[int] = obj[2]
-    pairs = tuple((flat[i], flat[i + 1]) for i in range(0, len(flat), 2))
-    return SegmentRecord(pairs, obj[3])
+        raise CorruptRecordError(ref, f"malformed fold record ({exc})") from exc

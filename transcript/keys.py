@@ -3,17 +3,22 @@
 All keys of one chat scope share the hash tag ``{scope}`` so they live in one
 Redis Cluster slot (the append script touches several of them atomically).
 
-    rc:{S}:seq          INCR counter allocating segment numbers
-    rc:{S}:s:<seg>      segment record: parent link and ancestor segments
-    rc:{S}:n:<seg>.<i>  node record (immutable, SET NX)
-    rc:{S}:a            hash: message id -> "seg.i"   (aliases, HSETNX)
-    rc:{S}:i            hash: idempotency key -> "seg.i" (one write per key)
-    rc:{S}:f:<seg>.<i>  fold record standing for the chain up to that node (future use)
+    rc:{S}:seq        INCR counter allocating conversation trees
+    rc:{S}:t:<tree>   hash of one conversation tree (a root and all its branches):
+                        "<seg>.<i>"  node record (immutable, HSETNX)
+                        "#"          HINCRBY counter allocating segments
+    rc:{S}:a          hash: message id -> "tree:seg.i"   (aliases, HSETNX)
+    rc:{S}:i          hash: idempotency key -> "tree:seg.i" (one write per key)
+
+A tree is one hash so that a branch costs one hash field (no new key) and a
+whole path loads with HMGET on one key.
 """
 
 from __future__ import annotations
 
 NAMESPACE = "rc"
+#: Field of a tree hash that allocates segment numbers.
+SEGMENT_COUNTER_FIELD = "#"
 
 
 def scope_prefix(scope: str) -> str:
@@ -27,20 +32,16 @@ def seq_key(scope: str) -> str:
     return scope_prefix(scope) + "seq"
 
 
-def segment_key_prefix(scope: str) -> str:
-    return scope_prefix(scope) + "s:"
+def tree_key_prefix(scope: str) -> str:
+    return scope_prefix(scope) + "t:"
 
 
-def segment_key(scope: str, seg: int) -> str:
-    return f"{segment_key_prefix(scope)}{seg}"
+def tree_key(scope: str, tree: int) -> str:
+    return f"{tree_key_prefix(scope)}{tree}"
 
 
-def node_key_prefix(scope: str) -> str:
-    return scope_prefix(scope) + "n:"
-
-
-def node_key(scope: str, seg: int, idx: int) -> str:
-    return f"{node_key_prefix(scope)}{seg}.{idx}"
+def node_field(seg: int, idx: int) -> str:
+    return f"{seg}.{idx}"
 
 
 def alias_key(scope: str) -> str:
@@ -49,7 +50,3 @@ def alias_key(scope: str) -> str:
 
 def idem_key(scope: str) -> str:
     return scope_prefix(scope) + "i"
-
-
-def fold_key(scope: str, seg: int, idx: int) -> str:
-    return f"{scope_prefix(scope)}f:{seg}.{idx}"

@@ -42,28 +42,32 @@ def count_depth(messages: tuple[ChatMessage, ...] | list[ChatMessage]) -> int:
 
 @dataclass(frozen=True, slots=True, order=True)
 class NodeId:
-    """Identity of a node: its chat scope, its segment and its index in the segment.
+    """Identity of a node: chat scope, conversation tree, segment, index in segment.
 
     A segment is a run of nodes in which each node's parent is the one before
-    it; node ``(seg, 0)`` has its parent recorded in the segment record (or is a
-    root). Node ids are only meaningful inside their scope.
+    it; node ``(seg, 0)`` records where the segment hangs (or is the root when
+    ``seg == 0``). Node ids are only meaningful inside their scope.
     """
 
     scope: str
+    tree: int
     seg: int
     idx: int
 
     @property
     def ref(self) -> str:
-        """Compact form stored in alias and idempotency hashes: ``"seg.idx"``."""
-        return f"{self.seg}.{self.idx}"
+        """Compact form stored in alias and idempotency hashes: ``"tree:seg.idx"``."""
+        return f"{self.tree}:{self.seg}.{self.idx}"
 
     @classmethod
     def parse(cls, scope: str, ref: str | bytes) -> NodeId:
         """Inverse of :attr:`ref`; raises ``ValueError`` on a malformed value."""
         text = ref.decode() if isinstance(ref, bytes) else ref
-        seg, _, idx = text.partition(".")
-        return cls(scope, int(seg), int(idx))
+        tree, sep, rest = text.partition(":")
+        seg, dot, idx = rest.partition(".")
+        if not sep or not dot:
+            raise ValueError(f"malformed node reference {text!r}")
+        return cls(scope, int(tree), int(seg), int(idx))
 
     def __str__(self) -> str:
         return f"{self.scope}/{self.ref}"

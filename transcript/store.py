@@ -1,13 +1,13 @@
 """The reply-chain transcript store: immutable nodes in Redis behind an LRU.
 
-Layout (see :mod:`transcript.keys`): a chain is a path of nodes. Nodes live in
-*segments*: node ``(seg, i)`` has parent ``(seg, i - 1)``; node ``(seg, 0)``
-is either a root or hangs below the node named first in its segment record.
+Layout (see :mod:`transcript.keys`): each conversation is a *tree* stored as
+one Redis hash. Its nodes live in *segments*: node ``(seg, i)`` has parent
+``(seg, i - 1)``; the first node of a segment records where the segment hangs
+(the ancestor runs), except in segment 0, whose first node is the root.
 Appending below the last node of a segment continues the segment (claimed with
-``SET NX``); appending anywhere else, or losing that race, opens a new segment
-whose record lists the ancestor runs. A chain therefore loads with one
-pipelined round trip for its own segment plus one ``MGET`` for all ancestor
-runs, and each node stores only its depth and its own messages.
+``HSETNX``); appending anywhere else, or losing that race, opens a new segment.
+A chain therefore loads with one ``HMGET`` for its own segment plus one for all
+ancestor runs, and a node stores only its depth and its own messages.
 """
 
 from __future__ import annotations
@@ -15,51 +15,55 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Awaitable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
 from . import codec, keys
 from .cache import RecordCache, SegmentEntry
-from .codec import SegmentRecord
+from .codec import ROOT_SEGMENT, SegmentRecord
 from .errors import CorruptRecordError, MissingNodeError, StoreUnavailableError
 from .model import ChatMessage, Node, NodeId, Transcript, count_depth
 
 T = TypeVar("T")
 
 DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
-#: Ancestor runs listed inline in a segment record before it defers to an
-#: ancestor's record (bounds per-segment metadata on pathological trees).
+#: Ancestor runs listed in a segment's first node before it defers to the
+#: first node of an older segment (bounds metadata on pathological trees).
 DEFAULT_INLINE_ANCESTORS = 32
 
-# Places a node atomically: returns an earlier result for a repeated
-# idempotency key, else continues the parent's segment when the slot after the
-# parent is free, else opens a new segment. Then records the idempotency key
-# and the aliases (first writer wins, also on a repeat). All keys share the
-# scope's hash tag.
-#   KEYS: idem hash, alias hash, seq counter, continuation node key
-#   ARGV: idem field or '', node record, segment record, node key prefix,
-#         segment key prefix, continuation ref or '' (root), alias fields...
+# Places a node atomically. A repeated idempotency key returns the first
+# result. Otherwise: a root opens a new tree; a child continues its parent's
+# segment when the next slot is free, else opens a new segment. Then records
+# the idempotency key and the aliases (first writer wins, also on a repeat).
+# All keys share the scope's hash tag, so this runs on Redis Cluster too.
+#   KEYS: idem hash, alias hash, tree hash (child) or tree counter (root)
+#   ARGV: idem field or '', record continuing the segment, record opening a
+#         segment, continuation field or '' for a root, tree id or tree key
+#         prefix for a root, alias fields...
 _APPEND_LUA = """
 if ARGV[1] ~= '' then
   local found = redis.call('HGET', KEYS[1], ARGV[1])
   if found then
-    for i = 7, #ARGV do redis.call('HSETNX', KEYS[2], ARGV[i], found) end
+    for i = 6, #ARGV do redis.call('HSETNX', KEYS[2], ARGV[i], found) end
     return {0, found}
   end
 end
 local ref
-if ARGV[6] ~= '' and redis.call('SET', KEYS[4], ARGV[2], 'NX') then
-  ref = ARGV[6]
+if ARGV[4] == '' then
+  local tree = redis.call('INCR', KEYS[3])
+  redis.call('HSET', ARGV[5] .. tree, '0.0', ARGV[3])
+  ref = tree .. ':0.0'
+elseif redis.call('HSETNX', KEYS[3], ARGV[4], ARGV[2]) == 1 then
+  ref = ARGV[5] .. ':' .. ARGV[4]
 else
-  local seg = redis.call('INCR', KEYS[3])
-  ref = seg .. '.0'
-  redis.call('SET', ARGV[5] .. seg, ARGV[3])
-  redis.call('SET', ARGV[4] .. ref, ARGV[2])
+  local seg = redis.call('HINCRBY', KEYS[3], '#', 1)
+  redis.call('HSET', KEYS[3], seg .. '.0', ARGV[3])
+  ref = ARGV[5] .. ':' .. seg .. '.0'
 end
 if ARGV[1] ~= '' then redis.call('HSET', KEYS[1], ARGV[1], ref) end
-for i = 7, #ARGV do redis.call('HSETNX', KEYS[2], ARGV[i], ref) end
+for i = 6, #ARGV do redis.call('HSETNX', KEYS[2], ARGV[i], ref) end
 return {1, ref}
 """
 
@@ -103,8 +107,20 @@ class TranscriptStore:
         idem: str | None = None,
         aliases: Iterable[int | str] = (),
     ) -> Node:
-        """Write a new root node (normally holding the system prompt)."""
-        return await self._place(scope, None, 0, SegmentRecord((), False), messages, idem, aliases)
+        """Write the root node of a new conversation (normally the system prompt)."""
+        messages = tuple(messages)
+        record = codec.encode_node(count_depth(messages), messages)
+        result = await self._run_append(
+            scope,
+            keys.seq_key(scope),
+            idem,
+            record,
+            record,
+            "",
+            keys.tree_key_prefix(scope),
+            aliases,
+        )
+        return await self._placed(scope, result, count_depth(messages), messages, None)
 
     async def append(
         self,
@@ -120,70 +136,75 @@ class TranscriptStore:
         first call wrote instead of writing a second one. ``aliases`` are
         message ids mapped to the new node in the same atomic step.
         """
+        scope, messages = parent.scope, tuple(messages)
         parent_node = await self.node(parent)
-        parent_record = await self._segment_record(parent.scope, parent.seg)
+        parent_record = await self._segment_record(parent)
         ancestors = ((parent.seg, parent.idx), *parent_record.ancestors)
         more = parent_record.more
         if len(ancestors) > self._inline:
             ancestors, more = ancestors[: self._inline], True
         branch = SegmentRecord(ancestors, more)
-        return await self._place(
-            parent.scope, parent, parent_node.depth, branch, messages, idem, aliases
+        depth = parent_node.depth + count_depth(messages)
+        result = await self._run_append(
+            scope,
+            keys.tree_key(scope, parent.tree),
+            idem,
+            codec.encode_node(depth, messages),
+            codec.encode_node(depth, messages, branch),
+            keys.node_field(parent.seg, parent.idx + 1),
+            str(parent.tree),
+            aliases,
         )
+        return await self._placed(scope, result, depth, messages, branch)
 
-    async def _place(
+    async def _run_append(
         self,
         scope: str,
-        parent: NodeId | None,
-        parent_depth: int,
-        branch: SegmentRecord,
-        messages: Sequence[ChatMessage],
+        target_key: str,
         idem: str | None,
+        continuing: bytes,
+        opening: bytes,
+        continuation: str,
+        tree: str,
         aliases: Iterable[int | str],
-    ) -> Node:
-        messages = tuple(messages)
-        depth = parent_depth + count_depth(messages)
-        if parent is None:
-            cont_key, cont_ref = keys.seq_key(scope), ""
-        else:
-            cont_key = keys.node_key(scope, parent.seg, parent.idx + 1)
-            cont_ref = f"{parent.seg}.{parent.idx + 1}"
+    ) -> tuple[bool, NodeId, list[str]]:
         alias_fields = [str(a) for a in aliases]
         result = await self._io(
             self._append_script(
-                keys=[keys.idem_key(scope), keys.alias_key(scope), keys.seq_key(scope), cont_key],
-                args=[
-                    idem or "",
-                    codec.encode_node(depth, messages),
-                    codec.encode_segment(branch),
-                    keys.node_key_prefix(scope),
-                    keys.segment_key_prefix(scope),
-                    cont_ref,
-                    *alias_fields,
-                ],
+                keys=[keys.idem_key(scope), keys.alias_key(scope), target_key],
+                args=[idem or "", continuing, opening, continuation, tree, *alias_fields],
             )
         )
-        created, ref = int(result[0]), result[1]
-        node_id = NodeId.parse(scope, ref)
+        return bool(int(result[0])), NodeId.parse(scope, result[1]), alias_fields
+
+    async def _placed(
+        self,
+        scope: str,
+        result: tuple[bool, NodeId, list[str]],
+        depth: int,
+        messages: tuple[ChatMessage, ...],
+        branch: SegmentRecord | None,
+    ) -> Node:
+        created, node_id, alias_fields = result
         if not created:
             return await self.node(node_id)
         node = Node(node_id, depth, messages)
-        self._remember(node, branch if node_id.idx == 0 else None)
+        self._remember(node, branch if node_id.seg else ROOT_SEGMENT)
         for field in alias_fields:
             self._cache.put_alias(scope, field, node_id)
         return node
 
     def _remember(self, node: Node, record: SegmentRecord | None) -> None:
         """Write-through: extend the cached segment prefix when it is contiguous."""
-        scope, seg = node.id.scope, node.id.seg
-        entry = self._cache.segment(scope, seg)
+        nid = node.id
+        entry = self._cache.segment(nid.scope, nid.tree, nid.seg)
         if entry is None:
-            if node.id.idx != 0:
+            if nid.idx != 0:
                 return
-            entry = SegmentEntry(record)
-        if len(entry.nodes) == node.id.idx:
-            entry.add(node)
-            self._cache.put_segment(scope, seg, entry)
+            entry = SegmentEntry()
+        if len(entry.nodes) == nid.idx:
+            entry.add(node, record)
+            self._cache.put_segment(nid.scope, nid.tree, nid.seg, entry)
 
     async def alias(self, scope: str, message_ids: Iterable[int | str], node: NodeId) -> None:
         """Map message ids to ``node``; an id already mapped keeps its first node."""
@@ -210,55 +231,40 @@ class TranscriptStore:
         ref = await self._io(self._redis.hget(keys.alias_key(scope), field))
         if ref is None:
             return None
-        try:
-            node = NodeId.parse(scope, ref)
-        except ValueError as exc:
-            raise CorruptRecordError(f"alias {scope}/{field}", "malformed alias") from exc
+        node = _parse_ref(scope, ref, f"alias {scope}/{field}")
         self._cache.put_alias(scope, field, node)
         return node
 
     async def lookup_idem(self, scope: str, key: str) -> NodeId | None:
         """The node written under an idempotency key, if any."""
         ref = await self._io(self._redis.hget(keys.idem_key(scope), key))
-        return None if ref is None else NodeId.parse(scope, ref)
+        return None if ref is None else _parse_ref(scope, ref, f"idempotency key {scope}/{key}")
 
     async def node(self, node_id: NodeId) -> Node:
         """One node (from the cache when its segment prefix is loaded)."""
-        entry = self._cache.segment(node_id.scope, node_id.seg)
-        if entry is not None and node_id.idx < len(entry.nodes):
-            return entry.nodes[node_id.idx]
-        key = keys.node_key(node_id.scope, node_id.seg, node_id.idx)
-        data = await self._io(self._redis.get(key))
-        if data is None:
-            raise MissingNodeError(str(node_id), "node not found")
-        depth, messages = codec.decode_node(str(node_id), data)
-        return Node(node_id, depth, messages)
+        entry = self._cache.segment(node_id.scope, node_id.tree, node_id.seg)
+        if entry is None or node_id.idx >= len(entry.nodes):
+            entry = (await self._load(node_id.scope, node_id.tree, [(node_id.seg, node_id.idx)]))[0]
+        return entry.nodes[node_id.idx]
 
     async def history(self, leaf: NodeId) -> Transcript:
         """Everything ever appended on the chain root → ``leaf``, in order."""
-        scope = leaf.scope
-        loaded_any = False
-        entry = self._cache.segment(scope, leaf.seg)
-        if entry is None or entry.record is None or len(entry.nodes) <= leaf.idx:
-            entry = await self._load_leaf_segment(leaf, entry)
-            loaded_any = True
-        assert entry.record is not None
-        runs = [(leaf.seg, leaf.idx), *entry.record.ancestors]
-        more = entry.record.more
-        while more:
-            record = await self._segment_record(scope, runs[-1][0])
-            runs.extend(record.ancestors)
-            more = record.more
-        _check_runs(leaf, runs)
-        entries = await self._load_runs(scope, runs[1:])
-        loaded_any = loaded_any or bool(entries.loaded)
+        scope, tree = leaf.scope, leaf.tree
+        loaded_before = self.round_trips
+        runs: list[tuple[int, int]] = [(leaf.seg, leaf.idx)]
+        entries = await self._load(scope, tree, runs)
+        record = entries[0].record
+        while record is not None and record.ancestors:
+            runs += record.ancestors
+            _check_runs(leaf, runs)
+            entries += await self._load(scope, tree, record.ancestors)
+            # a capped list (``more``) goes on in the last run's own first node
+            record = entries[-1].record if record.more else None
         messages: list[ChatMessage] = []
-        for seg, cut in reversed(runs[1:]):
-            seg_entry = entries.by_seg[seg]
-            messages.extend(seg_entry.messages[: seg_entry.ends[cut]])
-        messages.extend(entry.messages[: entry.ends[leaf.idx]])
-        depth = entry.nodes[leaf.idx].depth
-        if loaded_any and count_depth(messages) != depth:
+        for (_, cut), entry in zip(reversed(runs), reversed(entries), strict=True):
+            messages.extend(entry.messages[: entry.ends[cut]])
+        depth = entries[0].nodes[leaf.idx].depth
+        if self.round_trips != loaded_before and count_depth(messages) != depth:
             raise CorruptRecordError(str(leaf), "chain does not add up to the leaf's depth")
         return Transcript(leaf, depth, tuple(messages))
 
@@ -273,84 +279,51 @@ class TranscriptStore:
 
     # -------------------------------------------------------------- loading
 
-    async def _load_leaf_segment(self, leaf: NodeId, entry: SegmentEntry | None) -> SegmentEntry:
-        """One round trip: the segment record (if needed) and the missing nodes."""
-        scope = leaf.scope
-        start = len(entry.nodes) if entry is not None else 0
-        need_record = entry is None or entry.record is None
-        node_keys = [keys.node_key(scope, leaf.seg, i) for i in range(start, leaf.idx + 1)]
-        async with self._redis.pipeline(transaction=False) as pipe:
-            if need_record:
-                pipe.get(keys.segment_key(scope, leaf.seg))
-            if node_keys:
-                pipe.mget(node_keys)
-            results: list[Any] = await self._io(pipe.execute())
-        if entry is None:
-            entry = SegmentEntry()
-        if need_record:
-            entry.record = self._decode_segment(scope, leaf.seg, results.pop(0))
-        if node_keys:
-            self._fill(entry, scope, leaf.seg, start, results[0])
-        self._cache.put_segment(scope, leaf.seg, entry)
-        return entry
-
-    async def _load_runs(self, scope: str, runs: Sequence[tuple[int, int]]) -> _Loaded:
-        """One ``MGET`` for every node of the ancestor runs not yet cached."""
-        loaded = _Loaded()
-        wanted: list[tuple[SegmentEntry, int, int, int]] = []  # entry, seg, start, count
-        node_keys: list[str] = []
+    async def _load(
+        self, scope: str, tree: int, runs: Sequence[tuple[int, int]]
+    ) -> list[SegmentEntry]:
+        """Entries holding nodes ``0..cut`` of each run: one ``HMGET`` for what is missing."""
+        found: list[SegmentEntry] = []
+        wanted: list[tuple[SegmentEntry, int, int]] = []  # entry, seg, first missing index
+        fields: list[str] = []
         for seg, cut in runs:
-            entry = self._cache.segment(scope, seg) or SegmentEntry()
-            loaded.by_seg[seg] = entry
-            start = len(entry.nodes)
-            if start <= cut:
-                wanted.append((entry, seg, start, cut + 1 - start))
-                node_keys.extend(keys.node_key(scope, seg, i) for i in range(start, cut + 1))
-        if not node_keys:
-            return loaded
-        values: list[bytes | str | None] = await self._io(self._redis.mget(node_keys))
+            entry = self._cache.segment(scope, tree, seg) or SegmentEntry()
+            found.append(entry)
+            if len(entry.nodes) <= cut:
+                wanted.append((entry, seg, len(entry.nodes)))
+                fields.extend(keys.node_field(seg, i) for i in range(len(entry.nodes), cut + 1))
+        if not fields:
+            return found
+        values = await self._io(self._redis.hmget(keys.tree_key(scope, tree), fields))
         offset = 0
-        for entry, seg, start, count in wanted:
-            self._fill(entry, scope, seg, start, values[offset : offset + count])
+        for (entry, seg, start), (_, cut) in zip(wanted, _runs_of(wanted, runs), strict=True):
+            count = cut + 1 - start
+            for i, data in enumerate(values[offset : offset + count], start):
+                self._add_loaded(entry, NodeId(scope, tree, seg, i), data)
             offset += count
-            self._cache.put_segment(scope, seg, entry)
-            loaded.loaded.append(seg)
-        return loaded
-
-    def _fill(
-        self,
-        entry: SegmentEntry,
-        scope: str,
-        seg: int,
-        start: int,
-        values: Sequence[bytes | str | None],
-    ) -> None:
-        for i, data in enumerate(values, start):
-            node_id = NodeId(scope, seg, i)
-            if data is None:
-                raise MissingNodeError(str(node_id), "ancestor node not found")
-            depth, messages = codec.decode_node(str(node_id), data)
-            entry.add(Node(node_id, depth, messages))
-
-    async def _segment_record(self, scope: str, seg: int) -> SegmentRecord:
-        entry = self._cache.segment(scope, seg)
-        if entry is not None and entry.record is not None:
-            return entry.record
-        data = await self._io(self._redis.get(keys.segment_key(scope, seg)))
-        record = self._decode_segment(scope, seg, data)
-        if entry is not None:
-            entry.record = record
-        else:
-            entry = SegmentEntry(record)
-        self._cache.put_segment(scope, seg, entry)
-        return record
+            self._cache.put_segment(scope, tree, seg, entry)
+        return found
 
     @staticmethod
-    def _decode_segment(scope: str, seg: int, data: bytes | str | None) -> SegmentRecord:
-        ref = f"{scope}/segment {seg}"
+    def _add_loaded(entry: SegmentEntry, node_id: NodeId, data: bytes | str | None) -> None:
+        ref = str(node_id)
         if data is None:
-            raise MissingNodeError(ref, "segment record not found")
-        return codec.decode_segment(ref, data)
+            raise MissingNodeError(ref, "node not found")
+        record = codec.decode_node(ref, data)
+        segment = record.segment
+        if node_id.idx == 0:
+            if node_id.seg == 0:
+                segment = ROOT_SEGMENT
+            elif segment is None:
+                raise CorruptRecordError(ref, "first node of a branch lacks its ancestors")
+        entry.add(Node(node_id, record.depth, record.messages), segment)
+
+    async def _segment_record(self, node_id: NodeId) -> SegmentRecord:
+        entry = self._cache.segment(node_id.scope, node_id.tree, node_id.seg)
+        if entry is None or entry.record is None:
+            [entry] = await self._load(node_id.scope, node_id.tree, [(node_id.seg, 0)])
+        assert entry.record is not None
+        return entry.record
 
     async def _io(self, awaitable: Awaitable[T]) -> T:
         """Await one Redis round trip, turning connection failures into a typed error."""
@@ -365,12 +338,18 @@ class TranscriptStore:
             ) from exc
 
 
-class _Loaded:
-    __slots__ = ("by_seg", "loaded")
+def _runs_of(
+    wanted: Sequence[tuple[SegmentEntry, int, int]], runs: Sequence[tuple[int, int]]
+) -> list[tuple[int, int]]:
+    cuts = dict(runs)
+    return [(seg, cuts[seg]) for _, seg, _ in wanted]
 
-    def __init__(self) -> None:
-        self.by_seg: dict[int, SegmentEntry] = {}
-        self.loaded: list[int] = []
+
+def _parse_ref(scope: str, ref: bytes | str, what: str) -> NodeId:
+    try:
+        return NodeId.parse(scope, ref)
+    except ValueError as exc:
+        raise CorruptRecordError(what, "malformed node reference") from exc
 
 
 def _check_runs(leaf: NodeId, runs: Sequence[tuple[int, int]]) -> None:
