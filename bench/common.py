@@ -1,0 +1,51 @@
+"""Helpers shared by the benchmarks: a throwaway redis-server and table printing."""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.redis_server import RedisServer
+
+
+@contextmanager
+def redis_server() -> Iterator[RedisServer]:
+    """A private redis-server (AOF everysec, like config/redis.conf) in a temp dir."""
+    with tempfile.TemporaryDirectory(prefix="replychain-bench-") as tmp:
+        server = RedisServer(Path(tmp), fsync="everysec")
+        server.start()
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
+def percentile(values: Sequence[float], pct: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def table(title: str, header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[str(h) for h in header]] + [[_fmt(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = [title, "  ".join(h.ljust(w) for h, w in zip(cells[0], widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    for row in cells[1:]:
+        lines.append("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}" if abs(value) < 100 else f"{value:.0f}"
+    return str(value)
