@@ -1,0 +1,168 @@
+"""Streaming an answer into Telegram: show it early, grow it by throttled edits.
+
+While the model streams, :class:`AnswerWriter` re-renders the whole text so far
+and brings the Telegram messages in line: the first part is sent as soon as
+text exists, later parts are sent when the answer outgrows 4096 characters, and
+changed parts are edited at most once per ``edit_interval`` seconds. A typing
+action is shown until the first part is out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+
+from .format import Chunk, render_chunks
+from .telegram import TelegramOut
+
+log = logging.getLogger("replychain.answer")
+
+TYPING_EVERY = 4.5  # Telegram shows a chat action for about 5 s
+
+
+@dataclass(slots=True)
+class Part:
+    message_id: int
+    chunk: Chunk
+
+
+class AnswerWriter:
+    """One answer's Telegram messages, from the first token to the final text."""
+
+    def __init__(
+        self,
+        out: TelegramOut,
+        *,
+        chat_id: int,
+        reply_to: int | None,
+        thread_id: int | None,
+        prefix: str,
+        edit_interval: float,
+    ) -> None:
+        self._out = out
+        self._chat_id = chat_id
+        self._reply_to = reply_to
+        self._thread_id = thread_id
+        self._prefix = prefix
+        self._interval = edit_interval
+        self.parts: list[Part] = []
+        self._latest = ""
+        self._shown = ""
+        self._dirty = asyncio.Event()
+        self._closing = False
+        self._last_push = 0.0
+        self._pump_task: asyncio.Task[None] | None = None
+        self._typing_task: asyncio.Task[None] | None = None
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    @property
+    def message_ids(self) -> list[int]:
+        return [p.message_id for p in self.parts]
+
+    def start(self) -> None:
+        """Begin showing the typing action (until the first part is sent)."""
+        self._typing_task = asyncio.create_task(self._typing())
+
+    def update(self, text: str) -> None:
+        """The model's text so far; cheap, called for every streamed delta."""
+        self._latest = text
+        self._dirty.set()
+        if self._pump_task is None and not self._closing:
+            self._pump_task = asyncio.create_task(self._pump())
+
+    async def finish(self, text: str) -> list[int]:
+        """Show the final text (every part in place) and return the part ids."""
+        await self._stop()
+        await self._push(text)
+        return self.message_ids
+
+    async def fail(self, notice: str) -> list[int]:
+        """End with a notice: after the partial text if some was shown, else alone."""
+        await self._stop()
+        if self._latest.strip():
+            await self._push(f"{self._latest}\n\n{notice}")
+        else:
+            message_id = await self._out.send_text(
+                self._chat_id, notice, reply_to=self._reply_to, thread_id=self._thread_id
+            )
+            self.parts.append(Part(message_id, Chunk(notice, notice)))
+        return self.message_ids
+
+    async def close(self) -> None:
+        """Stop every background activity (after a failure); nothing more is sent."""
+        await self._stop()
+
+    async def _stop(self) -> None:
+        """Stop streaming edits; a push in progress is finished, never cut mid-call."""
+        self._closing = True
+        self._dirty.set()
+        if self._pump_task is not None:
+            with contextlib.suppress(Exception):
+                await self._pump_task
+        await self._stop_typing()
+
+    async def _stop_typing(self) -> None:
+        task, self._typing_task = self._typing_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def _typing(self) -> None:
+        while not self.parts:
+            await self._out.typing(self._chat_id, self._thread_id)
+            await asyncio.sleep(TYPING_EVERY)
+
+    async def _pump(self) -> None:
+        while not self._closing:
+            await self._dirty.wait()
+            wait = self._last_push + self._interval - time.monotonic()
+            if wait > 0 and not self._closing:
+                # rate limit: at most one round of edits per interval
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wait_closing(), wait)
+            if self.closing:
+                return
+            self._dirty.clear()
+            if self._latest != self._shown:
+                try:
+                    await self._push(self._latest)
+                except Exception as exc:
+                    # an intermediate edit is not worth failing over: finish() retries
+                    log.warning("streaming edit failed: %s", type(exc).__name__)
+                    if not self.parts:
+                        raise
+
+    async def _wait_closing(self) -> None:
+        while not self._closing:
+            self._dirty.clear()
+            await self._dirty.wait()
+
+    async def _push(self, text: str) -> None:
+        chunks = render_chunks(text, prefix=self._prefix)
+        for i, chunk in enumerate(chunks):
+            if i < len(self.parts):
+                part = self.parts[i]
+                if part.chunk != chunk:
+                    await self._out.edit(self._chat_id, part.message_id, chunk)
+                    part.chunk = chunk
+            else:
+                message_id = await self._out.send(
+                    self._chat_id, chunk, reply_to=self._reply_to, thread_id=self._thread_id
+                )
+                self.parts.append(Part(message_id, chunk))
+                if len(self.parts) == 1:
+                    await self._stop_typing_soon()
+        self._shown = text
+        self._last_push = time.monotonic()
+
+    async def _stop_typing_soon(self) -> None:
+        # called from inside the pump: the typing task is separate, cancel it
+        if self._typing_task is not None and self._typing_task is not asyncio.current_task():
+            await self._stop_typing()

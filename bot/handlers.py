@@ -1,0 +1,187 @@
+"""aiogram routing: which updates the bot answers, and how a message becomes a turn.
+
+Handlers stay small; the group gate is a filter and access control an inner
+middleware (it runs only for messages some handler would answer).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiogram import BaseMiddleware, Bot, F, Router
+from aiogram.enums import ChatType, ContentType
+from aiogram.filters import Command, CommandStart, Filter
+from aiogram.types import BotCommand, Message, TelegramObject
+
+from .engine import Inbound
+from .runner import TurnRunner
+from .telegram import TelegramOut
+
+log = logging.getLogger("replychain.handlers")
+
+COMMANDS = [
+    BotCommand(command="start", description="What this bot is and how threads work"),
+    BotCommand(command="help", description="How to continue, branch and start conversations"),
+]
+
+HELP_TEXT = (
+    "I am a chat bot for an AI model, and every reply chain is its own conversation.\n\n"
+    "• Send a message that replies to nothing: a new conversation starts.\n"
+    "• Reply to one of my answers (any part of it): the conversation continues.\n"
+    "• Reply twice to the same answer: two branches that share everything above them "
+    "and never see each other.\n\n"
+    "Each answer starts with [depth:N], the number of messages in its conversation.\n"
+    "In groups I answer when you reply to me, mention me or send a command."
+)
+UNSUPPORTED_TEXT = (
+    "I can only read text: send your question as a text message (a photo's caption "
+    "counts as text). Stickers, voice notes, files and other media are not supported."
+)
+EMPTY_MENTION_TEXT = "Mention me together with a question, or reply to one of my answers."
+UNKNOWN_COMMAND_TEXT = "I don't know that command. Send /help to see how I work."
+REFUSAL_TEXT = "Sorry, this bot is private: it only answers the people its owner allowed."
+REFUSAL_EVERY = 3600.0
+
+#: Content the bot cannot read but answers with a short note.
+UNSUPPORTED = {
+    ContentType.STICKER, ContentType.PHOTO, ContentType.VOICE, ContentType.DOCUMENT,
+    ContentType.VIDEO, ContentType.AUDIO, ContentType.ANIMATION, ContentType.VIDEO_NOTE,
+    ContentType.LOCATION, ContentType.CONTACT, ContentType.POLL, ContentType.DICE,
+    ContentType.VENUE,
+}  # fmt: skip
+
+
+def is_group(message: Message) -> bool:
+    return message.chat.type in (ChatType.GROUP, ChatType.SUPERGROUP)
+
+
+def thread_of(message: Message) -> int | None:
+    """The forum topic to answer in (None in the General topic and outside forums)."""
+    return message.message_thread_id if message.is_topic_message else None
+
+
+def replied_id(message: Message) -> int | None:
+    """The message explicitly replied to (not a forum topic's implicit root)."""
+    target = message.reply_to_message
+    if target is None or target.forum_topic_created is not None:
+        return None
+    return target.message_id
+
+
+def _mentions(message: Message, username: str) -> bool:
+    text = message.text or message.caption or ""
+    entities = message.entities or message.caption_entities or []
+    for entity in entities:
+        if entity.type == "mention":
+            mention = entity.extract_from(text)
+            if mention.lower() == f"@{username.lower()}":
+                return True
+    return False
+
+
+class Addressed(Filter):
+    """Private chats: always. Groups: replies to the bot, @mentions and commands."""
+
+    async def __call__(self, message: Message, bot: Bot) -> bool:
+        if message.chat.type == ChatType.PRIVATE:
+            return True
+        if not is_group(message):
+            return False  # channels
+        me = await bot.me()
+        target = message.reply_to_message
+        if target is not None and target.from_user is not None and target.from_user.id == me.id:
+            return replied_id(message) is not None
+        return bool(me.username) and _mentions(message, me.username or "")
+
+
+class AccessControl(BaseMiddleware):
+    """ALLOWED_USER_IDS: others get one polite refusal (per hour) and no model call."""
+
+    def __init__(self, allowed: frozenset[int]) -> None:
+        self.allowed = allowed
+        self._refused: dict[int, float] = {}
+
+    async def __call__(
+        self,
+        handler: Callable[[TelegramObject, dict[str, Any]], Awaitable[Any]],
+        event: TelegramObject,
+        data: dict[str, Any],
+    ) -> Any:
+        if not self.allowed or not isinstance(event, Message):
+            return await handler(event, data)
+        user = event.from_user
+        if user is not None and user.id in self.allowed:
+            return await handler(event, data)
+        key = user.id if user is not None else 0
+        now = time.monotonic()
+        if now - self._refused.get(key, -REFUSAL_EVERY) >= REFUSAL_EVERY:
+            self._refused[key] = now
+            log.info("refused user %s (not in ALLOWED_USER_IDS)", key)
+            out: TelegramOut = data["out"]
+            await out.send_text(
+                event.chat.id, REFUSAL_TEXT, reply_to=event.message_id, thread_id=thread_of(event)
+            )
+        return None
+
+
+def _strip_mention(text: str, username: str | None) -> str:
+    if not username:
+        return text.strip()
+    return re.sub(rf"@{re.escape(username)}\b", "", text, flags=re.IGNORECASE).strip()
+
+
+async def _notice(out: TelegramOut, message: Message, text: str) -> None:
+    await out.send_text(
+        message.chat.id, text, reply_to=message.message_id, thread_id=thread_of(message)
+    )
+
+
+def build_router(allowed_user_ids: frozenset[int]) -> Router:
+    """The bot's only router; ``runner`` and ``out`` come from the dispatcher's data."""
+    router = Router(name="replychain")
+    router.message.middleware(AccessControl(allowed_user_ids))
+
+    @router.message(CommandStart())
+    @router.message(Command("help"))
+    async def on_help(message: Message, out: TelegramOut) -> None:
+        await _notice(out, message, HELP_TEXT)
+
+    @router.message(F.text.startswith("/"), Addressed())
+    async def on_unknown_command(message: Message, out: TelegramOut, bot: Bot) -> None:
+        command = (message.text or "").split()[0]
+        _, _, target = command.partition("@")
+        me = await bot.me()
+        if target and target.lower() != (me.username or "").lower():
+            return  # a command for another bot in this group
+        await _notice(out, message, UNKNOWN_COMMAND_TEXT)
+
+    @router.message(F.text | F.caption, Addressed())
+    async def on_text(message: Message, runner: TurnRunner, out: TelegramOut, bot: Bot) -> None:
+        me = await bot.me()
+        text = message.text or message.caption or ""
+        if is_group(message):
+            text = _strip_mention(text, me.username)
+        if not text.strip():
+            await _notice(out, message, EMPTY_MENTION_TEXT)
+            return
+        sender = message.from_user.id if message.from_user else 0
+        inbound = Inbound(
+            chat_id=message.chat.id,
+            message_id=message.message_id,
+            user_id=sender,
+            text=text,
+            reply_to=replied_id(message),
+            thread_id=thread_of(message),
+            is_group=is_group(message),
+        )
+        runner.submit(inbound)
+
+    @router.message(F.content_type.in_(UNSUPPORTED), Addressed())
+    async def on_unsupported(message: Message, out: TelegramOut) -> None:
+        await _notice(out, message, UNSUPPORTED_TEXT)
+
+    return router

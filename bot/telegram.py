@@ -1,0 +1,179 @@
+"""The Telegram edge: flood control for every call, and sending that never fails on format.
+
+:class:`FloodControl` is an aiogram request middleware: every Bot API call to a
+chat waits until that chat's ``retry_after`` window has passed, and a 429 is
+retried after the time Telegram asks for. :class:`TelegramOut` sends and edits
+answer parts as HTML and falls back to the same text without formatting when
+Telegram still rejects the entities.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from aiogram import Bot
+from aiogram.client.session.middlewares.base import (
+    BaseRequestMiddleware,
+    NextRequestMiddlewareType,
+)
+from aiogram.enums import ChatAction, ParseMode
+from aiogram.exceptions import TelegramBadRequest, TelegramForbiddenError, TelegramRetryAfter
+from aiogram.methods import Response, TelegramMethod
+from aiogram.methods.base import TelegramType
+from aiogram.types import LinkPreviewOptions, Message, ReplyParameters
+
+from .format import Chunk
+
+log = logging.getLogger("replychain.telegram")
+
+#: Added to every ``retry_after`` so a retry never lands a hair too early.
+_RETRY_MARGIN = 0.1
+_PRUNE_AT = 10_000
+
+
+class ChatUnavailableError(Exception):
+    """The bot may not write to this chat any more (blocked, kicked, chat gone)."""
+
+
+class FloodControl(BaseRequestMiddleware):
+    """Honour ``retry_after`` per chat for every Telegram call, retrying 429s."""
+
+    def __init__(self, max_retries: int = 5) -> None:
+        self.max_retries = max_retries
+        self._not_before: dict[object, float] = {}
+        self.retries = 0
+
+    def _wait_for(self, chat: object) -> float:
+        return self._not_before.get(chat, 0.0) - time.monotonic()
+
+    async def __call__(
+        self,
+        make_request: NextRequestMiddlewareType[TelegramType],
+        bot: Bot,
+        method: TelegramMethod[TelegramType],
+    ) -> Response[TelegramType]:
+        chat = getattr(method, "chat_id", None)
+        attempt = 0
+        while True:
+            delay = max(self._wait_for(chat), self._wait_for(None))
+            if delay > 0:
+                await asyncio.sleep(delay)
+            try:
+                return await make_request(bot, method)
+            except TelegramRetryAfter as exc:
+                attempt += 1
+                if attempt > self.max_retries:
+                    raise
+                self.retries += 1
+                until = time.monotonic() + exc.retry_after + _RETRY_MARGIN
+                key = chat if chat is not None else None
+                self._not_before[key] = max(self._not_before.get(key, 0.0), until)
+                log.warning(
+                    "Telegram flood control on %s: waiting %ss before retrying",
+                    type(method).__name__,
+                    exc.retry_after,
+                )
+                self._prune()
+
+    def _prune(self) -> None:
+        if len(self._not_before) > _PRUNE_AT:
+            now = time.monotonic()
+            self._not_before = {k: v for k, v in self._not_before.items() if v > now}
+
+
+def _is_parse_error(exc: TelegramBadRequest) -> bool:
+    text = exc.message.lower()
+    return "can't parse entities" in text or "unsupported start tag" in text
+
+
+def _is_not_modified(exc: TelegramBadRequest) -> bool:
+    return "message is not modified" in exc.message.lower()
+
+
+_NO_PREVIEW = LinkPreviewOptions(is_disabled=True)
+
+
+class TelegramOut:
+    """Sends and edits answer parts; the only place the turn flow talks to Telegram."""
+
+    def __init__(self, bot: Bot) -> None:
+        self.bot = bot
+
+    async def send(
+        self, chat_id: int, chunk: Chunk, *, reply_to: int | None, thread_id: int | None
+    ) -> int:
+        """Send one part as a reply (kept even if the replied message is gone)."""
+        reply = (
+            ReplyParameters(message_id=reply_to, allow_sending_without_reply=True)
+            if reply_to is not None
+            else None
+        )
+        common: dict[str, Any] = {
+            "chat_id": chat_id,
+            "reply_parameters": reply,
+            "message_thread_id": thread_id,
+            "link_preview_options": _NO_PREVIEW,
+        }
+        try:
+            message = await self._call(
+                self.bot.send_message(text=chunk.html, parse_mode=ParseMode.HTML, **common)
+            )
+        except TelegramBadRequest as exc:
+            if not _is_parse_error(exc):
+                raise
+            log.warning("Telegram rejected formatting (%s); sending plain text", exc.message)
+            message = await self._call(
+                self.bot.send_message(text=chunk.plain, parse_mode=None, **common)
+            )
+        assert isinstance(message, Message)
+        return message.message_id
+
+    async def edit(self, chat_id: int, message_id: int, chunk: Chunk) -> None:
+        """Replace a part's text; "not modified" counts as done."""
+        common: dict[str, Any] = {
+            "chat_id": chat_id,
+            "message_id": message_id,
+            "link_preview_options": _NO_PREVIEW,
+        }
+        try:
+            try:
+                await self._call(
+                    self.bot.edit_message_text(text=chunk.html, parse_mode=ParseMode.HTML, **common)
+                )
+            except TelegramBadRequest as exc:
+                if not _is_parse_error(exc):
+                    raise
+                log.warning("Telegram rejected formatting (%s); editing as plain text", exc.message)
+                await self._call(
+                    self.bot.edit_message_text(text=chunk.plain, parse_mode=None, **common)
+                )
+        except TelegramBadRequest as exc:
+            if not _is_not_modified(exc):
+                raise
+
+    async def send_text(
+        self, chat_id: int, text: str, *, reply_to: int | None, thread_id: int | None
+    ) -> int:
+        """A short notice (plain text, never parsed)."""
+        return await self.send(chat_id, Chunk(text, text), reply_to=reply_to, thread_id=thread_id)
+
+    async def typing(self, chat_id: int, thread_id: int | None) -> None:
+        """One typing action; failures only matter to the log."""
+        try:
+            await self.bot.send_chat_action(
+                chat_id=chat_id, action=ChatAction.TYPING, message_thread_id=thread_id
+            )
+        except TelegramForbiddenError:
+            raise
+        except Exception as exc:  # typing is cosmetic: never fail a turn for it
+            log.debug("typing action failed: %s", type(exc).__name__)
+
+    @staticmethod
+    async def _call(request: Any) -> Any:
+        try:
+            return await request
+        except TelegramForbiddenError as exc:
+            raise ChatUnavailableError(exc.message) from exc

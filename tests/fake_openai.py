@@ -1,0 +1,1153 @@
+"""A strict, OpenAI-compatible chat-completions server on loopback, for end-to-end tests.
+
+Start it in the test's event loop and point the real ``openai.AsyncOpenAI`` at it (in-process,
+or from a bot running as a subprocess)::
+
+    async with FakeOpenAI() as server:
+        client = openai.AsyncOpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
+
+Endpoints: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /v1/models/{id}``. Any other
+path answers 404 with OpenAI error JSON (``Invalid URL (METHOD /path)``).
+
+Wire format (as OpenAI sends it)
+--------------------------------
+* Errors: HTTP status plus ``{"error": {"message", "type", "param", "code"}}``. Every response
+  carries an ``x-request-id`` header.
+* Non-streaming: a ``chat.completion`` object, ``choices[0].message = {role: assistant,
+  content}``, ``finish_reason`` "stop" (or "length" when ``max_tokens`` /
+  ``max_completion_tokens`` cut the reply), and ``usage`` unless ``report_usage`` is False.
+* Streaming (``stream: true``): ``text/event-stream``; each event is ``data: <json>\\n\\n`` and
+  is written to the socket as soon as it is produced. Chunks, all ``chat.completion.chunk``
+  with ``id``, ``created`` and ``model``: first ``delta {role: assistant, content: ""}``, then one
+  chunk per ``chunk_chars`` characters of the reply, then an empty delta with
+  ``finish_reason``; then, when the request had ``stream_options.include_usage: true`` and
+  ``report_usage`` is True, a final chunk with ``choices: []`` and ``usage``; then
+  ``data: [DONE]``. When include_usage is requested every other chunk carries ``usage: null``.
+  ``chunk_delay`` seconds pass between consecutive chunks.
+
+Validation (400 ``invalid_request_error`` with a clear message and ``param``)
+-----------------------------------------------------------------------------
+Checked in this order: auth (401, code ``invalid_api_key``; the message never echoes a key),
+JSON body, ``model`` (string; unknown model -> 404 ``model_not_found``), unknown top-level
+parameters (``Unrecognized request argument supplied: x``; extend ``allowed_extra_params`` for
+provider-specific ones), parameter types/ranges, then ``messages``: a non-empty list; each
+message an object whose ``role`` is system/developer/user/assistant/tool, with no keys beyond
+that role's (e.g. ``Additional properties are not allowed ('x' was unexpected)``); ``content``
+a string or a non-empty list of parts (``text`` everywhere, ``image_url`` for user, ``refusal``
+for assistant); assistant content may be null only with ``tool_calls``; an assistant message
+with ``tool_calls`` must be followed by ``tool`` messages answering each ``tool_call_id``, and a
+tool message must answer a call of the assistant message right before it (OpenAI's rule).
+Finally prompt tokens above ``context_limit`` -> 400 code ``context_length_exceeded``.
+``stream_options`` is only allowed with ``stream: true``; only ``n`` = 1 is supported.
+
+Token counting (deterministic; ``len`` counts Python characters)
+----------------------------------------------------------------
+* text of a message = its content string, or the concatenated ``text``/``refusal`` of its parts,
+  plus, for each tool call, the function name and arguments;
+* message_tokens = 4 + ceil(len(text) / 4) + 85 per ``image_url`` part;
+* prompt_tokens = sum(message_tokens) + 2, plus ceil(len(json.dumps(tools, sort_keys=True)) / 4)
+  when ``tools`` is given;
+* completion_tokens = max(1, ceil(len(reply) / 4)).
+
+Prompt cache emulation
+----------------------
+The server remembers every prompt it processed (per model and tools): the digest of each prefix
+made of whole leading messages, serialized as ``json.dumps(message, sort_keys=True)``. For a new
+request, ``cached_tokens`` = the sum of message_tokens of the longest such prefix seen before
+(byte-identical messages only), rounded down to a multiple of 64, and 0 when below 1024
+(like OpenAI). It is reported in ``usage.prompt_tokens_details.cached_tokens``. Prompts are
+remembered when the model "ran": for answered requests and for cut/stalled streams, not for
+auth/validation errors, injected failures or hangs that were never answered.
+
+Fault injection
+---------------
+``fail_next``/``hang_next``/``cut_stream_next``/``stall_stream_next`` append to one FIFO queue;
+each entry is consumed by one chat request that passed auth and validation (an invalid request
+gets its honest 400 and leaves the queue alone). ``gate`` holds every chat request (before auth)
+until the event is set. ``stop()`` ends every held, hung or stalled request by dropping its
+connection, so nothing is left pending.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import hashlib
+import itertools
+import json
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Literal
+
+from aiohttp import web
+
+__all__ = [
+    "FakeOpenAI",
+    "Request",
+    "Usage",
+    "completion_tokens",
+    "default_responder",
+    "message_tokens",
+    "prompt_tokens",
+]
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+_MESSAGE_KEYS: dict[str, frozenset[str]] = {
+    "system": frozenset({"role", "content", "name"}),
+    "developer": frozenset({"role", "content", "name"}),
+    "user": frozenset({"role", "content", "name"}),
+    "assistant": frozenset(
+        {"role", "content", "name", "tool_calls", "refusal", "audio", "function_call"}
+    ),
+    "tool": frozenset({"role", "content", "tool_call_id"}),
+}
+_PART_TYPES: dict[str, frozenset[str]] = {
+    "system": frozenset({"text"}),
+    "developer": frozenset({"text"}),
+    "user": frozenset({"text", "image_url"}),
+    "assistant": frozenset({"text", "refusal"}),
+    "tool": frozenset({"text"}),
+}
+# Top-level parameters of POST /v1/chat/completions (openai-python 3.x CompletionCreateParams).
+KNOWN_PARAMS = frozenset(
+    {
+        "model",
+        "messages",
+        "audio",
+        "frequency_penalty",
+        "function_call",
+        "functions",
+        "logit_bias",
+        "logprobs",
+        "max_completion_tokens",
+        "max_tokens",
+        "metadata",
+        "modalities",
+        "moderation",
+        "n",
+        "parallel_tool_calls",
+        "prediction",
+        "presence_penalty",
+        "prompt_cache_key",
+        "prompt_cache_options",
+        "prompt_cache_retention",
+        "reasoning_effort",
+        "response_format",
+        "safety_identifier",
+        "seed",
+        "service_tier",
+        "stop",
+        "store",
+        "stream",
+        "stream_options",
+        "temperature",
+        "tool_choice",
+        "tools",
+        "top_logprobs",
+        "top_p",
+        "user",
+        "verbosity",
+        "web_search_options",
+    }
+)
+_NUMBER_RANGES: dict[str, tuple[float, float]] = {
+    "temperature": (0.0, 2.0),
+    "top_p": (0.0, 1.0),
+    "frequency_penalty": (-2.0, 2.0),
+    "presence_penalty": (-2.0, 2.0),
+}
+_INT_MINIMUMS: dict[str, int] = {
+    "max_tokens": 1,
+    "max_completion_tokens": 1,
+    "n": 1,
+    "top_logprobs": 0,
+    "seed": -(2**63),
+}
+_BOOL_PARAMS = ("stream", "logprobs", "parallel_tool_calls", "store")
+_STRING_PARAMS = ("user", "prompt_cache_key", "safety_identifier", "reasoning_effort")
+
+IMAGE_TOKENS = 85
+CACHE_MIN_TOKENS = 1024
+CACHE_GRANULARITY = 64
+_POLL_INTERVAL = 0.02
+
+_DEFAULT_MESSAGES: dict[int, str] = {
+    400: "Invalid request (injected by FakeOpenAI).",
+    408: "Request timed out (injected by FakeOpenAI).",
+    429: "Rate limit reached for requests (injected by FakeOpenAI). Please try again later.",
+    500: "The server had an error while processing your request. Sorry about that!",
+    502: "Bad gateway.",
+    503: "The engine is currently overloaded, please try again later.",
+    504: "Gateway timeout.",
+}
+_ERROR_TYPES: dict[int, tuple[str, str | None]] = {
+    400: ("invalid_request_error", None),
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("permission_error", None),
+    404: ("invalid_request_error", "not_found"),
+    429: ("requests", "rate_limit_exceeded"),
+}
+
+
+@dataclass
+class Usage:
+    """Token usage the server computed for one completion."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass
+class Request:
+    """One chat request as the server saw it.
+
+    ``headers`` keys are lower-cased. ``at`` is ``time.monotonic()`` at arrival. ``status`` is
+    the HTTP status sent, 0 while none was sent (held by the gate, hanging, or dropped before
+    any response). ``usage`` is what the server computed (set once the model "ran", whether or
+    not it was reported). ``completed`` is True once the whole response (for streams: up to
+    ``[DONE]``) was handed to the socket.
+    """
+
+    body: dict[str, Any]
+    headers: dict[str, str]
+    at: float
+    status: int = 0
+    usage: Usage | None = None
+    completed: bool = False
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        messages = self.body.get("messages")
+        return messages if isinstance(messages, list) else []
+
+    @property
+    def stream(self) -> bool:
+        return self.body.get("stream") is True
+
+
+@dataclass(frozen=True)
+class _Fault:
+    kind: Literal["fail", "hang", "cut", "stall"]
+    status: int = 0
+    message: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    after_chunks: int = 0
+    seconds: float = 0.0
+
+
+class _ApiError(Exception):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type_: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type_ = type_
+        self.param = param
+        self.code = code
+        self.headers = headers or {}
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type_,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+def _invalid(message: str, *, param: str | None = None, code: str | None = None) -> _ApiError:
+    return _ApiError(400, message, param=param, code=code)
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def _invalid_type(param: str, expected: str, value: object) -> _ApiError:
+    return _invalid(
+        f"Invalid type for '{param}': expected {expected}, but got {_json_type(value)} instead.",
+        param=param,
+        code="invalid_type",
+    )
+
+
+# --------------------------------------------------------------------------- token counting
+
+
+def _content_text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts: list[str] = []
+        for part in content:
+            if isinstance(part, dict):
+                for key in ("text", "refusal"):
+                    value = part.get(key)
+                    if isinstance(value, str):
+                        texts.append(value)
+        return "".join(texts)
+    return ""
+
+
+def _image_parts(content: object) -> int:
+    if not isinstance(content, list):
+        return 0
+    return sum(1 for p in content if isinstance(p, dict) and p.get("type") == "image_url")
+
+
+def _tool_call_text(message: dict[str, Any]) -> str:
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list):
+        return ""
+    texts: list[str] = []
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            texts.append(str(function.get("name", "")) + str(function.get("arguments", "")))
+    return "".join(texts)
+
+
+def message_tokens(message: dict[str, Any]) -> int:
+    """4 + ceil(len(text) / 4) + 85 per image part (see the module docstring)."""
+    content = message.get("content")
+    text = _content_text(content) + _tool_call_text(message)
+    return 4 + math.ceil(len(text) / 4) + IMAGE_TOKENS * _image_parts(content)
+
+
+def _tools_tokens(body: dict[str, Any]) -> int:
+    tools = body.get("tools")
+    if not tools:
+        return 0
+    return math.ceil(len(json.dumps(tools, sort_keys=True)) / 4)
+
+
+def prompt_tokens(body: dict[str, Any]) -> int:
+    """Prompt tokens of a (valid) request body: sum(message_tokens) + 2 (+ tools)."""
+    messages: list[dict[str, Any]] = body["messages"]
+    return sum(message_tokens(m) for m in messages) + 2 + _tools_tokens(body)
+
+
+def completion_tokens(reply: str) -> int:
+    """max(1, ceil(len(reply) / 4))."""
+    return max(1, math.ceil(len(reply) / 4))
+
+
+def default_responder(messages: list[dict[str, Any]]) -> str:
+    """Deterministic reply: ``"echo: " + text of the last user message``."""
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            return "echo: " + _content_text(message.get("content"))
+    return "echo: "
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _validate_params(body: dict[str, Any], allowed_extra: frozenset[str]) -> None:
+    for key in body:
+        if key not in KNOWN_PARAMS and key not in allowed_extra:
+            raise _invalid(
+                f"Unrecognized request argument supplied: {key}",
+                param=key,
+                code="unknown_parameter",
+            )
+    _validate_numbers(body)
+    for key in _BOOL_PARAMS:
+        if body.get(key) is not None and not isinstance(body[key], bool):
+            raise _invalid_type(key, "a boolean", body[key])
+    for key in _STRING_PARAMS:
+        if body.get(key) is not None and not isinstance(body[key], str):
+            raise _invalid_type(key, "a string", body[key])
+    if body.get("n") not in (None, 1):
+        raise _invalid("FakeOpenAI supports only n=1.", param="n", code="invalid_value")
+    stop = body.get("stop")
+    if stop is not None and not (
+        isinstance(stop, str)
+        or (isinstance(stop, list) and len(stop) <= 4 and all(isinstance(s, str) for s in stop))
+    ):
+        raise _invalid_type("stop", "a string or an array of at most 4 strings", stop)
+    _validate_stream_options(body)
+    _validate_tools(body.get("tools"))
+
+
+def _validate_numbers(body: dict[str, Any]) -> None:
+    for key, (low, high) in _NUMBER_RANGES.items():
+        value = body.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise _invalid_type(key, "a decimal", value)
+        if not low <= value <= high:
+            raise _invalid(
+                f"Invalid '{key}': expected a value between {low} and {high}, but got {value}.",
+                param=key,
+                code="invalid_value",
+            )
+    for key, minimum in _INT_MINIMUMS.items():
+        value = body.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _invalid_type(key, "an integer", value)
+        if value < minimum:
+            raise _invalid(
+                f"Invalid '{key}': integer below minimum value. Expected a value >= {minimum}, "
+                f"but got {value} instead.",
+                param=key,
+                code="integer_below_min_value",
+            )
+
+
+def _validate_stream_options(body: dict[str, Any]) -> None:
+    options = body.get("stream_options")
+    if options is None:
+        return
+    if body.get("stream") is not True:
+        raise _invalid(
+            "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+            param="stream_options",
+            code="invalid_value",
+        )
+    if not isinstance(options, dict):
+        raise _invalid_type("stream_options", "an object", options)
+    for key, value in options.items():
+        if key not in ("include_usage", "include_obfuscation"):
+            raise _invalid(
+                f"Unrecognized request argument supplied: stream_options.{key}",
+                param=f"stream_options.{key}",
+                code="unknown_parameter",
+            )
+        if not isinstance(value, bool):
+            raise _invalid_type(f"stream_options.{key}", "a boolean", value)
+
+
+def _validate_tools(tools: object) -> None:
+    if tools is None:
+        return
+    if not isinstance(tools, list):
+        raise _invalid_type("tools", "an array", tools)
+    for i, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise _invalid(
+                f"Invalid 'tools[{i}]': expected an object with a function name.",
+                param=f"tools[{i}]",
+                code="invalid_value",
+            )
+
+
+def _validate_parts(content: list[Any], role: str, where: str) -> None:
+    if not content:
+        raise _invalid(
+            f"Invalid '{where}': empty array. Expected an array with minimum length 1, "
+            "but got an empty array instead.",
+            param=where,
+            code="empty_array",
+        )
+    allowed = _PART_TYPES[role]
+    for j, part in enumerate(content):
+        at = f"{where}[{j}]"
+        if not isinstance(part, dict):
+            raise _invalid_type(at, "an object", part)
+        kind = part.get("type")
+        if kind not in allowed:
+            supported = ", ".join(f"'{t}'" for t in sorted(allowed))
+            raise _invalid(
+                f"Invalid value: {kind!r}. Supported values for role '{role}' are: {supported}.",
+                param=f"{at}.type",
+                code="invalid_value",
+            )
+        if kind == "image_url":
+            image = part.get("image_url")
+            if not isinstance(image, dict) or not isinstance(image.get("url"), str):
+                raise _invalid_type(f"{at}.image_url", "an object with a url string", image)
+        elif not isinstance(part.get(kind), str):
+            raise _invalid_type(f"{at}.{kind}", "a string", part.get(kind))
+
+
+def _validate_content(message: dict[str, Any], role: str, where: str) -> None:
+    content = message.get("content")
+    param = f"{where}.content"
+    if content is None:
+        if role == "assistant" and any(
+            message.get(k) for k in ("tool_calls", "function_call", "refusal", "audio")
+        ):
+            return
+        if "content" not in message:
+            raise _invalid(
+                f"Missing required parameter: '{param}'.",
+                param=param,
+                code="missing_required_parameter",
+            )
+        raise _invalid_type(param, "one of a string or array of objects", content)
+    if isinstance(content, str):
+        return
+    if isinstance(content, list):
+        _validate_parts(content, role, param)
+        return
+    raise _invalid_type(param, "one of a string or array of objects", content)
+
+
+def _validate_tool_calls(message: dict[str, Any], where: str) -> list[str]:
+    calls = message.get("tool_calls")
+    if calls is None:
+        return []
+    if not isinstance(calls, list) or not calls:
+        raise _invalid_type(f"{where}.tool_calls", "a non-empty array", calls)
+    ids: list[str] = []
+    for j, call in enumerate(calls):
+        at = f"{where}.tool_calls[{j}]"
+        function = call.get("function") if isinstance(call, dict) else None
+        if (
+            not isinstance(call, dict)
+            or not isinstance(call.get("id"), str)
+            or call.get("type") != "function"
+            or not isinstance(function, dict)
+            or not isinstance(function.get("name"), str)
+            or not isinstance(function.get("arguments"), str)
+        ):
+            raise _invalid(
+                f"Invalid '{at}': expected {{id: string, type: 'function', "
+                "function: {name: string, arguments: string}}.",
+                param=at,
+                code="invalid_value",
+            )
+        ids.append(call["id"])
+    return ids
+
+
+def _unanswered(pending: list[str], where: str) -> _ApiError:
+    return _invalid(
+        "An assistant message with 'tool_calls' must be followed by tool messages responding "
+        "to each 'tool_call_id'. The following tool_call_ids did not have response messages: "
+        + ", ".join(pending),
+        param=where,
+        code="invalid_value",
+    )
+
+
+def _validate_message(message: object, i: int, pending: list[str]) -> list[str]:
+    """Validate messages[i]; returns the tool_call ids still awaiting a tool message."""
+    where = f"messages[{i}]"
+    if not isinstance(message, dict):
+        raise _invalid_type(where, "an object", message)
+    role = message.get("role")
+    if role not in _MESSAGE_KEYS:
+        raise _invalid(
+            f"Invalid value: {role!r}. Supported values are: "
+            + ", ".join(f"'{r}'" for r in ROLES)
+            + ".",
+            param=f"{where}.role",
+            code="invalid_value",
+        )
+    extra = sorted(set(message) - _MESSAGE_KEYS[role])
+    if extra:
+        raise _invalid(
+            f"Additional properties are not allowed ({extra[0]!r} was unexpected) - '{where}'",
+            param=f"{where}.{extra[0]}",
+            code="unknown_parameter",
+        )
+    if "name" in message and not isinstance(message["name"], str):
+        raise _invalid_type(f"{where}.name", "a string", message["name"])
+    if role != "tool" and pending:
+        raise _unanswered(pending, f"messages[{i - 1}]")
+    _validate_content(message, role, where)
+    if role == "assistant":
+        return _validate_tool_calls(message, where)
+    if role == "tool":
+        call_id = message.get("tool_call_id")
+        if not isinstance(call_id, str):
+            raise _invalid(
+                f"Missing required parameter: '{where}.tool_call_id'.",
+                param=f"{where}.tool_call_id",
+                code="missing_required_parameter",
+            )
+        if call_id not in pending:
+            raise _invalid(
+                "Invalid parameter: messages with role 'tool' must be a response to a preceding "
+                f"message with 'tool_calls' (no pending tool call has id {call_id!r}).",
+                param=f"{where}.role",
+                code="invalid_value",
+            )
+        return [p for p in pending if p != call_id]
+    return []
+
+
+def _validate_messages(messages: object) -> None:
+    if messages is None:
+        raise _invalid(
+            "Missing required parameter: 'messages'.",
+            param="messages",
+            code="missing_required_parameter",
+        )
+    if not isinstance(messages, list):
+        raise _invalid_type("messages", "an array", messages)
+    if not messages:
+        raise _invalid(
+            "Invalid 'messages': empty array. Expected an array with minimum length 1, "
+            "but got an empty array instead.",
+            param="messages",
+            code="empty_array",
+        )
+    pending: list[str] = []
+    for i, message in enumerate(messages):
+        pending = _validate_message(message, i, pending)
+    if pending:
+        raise _unanswered(pending, f"messages[{len(messages) - 1}]")
+
+
+def _limit_reply(reply: str, body: dict[str, Any]) -> tuple[str, str]:
+    """Apply ``stop`` sequences and max_(completion_)tokens; returns (reply, finish_reason)."""
+    stop = body.get("stop")
+    stops = [stop] if isinstance(stop, str) else (stop or [])
+    cuts = [reply.find(s) for s in stops if s and s in reply]
+    if cuts:
+        reply = reply[: min(cuts)]
+    limit = body.get("max_completion_tokens") or body.get("max_tokens")
+    if isinstance(limit, int) and completion_tokens(reply) > limit:
+        return reply[: limit * 4], "length"
+    return reply, "stop"
+
+
+def _format_seconds(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+# --------------------------------------------------------------------------- the server
+
+
+class FakeOpenAI:
+    """OpenAI-compatible chat-completions server on 127.0.0.1 (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = "sk-test",
+        model: str = "test-model",
+        context_limit: int = 1_000_000,
+    ) -> None:
+        self.api_key = api_key
+        self.model = model
+        self.context_limit = context_limit
+        self.responder: Callable[[list[dict[str, Any]]], str] = default_responder
+        self.chunk_chars = 8
+        self.chunk_delay = 0.0
+        self.report_usage = True
+        self.gate: asyncio.Event | None = None
+        self.allowed_extra_params: frozenset[str] = frozenset()
+        self.requests: list[Request] = []
+        self.usages: list[Usage] = []
+        self._faults: deque[_Fault] = deque()
+        self._prefixes: dict[tuple[str, str], set[str]] = {}
+        self._ids = itertools.count(1)
+        self._changed = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+        self._base_url: str | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT/v1``; valid after start()."""
+        if self._base_url is None:
+            raise RuntimeError("FakeOpenAI.base_url is only known after start()")
+        return self._base_url
+
+    async def start(self) -> None:
+        if self._runner is not None or self._stopping.is_set():
+            raise RuntimeError("FakeOpenAI can be started once")
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._list_models)
+        app.router.add_get("/v1/models/{model}", self._get_model)
+        app.router.add_route("*", "/{tail:.*}", self._not_found)
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=5.0)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        self._runner = runner
+        host, port = runner.addresses[0][:2]
+        self._base_url = f"http://{host}:{port}/v1"
+
+    async def stop(self) -> None:
+        """Drop held/hung/stalled requests and close every connection. Idempotent."""
+        self._stopping.set()
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+        self._notify()
+
+    async def __aenter__(self) -> FakeOpenAI:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # ------------------------------------------------------------------ fault injection
+
+    def fail_next(
+        self,
+        status: int,
+        *,
+        count: int = 1,
+        retry_after: float | None = None,
+        retry_after_ms: float | None = None,
+        should_retry: bool | None = None,
+        message: str | None = None,
+    ) -> None:
+        """Answer the next ``count`` chat requests with ``status`` and OpenAI error JSON.
+
+        ``retry_after`` -> ``retry-after`` header (seconds; the SDK honours 0 < value <= 120,
+        floats allowed), ``retry_after_ms`` -> ``retry-after-ms`` (the SDK prefers it),
+        ``should_retry`` -> ``x-should-retry: true|false`` (overrides the SDK's status rules).
+        """
+        if not 400 <= status <= 599:
+            raise ValueError(f"fail_next needs a 4xx/5xx status, got {status}")
+        headers: dict[str, str] = {}
+        if retry_after is not None:
+            headers["retry-after"] = _format_seconds(retry_after)
+        if retry_after_ms is not None:
+            headers["retry-after-ms"] = _format_seconds(retry_after_ms)
+        if should_retry is not None:
+            headers["x-should-retry"] = "true" if should_retry else "false"
+        self._queue(count, _Fault("fail", status=status, message=message, headers=headers))
+
+    def hang_next(self, *, count: int = 1, seconds: float = 3600) -> None:
+        """Accept the next requests and send nothing for ``seconds``, then answer normally
+        (a slow first byte); stop() drops them instead."""
+        self._queue(count, _Fault("hang", seconds=seconds))
+
+    def cut_stream_next(self, *, after_chunks: int = 2, count: int = 1) -> None:
+        """Stream the role chunk and ``after_chunks`` content chunks, then close the connection
+        without finish chunk, usage or ``[DONE]``. A non-streaming request gets its connection
+        closed before any response."""
+        self._queue(count, _Fault("cut", after_chunks=after_chunks))
+
+    def stall_stream_next(
+        self, *, after_chunks: int = 2, seconds: float = 3600, count: int = 1
+    ) -> None:
+        """Stream the role chunk and ``after_chunks`` content chunks, then send nothing for
+        ``seconds`` (connection open), then resume; stop() drops the connection. A
+        non-streaming request behaves as with hang_next."""
+        self._queue(count, _Fault("stall", after_chunks=after_chunks, seconds=seconds))
+
+    def clear_faults(self) -> None:
+        self._faults.clear()
+
+    def clear_cache(self) -> None:
+        """Forget every remembered prompt prefix (emulated cache eviction)."""
+        self._prefixes.clear()
+
+    @property
+    def pending_faults(self) -> int:
+        return len(self._faults)
+
+    def _queue(self, count: int, fault: _Fault) -> None:
+        if count < 1:
+            raise ValueError("count must be >= 1")
+        self._faults.extend([fault] * count)
+
+    # ------------------------------------------------------------------ inspection
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:  # noqa: ASYNC109
+        """Wait until ``predicate()`` is true; re-checked on every server event and every
+        20 ms (for predicates on outside state). AssertionError on timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            changed = self._changed
+            if predicate():
+                return
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                name = getattr(predicate, "__qualname__", repr(predicate))
+                statuses = [r.status for r in self.requests]
+                raise AssertionError(
+                    f"FakeOpenAI.wait_for: {name} still false after {timeout}s; "
+                    f"{len(self.requests)} chat request(s) with statuses {statuses}, "
+                    f"{len(self.usages)} usage(s) reported, {len(self._faults)} fault(s) queued"
+                )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), min(remaining, _POLL_INTERVAL))
+
+    def _notify(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _response_headers(self) -> dict[str, str]:
+        return {"x-request-id": f"req_fake_{next(self._ids)}"}
+
+    def _error(self, err: _ApiError, record: Request | None = None) -> web.Response:
+        if record is not None:
+            record.status = err.status
+        return web.json_response(
+            err.payload(), status=err.status, headers={**self._response_headers(), **err.headers}
+        )
+
+    def _check_auth(self, request: web.Request) -> None:
+        if self.api_key is None:
+            return
+        header = request.headers.get("Authorization")
+        if header is None:
+            raise _ApiError(
+                401,
+                "You didn't provide an API key. You need to provide your API key in an "
+                "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
+                code="invalid_api_key",
+            )
+        if header != f"Bearer {self.api_key}":
+            raise _ApiError(
+                401,
+                "Incorrect API key provided. You can find your API key at "
+                "https://platform.openai.com/account/api-keys.",
+                code="invalid_api_key",
+            )
+
+    def _model_not_found(self, model: str) -> _ApiError:
+        return _ApiError(
+            404,
+            f"The model `{model}` does not exist or you do not have access to it.",
+            code="model_not_found",
+        )
+
+    async def _sleep_or_stop(self, seconds: float) -> bool:
+        """Sleep; True when the time passed, False when stop() came first."""
+        if self._stopping.is_set():
+            return False
+        try:
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+        except TimeoutError:
+            return True
+        return False
+
+    async def _pass_gate(self) -> bool:
+        """Wait for ``gate``; False when stop() came first."""
+        gate = self.gate
+        if gate is None or gate.is_set():
+            return not self._stopping.is_set()
+        waiters = [
+            asyncio.ensure_future(gate.wait()),
+            asyncio.ensure_future(self._stopping.wait()),
+        ]
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+            await asyncio.gather(*waiters, return_exceptions=True)
+        return not self._stopping.is_set()
+
+    async def _pace(self, index: int, stop_at: int, fault: _Fault | None) -> bool:
+        """Before streaming event ``index``: apply a cut/stall and chunk_delay.
+        False means: drop the connection now."""
+        if index == stop_at and fault is not None:
+            if fault.kind == "cut":
+                return False
+            if not await self._sleep_or_stop(fault.seconds):
+                return False
+        if index and self.chunk_delay > 0:
+            return await self._sleep_or_stop(self.chunk_delay)
+        return True
+
+    @staticmethod
+    def _drop(
+        request: web.Request, response: web.StreamResponse | None = None
+    ) -> web.StreamResponse:
+        """Close the connection abruptly; aiohttp then fails (quietly) to finish ``response``."""
+        transport = request.transport
+        if transport is not None:
+            transport.close()
+        return response if response is not None else web.Response(status=500)
+
+    def _prompt_cache(self, body: dict[str, Any]) -> tuple[tuple[str, str], list[str], int]:
+        """(cache key, digests of every whole-message prefix, cached tokens)."""
+        tools = body.get("tools")
+        key = (str(body["model"]), json.dumps(tools, sort_keys=True) if tools else "")
+        seen = self._prefixes.get(key, set())
+        digest = hashlib.sha256()
+        digests: list[str] = []
+        running = best = 0
+        for message in body["messages"]:
+            digest.update(json.dumps(message, sort_keys=True).encode())
+            digest.update(b"\x00")  # never inside json.dumps output
+            running += message_tokens(message)
+            digests.append(digest.hexdigest())
+            if digests[-1] in seen:
+                best = running
+        cached = best - best % CACHE_GRANULARITY if best >= CACHE_MIN_TOKENS else 0
+        return key, digests, cached
+
+    def _usage_json(self, usage: Usage) -> dict[str, Any]:
+        return {
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "total_tokens": usage.total_tokens,
+            "prompt_tokens_details": {"cached_tokens": usage.cached_tokens, "audio_tokens": 0},
+            "completion_tokens_details": {
+                "reasoning_tokens": 0,
+                "audio_tokens": 0,
+                "accepted_prediction_tokens": 0,
+                "rejected_prediction_tokens": 0,
+            },
+        }
+
+    # ------------------------------------------------------------------ handlers
+
+    async def _not_found(self, request: web.Request) -> web.Response:
+        return self._error(
+            _ApiError(404, f"Invalid URL ({request.method} {request.path})", code=None)
+        )
+
+    async def _list_models(self, request: web.Request) -> web.Response:
+        try:
+            self._check_auth(request)
+        except _ApiError as err:
+            return self._error(err)
+        return web.json_response(
+            {"object": "list", "data": [self._model_json()]}, headers=self._response_headers()
+        )
+
+    async def _get_model(self, request: web.Request) -> web.Response:
+        try:
+            self._check_auth(request)
+            if request.match_info["model"] != self.model:
+                raise self._model_not_found(request.match_info["model"])
+        except _ApiError as err:
+            return self._error(err)
+        return web.json_response(self._model_json(), headers=self._response_headers())
+
+    def _model_json(self) -> dict[str, Any]:
+        return {"id": self.model, "object": "model", "created": 1_700_000_000, "owned_by": "fake"}
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        try:
+            parsed: object = json.loads(raw)
+        except ValueError:
+            parsed = None
+        body = parsed if isinstance(parsed, dict) else {}
+        record = Request(
+            body=body,
+            headers={k.lower(): v for k, v in request.headers.items()},
+            at=time.monotonic(),
+        )
+        self.requests.append(record)
+        self._notify()
+        try:
+            if not await self._pass_gate():
+                return self._drop(request)
+            self._check_auth(request)
+            if not isinstance(parsed, dict):
+                raise _invalid(
+                    "We could not parse the JSON body of your request. The OpenAI API expects "
+                    "a JSON payload."
+                )
+            self._validate(body)
+            return await self._answer(request, record, body)
+        except _ApiError as err:
+            return self._error(err, record)
+        finally:
+            self._notify()
+
+    def _validate(self, body: dict[str, Any]) -> None:
+        model = body.get("model")
+        if model is None:
+            raise _invalid(
+                "You must provide a model parameter.",
+                param="model",
+                code="missing_required_parameter",
+            )
+        if not isinstance(model, str):
+            raise _invalid_type("model", "a string", model)
+        if model != self.model:
+            raise self._model_not_found(model)
+        _validate_params(body, self.allowed_extra_params)
+        _validate_messages(body.get("messages"))
+        tokens = prompt_tokens(body)
+        if tokens > self.context_limit:
+            raise _invalid(
+                f"This model's maximum context length is {self.context_limit} tokens. However, "
+                f"your messages resulted in {tokens} tokens. Please reduce the length of the "
+                "messages.",
+                param="messages",
+                code="context_length_exceeded",
+            )
+
+    def _reply(self, body: dict[str, Any]) -> tuple[str, str]:
+        try:
+            reply = self.responder(copy.deepcopy(body["messages"]))
+        except Exception as exc:
+            raise _ApiError(
+                500, f"FakeOpenAI responder raised {exc!r}", type_="server_error"
+            ) from exc
+        if not isinstance(reply, str):
+            raise _ApiError(
+                500,
+                f"FakeOpenAI responder returned {type(reply).__name__}, not str",
+                type_="server_error",
+            )
+        return _limit_reply(reply, body)
+
+    async def _answer(
+        self, request: web.Request, record: Request, body: dict[str, Any]
+    ) -> web.StreamResponse:
+        fault = self._faults.popleft() if self._faults else None
+        if fault is not None and fault.kind == "fail":
+            error_type, code = _ERROR_TYPES.get(
+                fault.status,
+                ("server_error", None) if fault.status >= 500 else ("invalid_request_error", None),
+            )
+            message = fault.message or _DEFAULT_MESSAGES.get(
+                fault.status, f"Injected error {fault.status}."
+            )
+            raise _ApiError(
+                fault.status, message, type_=error_type, code=code, headers=fault.headers
+            )
+        streaming = body.get("stream") is True
+        if fault is not None and fault.kind == "cut" and not streaming:
+            return self._drop(request)
+        if (
+            fault is not None
+            and (fault.kind == "hang" or (fault.kind == "stall" and not streaming))
+            and not await self._sleep_or_stop(fault.seconds)
+        ):
+            return self._drop(request)
+        reply, finish = self._reply(body)
+        key, digests, cached = self._prompt_cache(body)
+        self._prefixes.setdefault(key, set()).update(digests)
+        usage = Usage(prompt_tokens(body), completion_tokens(reply), cached)
+        record.usage = usage
+        if streaming:
+            stream_fault = fault if fault is not None and fault.kind in ("cut", "stall") else None
+            return await self._stream(request, record, body, reply, finish, stream_fault)
+        completion: dict[str, Any] = {
+            "id": f"chatcmpl-fake{next(self._ids)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model,
+            "system_fingerprint": "fp_fake",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": reply,
+                        "refusal": None,
+                        "annotations": [],
+                    },
+                    "logprobs": None,
+                    "finish_reason": finish,
+                }
+            ],
+        }
+        if self.report_usage:
+            completion["usage"] = self._usage_json(usage)
+            self.usages.append(usage)
+        record.status = 200
+        record.completed = True
+        return web.json_response(completion, headers=self._response_headers())
+
+    async def _stream(
+        self,
+        request: web.Request,
+        record: Request,
+        body: dict[str, Any],
+        reply: str,
+        finish: str,
+        fault: _Fault | None,
+    ) -> web.StreamResponse:
+        options = body.get("stream_options") or {}
+        usage_requested = options.get("include_usage") is True and self.report_usage
+        base: dict[str, Any] = {
+            "id": f"chatcmpl-fake{next(self._ids)}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": self.model,
+            "system_fingerprint": "fp_fake",
+        }
+
+        def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+            data = {
+                **base,
+                "choices": [
+                    {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+                ],
+            }
+            if usage_requested:
+                data["usage"] = None
+            return f"data: {json.dumps(data)}\n\n".encode()
+
+        size = max(1, self.chunk_chars)
+        events = [chunk({"role": "assistant", "content": ""})]
+        events += [chunk({"content": reply[i : i + size]}) for i in range(0, len(reply), size)]
+        stop_at = -1 if fault is None else min(1 + fault.after_chunks, len(events))
+        events.append(chunk({}, finish))
+        usage_at = -1
+        if usage_requested and record.usage is not None:
+            usage_at = len(events)
+            final = {**base, "choices": [], "usage": self._usage_json(record.usage)}
+            events.append(f"data: {json.dumps(final)}\n\n".encode())
+        events.append(b"data: [DONE]\n\n")
+
+        response = web.StreamResponse(
+            status=200,
+            headers={
+                "Content-Type": "text/event-stream; charset=utf-8",
+                "Cache-Control": "no-cache",
+                **self._response_headers(),
+            },
+        )
+        try:
+            await response.prepare(request)
+            record.status = 200
+            self._notify()
+            for index, event in enumerate(events):
+                if not await self._pace(index, stop_at, fault):
+                    return self._drop(request, response)
+                await response.write(event)
+                if index == usage_at and record.usage is not None:
+                    self.usages.append(record.usage)
+            await response.write_eof()
+        except ConnectionError:  # the client went away
+            return response
+        record.completed = True
+        return response
