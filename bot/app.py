@@ -29,7 +29,7 @@ from .telegram import FloodControl, TelegramOut
 
 log = logging.getLogger("replychain")
 
-STARTUP_ATTEMPTS = 5
+STARTUP_ATTEMPTS = 3
 
 
 class StartupError(Exception):
@@ -52,7 +52,7 @@ async def _retrying(what: str, attempt_once: object) -> None:
             if attempt == STARTUP_ATTEMPTS:
                 raise StartupError(f"{what}: {exc}") from None
             log.warning("%s (attempt %d of %d); retrying", what, attempt, STARTUP_ATTEMPTS)
-            await asyncio.sleep(min(2.0**attempt, 8.0))
+            await asyncio.sleep(float(attempt))
 
 
 class App:
@@ -119,10 +119,11 @@ class App:
         me = await self.bot.me()
         log.info("connected as @%s; Redis at %s; model %s", me.username, where, self.model.model)
 
-    async def run(self) -> int:
+    async def run(self, *, install_signals: bool = True) -> int:
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._on_signal, sig)
+        if install_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.stop, sig.name)
         try:
             await self.check()
             await self.bot.delete_webhook(drop_pending_updates=False)
@@ -146,10 +147,14 @@ class App:
             log.info("stopped cleanly")
             return 0
         finally:
+            if install_signals:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(sig)
             await self.close()
 
-    def _on_signal(self, sig: signal.Signals) -> None:
-        log.info("received %s: finishing answers in flight, taking no new messages", sig.name)
+    def stop(self, reason: str = "stop") -> None:
+        """Begin a graceful shutdown (what SIGTERM does)."""
+        log.info("%s: finishing answers in flight, taking no new messages", reason)
         self.runner.accepting = False
         self.stopping.set()
 

@@ -7,18 +7,20 @@ A turn flows one way::
     node with every part's message id as alias
 
 It knows Telegram only through :class:`~bot.telegram.TelegramOut` and the model
-only through :class:`~bot.model.ModelClient`, so tests can drive it directly.
+only through the :class:`Model` protocol, so tests and benchmarks can drive it.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from transcript import ChatMessage, NodeId, TranscriptError, TranscriptStore
 
 from .answer import AnswerWriter
-from .model import ModelClient, ModelError
+from .model import Answer, ModelError
 from .telegram import ChatUnavailableError, TelegramOut
 
 log = logging.getLogger("replychain.engine")
@@ -46,6 +48,14 @@ RECORD_NOTICE = (
     "from a partial transcript. Start a new conversation by sending a message that "
     "replies to nothing."
 )
+
+
+class Model(Protocol):
+    """What the turn flow needs from a model (:class:`~bot.model.ModelClient`)."""
+
+    async def stream(
+        self, messages: Sequence[ChatMessage], on_text: Callable[[str], None]
+    ) -> Answer: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +89,7 @@ class Engine:
     def __init__(
         self,
         store: TranscriptStore,
-        model: ModelClient,
+        model: Model,
         out: TelegramOut,
         *,
         system_prompt: str,

@@ -128,21 +128,19 @@ class ModelClient:
         started = time.monotonic()
         attempt = 0
         while True:
-            text = ""
             try:
                 return await self._stream_once(payload, on_text, started)
             except ModelError as exc:
-                text = exc.partial
-                error = exc
+                # The SDK retried the request itself (429, 5xx, timeouts); only a
+                # stream that broke before any text arrived is retried here.
+                retry = not exc.partial and exc.kind in ("unavailable", "timeout")
+                if not retry or attempt >= self.max_retries:
+                    raise
             except openai.OpenAIError as exc:
-                error = _classify(exc)
-            # The SDK already retried the request; a stream that broke before
-            # any text arrived is worth another try, one that showed text is not.
-            if text or attempt >= self.max_retries or error.kind not in ("unavailable", "timeout"):
-                raise error
+                raise _classify(exc) from exc
             attempt += 1
+            log.info("model stream broke before any text; retrying")
             await asyncio.sleep(min(8.0, 0.5 * 2**attempt) * random.uniform(0.8, 1.2))
-            log.info("model stream failed before any text (%s); retrying", error.kind)
 
     async def _stream_once(
         self, payload: list[dict[str, Any]], on_text: Callable[[str], None], started: float

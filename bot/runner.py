@@ -18,6 +18,8 @@ class TurnRunner:
         self._tasks: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(max_concurrent)
         self.accepting = True
+        #: Turns finished (answered, failed with a notice, or dropped), for tests and stats.
+        self.completed = 0
 
     @property
     def in_flight(self) -> int:
@@ -38,6 +40,8 @@ class TurnRunner:
                 await self.engine.turn(inbound)
             except Exception:
                 log.exception("turn in chat %s failed unexpectedly", inbound.chat_id)
+            finally:
+                self.completed += 1
 
     async def drain(self, deadline: float) -> int:
         """Stop accepting, wait up to ``deadline`` s, cancel what is left; returns cancelled."""

@@ -1,0 +1,186 @@
+"""The bot's own overhead per turn, with an instant model and an instant Telegram.
+
+Drives :class:`bot.engine.Engine` (routing, assembly, store writes, Markdown
+rendering, the streaming writer) against a real redis-server. Each measured
+turn replies to the same answer at the given chain depth, so every turn sees
+that depth. Baseline in the same run: one flat msgpack list per chat in Redis
+(LRANGE the whole history, RPUSH user and answer), rendering the same answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import msgpack
+from redis.asyncio import Redis
+
+from bot.engine import Engine, Inbound
+from bot.format import Chunk, render_chunks
+from bot.model import Answer, Usage
+from bot.telegram import TelegramOut
+from transcript import ChatMessage, TranscriptStore, connect
+
+from .common import median, percentile, redis_server, table
+
+DEPTHS = (10, 100, 1000)
+TURNS = 300
+CONCURRENT_CHATS = 50
+ANSWER = "Sure. Here is **the** answer with `code` and a list:\n\n- one\n- two\n\n" + "text " * 60
+QUESTION = "What about the next step? " * 4
+
+
+class InstantModel:
+    """Answers at once, as a provider with zero latency would."""
+
+    async def stream(
+        self, messages: Sequence[ChatMessage], on_text: Callable[[str], None]
+    ) -> Answer:
+        on_text(ANSWER)
+        return Answer(ANSWER, Usage(len(messages) * 50, 40), "instant", 0.0, "stop")
+
+
+class InstantTelegram(TelegramOut):
+    """Accepts every message at once, numbering them per chat like Telegram."""
+
+    def __init__(self) -> None:
+        self.ids: dict[int, itertools.count[int]] = {}
+
+    def next_id(self, chat_id: int) -> int:
+        return next(self.ids.setdefault(chat_id, itertools.count(1)))
+
+    async def send(
+        self, chat_id: int, chunk: Chunk, *, reply_to: int | None, thread_id: int | None
+    ) -> int:
+        return self.next_id(chat_id)
+
+    async def edit(self, chat_id: int, message_id: int, chunk: Chunk) -> None:
+        return None
+
+    async def typing(self, chat_id: int, thread_id: int | None) -> None:
+        return None
+
+
+def _engine(redis: Redis, telegram: InstantTelegram) -> Engine:
+    return Engine(
+        TranscriptStore(redis),
+        InstantModel(),
+        telegram,
+        system_prompt="You are a benchmark.",
+        max_input_chars=16000,
+    )
+
+
+async def _grow(engine: Engine, telegram: InstantTelegram, chat: int, depth: int) -> int:
+    """Turns until the chain reaches ``depth``; returns the last answer's message id."""
+    reply_to: int | None = None
+    while True:
+        inbound = Inbound(chat, telegram.next_id(chat), chat, QUESTION, reply_to=reply_to)
+        result = await engine.turn(inbound)
+        assert result is not None
+        reply_to = result.message_ids[-1]
+        if result.depth >= depth:
+            return reply_to
+
+
+async def _measure_engine(redis: Redis, depth: int) -> tuple[list[float], float]:
+    telegram = InstantTelegram()
+    engine = _engine(redis, telegram)
+    chat = 10_000 + depth
+    tip = await _grow(engine, telegram, chat, depth)
+    times = []
+    started_all = time.perf_counter()
+    for _ in range(TURNS):
+        inbound = Inbound(chat, telegram.next_id(chat), chat, QUESTION, reply_to=tip)
+        started = time.perf_counter()
+        await engine.turn(inbound)
+        times.append(time.perf_counter() - started)
+    return times, TURNS / (time.perf_counter() - started_all)
+
+
+class FlatListBot:
+    """Baseline: the whole conversation of a chat as one Redis list."""
+
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+
+    async def turn(self, chat: int, text: str) -> None:
+        key = f"flat:{chat}"
+        history: list[Any] = [msgpack.unpackb(m) for m in await self.redis.lrange(key, 0, -1)]
+        messages = [*history, ["user", text]]
+        assert messages
+        render_chunks(ANSWER, prefix=f"[depth:{len(messages) + 1}] ")
+        await self.redis.rpush(
+            key, msgpack.packb(["user", text]), msgpack.packb(["assistant", ANSWER])
+        )
+
+
+async def _measure_flat(redis: Redis, depth: int) -> tuple[list[float], float]:
+    flat = FlatListBot(redis)
+    chat = 20_000 + depth
+    await redis.delete(f"flat:{chat}")
+    for _ in range(depth // 2):
+        await flat.turn(chat, QUESTION)
+    times = []
+    started_all = time.perf_counter()
+    for _ in range(TURNS):
+        # keep the depth fixed like the measured bot: drop what this turn added
+        started = time.perf_counter()
+        await flat.turn(chat, QUESTION)
+        times.append(time.perf_counter() - started)
+        await redis.rpop(f"flat:{chat}", 2)
+    return times, TURNS / (time.perf_counter() - started_all)
+
+
+async def _concurrent(redis: Redis) -> float:
+    telegram = InstantTelegram()
+    engine = _engine(redis, telegram)
+
+    async def chat(n: int) -> None:
+        reply_to: int | None = None
+        for _ in range(10):
+            result = await engine.turn(
+                Inbound(n, telegram.next_id(n), n, QUESTION, reply_to=reply_to)
+            )
+            assert result is not None
+            reply_to = result.message_ids[-1]
+
+    started = time.perf_counter()
+    await asyncio.gather(*(chat(30_000 + n) for n in range(CONCURRENT_CHATS)))
+    return CONCURRENT_CHATS * 10 / (time.perf_counter() - started)
+
+
+async def run() -> str:
+    with redis_server() as server:
+        redis = connect(server.url)
+        try:
+            rows = []
+            for depth in DEPTHS:
+                bot_times, bot_rate = await _measure_engine(redis, depth)
+                flat_times, flat_rate = await _measure_flat(redis, depth)
+                rows.append(
+                    (
+                        depth,
+                        median(bot_times) * 1e3,
+                        percentile(bot_times, 99) * 1e3,
+                        bot_rate,
+                        median(flat_times) * 1e3,
+                        percentile(flat_times, 99) * 1e3,
+                        flat_rate,
+                    )
+                )
+            concurrent = await _concurrent(redis)
+        finally:
+            await redis.aclose()
+    return table(
+        f"Bot overhead per turn, instant model and Telegram ({TURNS} turns; targets: "
+        "p50 <= 3 ms, p99 <= 15 ms)",
+        ["depth", "p50 ms", "p99 ms", "turns/s", "flat p50 ms", "flat p99 ms", "flat turns/s"],
+        rows,
+    ) + (
+        f"\n{CONCURRENT_CHATS} chats at once, 10 turns each: {concurrent:.0f} turns/s "
+        "(one process, one Redis)\n"
+    )

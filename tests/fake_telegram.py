@@ -1,0 +1,2182 @@
+"""A strict fake of the Telegram Bot API, served over HTTP on loopback, for end-to-end tests.
+
+Point the real aiogram client at it::
+
+    async with FakeTelegram() as tg:
+        session = AiohttpSession(api=TelegramAPIServer.from_base(tg.url))
+        bot = Bot(tg.token, session=session)
+        tg.add_private_chat(42, "Ann")
+        tg.send_user_message(42, 42, "/start")
+        ...  # run the dispatcher, in-process or as a subprocess given ``tg.url``
+        await tg.wait_for(lambda: len(tg.bot_messages(42)) == 1)
+
+It answers like Telegram does (status codes, ``{"ok": false, "error_code", "description",
+"parameters": {"retry_after"}}`` bodies and Telegram's error texts) so aiogram raises the
+same exceptions it would in production, and it is at least as strict as Telegram about what
+it accepts: HTML/MarkdownV2 parsing, UTF-16 length limits, replies, forum topics, edits and
+flood limits.  Every call is kept in :attr:`FakeTelegram.calls`; client misbehaviour that real
+Telegram would punish (ignoring ``retry_after``, two pollers at once, editing too fast) is
+recorded in :attr:`FakeTelegram.violations`.
+
+Deliberately stricter than Telegram (real Telegram silently passes these through):
+a bare ``&`` that does not start ``&lt;``/``&gt;``/``&amp;``/``&quot;``/``&#NN;``/``&#xHH;``
+(``;`` included) and ``<a>`` without ``href`` are rejected.  Pass ``strict_html=False`` to get
+Telegram's lenient behaviour for these two.
+
+Good to know:
+
+* The server runs on the caller's event loop: never block it (use asyncio subprocesses).
+* Like Telegram it trims surrounding whitespace from texts and adds the entities it detects
+  itself (``bot_command``, ``mention``, ``url``) to user *and* bot messages.
+* ``messages()``/``bot_messages()`` include deleted messages (``deleted=True``).
+* ``add_topic`` queues the ``forum_topic_created`` service message as an update (as Telegram
+  does); pass ``queue_update=False`` to skip that.
+* In groups the bot may delete only its own messages unless ``add_group(bot_is_admin=True)``.
+* ``clock=`` replaces ``time.monotonic`` for retry_after/flood bookkeeping and ``Call.at``.
+* A bug inside the fake is answered with HTTP 500 and its traceback kept in ``server_errors``.
+* ``stop()`` answers open long polls with ``[]``; ``start()`` again reuses the same port
+  and keeps all state (a Telegram outage).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import inspect
+import json
+import math
+import re
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from aiohttp import web
+
+__all__ = ["Call", "FakeTelegram", "StoredMessage"]
+
+JSON = dict[str, Any]
+
+_CONFLICT_POLL: Final = (
+    "Conflict: terminated by other getUpdates request; "
+    "make sure that only one bot instance is running"
+)
+_CONFLICT_WEBHOOK: Final = (
+    "Conflict: can't use getUpdates method while webhook is active; "
+    "use deleteWebhook to delete the webhook first"
+)
+_NOT_MODIFIED: Final = (
+    "Bad Request: message is not modified: specified new message content and reply markup "
+    "are exactly the same as a current content and reply markup of the message"
+)
+_MAX_TEXT_UNITS: Final = 4096
+_ADMIN_ID: Final = 1_000_000_001  # synthetic creator of forum topics
+
+_METHODS: Final = (
+    "getMe",
+    "getUpdates",
+    "deleteWebhook",
+    "setWebhook",
+    "getWebhookInfo",
+    "setMyCommands",
+    "getMyCommands",
+    "deleteMyCommands",
+    "sendMessage",
+    "editMessageText",
+    "sendChatAction",
+    "deleteMessage",
+    "close",
+    "logOut",
+    "getChat",
+)
+_CANONICAL: Final = {name.lower(): name for name in _METHODS}
+
+# Methods whose flood limits are per chat: a 429 for one chat blocks them all for that chat.
+_CHAT_RATE_METHODS: Final = frozenset({"sendMessage", "editMessageText", "sendChatAction"})
+
+_CHAT_ACTIONS: Final = frozenset(
+    {
+        "typing",
+        "upload_photo",
+        "record_video",
+        "upload_video",
+        "record_voice",
+        "upload_voice",
+        "upload_document",
+        "choose_sticker",
+        "find_location",
+        "record_video_note",
+        "upload_video_note",
+    }
+)
+
+_UPDATE_TYPES: Final = (
+    "message",
+    "edited_message",
+    "channel_post",
+    "edited_channel_post",
+    "business_connection",
+    "business_message",
+    "edited_business_message",
+    "deleted_business_messages",
+    "guest_message",
+    "message_reaction",
+    "message_reaction_count",
+    "inline_query",
+    "chosen_inline_result",
+    "callback_query",
+    "shipping_query",
+    "pre_checkout_query",
+    "purchased_paid_media",
+    "poll",
+    "poll_answer",
+    "my_chat_member",
+    "chat_member",
+    "chat_join_request",
+    "chat_boost",
+    "removed_chat_boost",
+    "managed_bot",
+    "subscription",
+    "stopped_message_generation",
+)
+_DEFAULT_ALLOWED: Final = frozenset(_UPDATE_TYPES) - {
+    "chat_member",
+    "message_reaction",
+    "message_reaction_count",
+}
+
+_BOT_COMMAND_SCOPES: Final = frozenset(
+    {
+        "default",
+        "all_private_chats",
+        "all_group_chats",
+        "all_chat_administrators",
+        "chat",
+        "chat_administrators",
+        "chat_member",
+    }
+)
+
+# Form values are strings; these are decoded as integers (chat_id may also be "@name").
+_INT_FIELDS: Final = frozenset(
+    {
+        "chat_id",
+        "message_id",
+        "message_thread_id",
+        "direct_messages_topic_id",
+        "reply_to_message_id",
+        "from_chat_id",
+        "user_id",
+        "offset",
+        "limit",
+        "timeout",
+        "max_connections",
+    }
+)
+# ... and these are kept verbatim; every other value is JSON-decoded when it parses as JSON.
+_STRING_FIELDS: Final = frozenset(
+    {
+        "text",
+        "caption",
+        "parse_mode",
+        "action",
+        "url",
+        "inline_message_id",
+        "business_connection_id",
+        "message_effect_id",
+        "callback_query_id",
+        "secret_token",
+        "ip_address",
+        "language_code",
+        "emoji",
+        "query",
+        "title",
+        "name",
+        "description",
+        "short_description",
+        "question",
+        "explanation",
+        "custom_emoji_id",
+        "photo",
+        "document",
+        "voice",
+        "video",
+        "audio",
+        "animation",
+        "sticker",
+    }
+)
+
+_BUTTON_ACTIONS: Final = frozenset(
+    {
+        "url",
+        "callback_data",
+        "web_app",
+        "login_url",
+        "switch_inline_query",
+        "switch_inline_query_current_chat",
+        "switch_inline_query_chosen_chat",
+        "copy_text",
+        "callback_game",
+        "pay",
+    }
+)
+
+_COMMAND_NAME_RE: Final = re.compile(r"[a-z0-9_]{1,32}")
+_AUTO_COMMAND_RE: Final = re.compile(
+    r"(?<!\S)/[A-Za-z0-9_]{1,64}(?:@[A-Za-z0-9_]{3,32})?(?=$|[\s.,;:!?)\]])"
+)
+_AUTO_MENTION_RE: Final = re.compile(r"(?<![\w@/])@[A-Za-z0-9_]{4,32}(?![\w@])")
+_AUTO_URL_RE: Final = re.compile(r"(?<![\w@/.])(?:https?://|www\.)[^\s<>\"]+", re.IGNORECASE)
+_URL_TRAILING: Final = ".,;:!?)]}'\""
+_AUTO_SKIP_INSIDE: Final = frozenset({"code", "pre", "text_link", "text_mention", "custom_emoji"})
+_WHITESPACE: Final = " \t\r\n"
+_URL_SCHEMES: Final = frozenset({"http", "https", "ftp", "tg", "ton", "tonsite"})
+
+
+# --------------------------------------------------------------------------- public records
+
+
+@dataclass(frozen=True)
+class Call:
+    """One API call as the server saw it: canonical method name, decoded params, HTTP status."""
+
+    method: str
+    params: dict[str, Any]
+    at: float  # the server clock (monotonic by default) when the request arrived
+    status: int
+    description: str | None = None  # error description when status != 200
+    result: Any = None  # the ``result`` served when status == 200
+
+
+@dataclass
+class StoredMessage:
+    """A message as the fake keeps it; ``raw`` is the Message dict served to clients."""
+
+    chat_id: int
+    message_id: int
+    from_id: int
+    text: str | None  # visible text after parsing entities (None for media and service messages)
+    html: str | None  # the raw ``text`` parameter as the bot sent it (None for user messages)
+    parse_mode: str | None
+    entities: list[dict[str, Any]]
+    reply_to: int | None  # the explicit reply only (not the implicit topic-starter reply)
+    thread_id: int | None
+    edits: int
+    date: int
+    deleted: bool
+    is_bot: bool
+    raw: dict[str, Any]
+    caption: str | None = None
+    reply_markup: dict[str, Any] | None = None
+    edit_date: int | None = None
+    history: list[str | None] = field(default_factory=list)  # earlier texts, oldest first
+
+
+# --------------------------------------------------------------------------- internals
+
+
+class _ApiError(Exception):
+    def __init__(
+        self,
+        status: int,
+        description: str,
+        *,
+        retry_after: int | None = None,
+        sets_cooldown: bool = True,
+    ) -> None:
+        super().__init__(description)
+        self.status = status
+        self.description = description
+        self.retry_after = retry_after
+        self.sets_cooldown = sets_cooldown
+
+
+class _EntityError(Exception):
+    """A markup error; ``str(exc)`` is what follows "can't parse entities: "."""
+
+
+@dataclass
+class _Fault:
+    method: str
+    status: int
+    description: str
+    retry_after: int | None
+    remaining: int
+    chat_id: int | None
+
+
+@dataclass
+class _Poll:
+    request: web.Request
+    conflicted: bool = False
+
+    def connected(self) -> bool:
+        transport = self.request.transport
+        return transport is not None and not transport.is_closing()
+
+
+@dataclass
+class _User:
+    id: int
+    first_name: str
+    username: str | None = None
+
+    def as_dict(self) -> JSON:
+        user: JSON = {"id": self.id, "is_bot": False, "first_name": self.first_name}
+        if self.username:
+            user["username"] = self.username
+        user["language_code"] = "en"
+        return user
+
+
+@dataclass
+class _Chat:
+    id: int
+    type: str
+    title: str | None = None
+    first_name: str | None = None
+    username: str | None = None
+    is_forum: bool = False
+    bot_is_admin: bool = False
+    blocked: bool = False
+    topics: dict[int, str] = field(default_factory=dict)
+    messages: dict[int, StoredMessage] = field(default_factory=dict)
+    next_message_id: int = 1
+
+    def as_dict(self) -> JSON:
+        chat: JSON = {"id": self.id, "type": self.type}
+        if self.type == "private":
+            chat["first_name"] = self.first_name
+            if self.username:
+                chat["username"] = self.username
+        else:
+            chat["title"] = self.title
+        if self.is_forum:
+            chat["is_forum"] = True
+        return chat
+
+    def allocate_id(self) -> int:
+        message_id = self.next_message_id
+        self.next_message_id += 1
+        return message_id
+
+    def blocked_description(self) -> str:
+        if self.type == "private":
+            return "Forbidden: bot was blocked by the user"
+        return f"Forbidden: bot was kicked from the {self.type} chat"
+
+
+def _u16(text: str) -> int:
+    """Length in UTF-16 code units, the unit of Telegram's offsets and limits."""
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def _byte_offset(text: str, index: int) -> int:
+    return len(text[:index].encode("utf-8", "surrogatepass"))
+
+
+def _entity(kind: str, offset: int, length: int, **extra: Any) -> JSON:
+    return {"type": kind, "offset": offset, "length": length, **extra}
+
+
+def _entity_sort_key(entity: JSON) -> tuple[int, int, str]:
+    return (int(entity["offset"]), -int(entity["length"]), str(entity["type"]))
+
+
+def _canonical_entities(entities: list[JSON]) -> list[str]:
+    return sorted(json.dumps(entity, sort_keys=True) for entity in entities)
+
+
+def _without_reply(raw: JSON) -> JSON:
+    return {key: copy.deepcopy(value) for key, value in raw.items() if key != "reply_to_message"}
+
+
+def _truthy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1")
+    return bool(value)
+
+
+def _coerce_int(value: Any) -> int | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return int(value)
+    return None
+
+
+def _opt_int(params: JSON, key: str) -> int | None:
+    value = params.get(key)
+    if value is None or value == "":
+        return None
+    number = _coerce_int(value)
+    if number is None:
+        raise _ApiError(400, f"Bad Request: invalid {key} specified")
+    return number
+
+
+def _decode_param(key: str, value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):
+        value = bytes(value).decode("utf-8", "replace")
+    if not isinstance(value, str):
+        if key in _INT_FIELDS and isinstance(value, float) and value.is_integer():
+            return int(value)
+        return value
+    if key in _INT_FIELDS:
+        number = _coerce_int(value.strip())
+        return value if number is None else number
+    if key in _STRING_FIELDS:
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def _normalise_url(url: str) -> str | None:
+    """Roughly Telegram's URL check: None when the link would be dropped."""
+    url = url.strip()
+    match = re.match(r"([A-Za-z][A-Za-z0-9+.\-]*)://", url)
+    if match:
+        scheme = match.group(1).lower()
+        rest = url[match.end() :]
+    else:
+        scheme, rest = "http", url
+        if "." not in re.split(r"[/?#]", rest, maxsplit=1)[0]:
+            return None
+    if scheme not in _URL_SCHEMES or not rest:
+        return None
+    if scheme not in ("http", "https", "ftp"):
+        return f"{scheme}://{rest}"
+    host_end = next((i for i, ch in enumerate(rest) if ch in "/?#"), len(rest))
+    host, tail = rest[:host_end], rest[host_end:]
+    if not host:
+        return None
+    if not tail.startswith("/"):
+        tail = "/" + tail
+    return f"{scheme}://{host.lower()}{tail}"
+
+
+def _strip_formatted(text: str, entities: list[JSON]) -> tuple[str, list[JSON]]:
+    """Telegram trims leading and trailing whitespace and shifts the entities with it."""
+    stripped = text.strip(_WHITESPACE)
+    lead = len(text) - len(text.lstrip(_WHITESPACE))
+    shift, total = _u16(text[:lead]), _u16(stripped)
+    kept: list[JSON] = []
+    for entity in entities:
+        start = max(int(entity["offset"]) - shift, 0)
+        end = min(int(entity["offset"]) + int(entity["length"]) - shift, total)
+        if end > start:
+            kept.append({**entity, "offset": start, "length": end - start})
+    return stripped, kept
+
+
+def _auto_entities(text: str, existing: list[JSON] | None = None) -> list[JSON]:
+    """Entities Telegram detects by itself: bot commands, @mentions and URLs."""
+    blocked = [
+        (int(e["offset"]), int(e["offset"]) + int(e["length"]))
+        for e in existing or []
+        if e["type"] in _AUTO_SKIP_INSIDE
+    ]
+    found: list[JSON] = []
+    taken: list[tuple[int, int]] = []
+    for kind, pattern in (
+        ("bot_command", _AUTO_COMMAND_RE),
+        ("url", _AUTO_URL_RE),
+        ("mention", _AUTO_MENTION_RE),
+    ):
+        for match in pattern.finditer(text):
+            token = match.group()
+            if kind == "url":
+                token = token.rstrip(_URL_TRAILING)
+            start = _u16(text[: match.start()])
+            end = start + _u16(token)
+            if any(start < hi and lo < end for lo, hi in blocked + taken):
+                continue
+            taken.append((start, end))
+            found.append(_entity(kind, start, end - start))
+    return sorted(found, key=_entity_sort_key)
+
+
+# --------------------------------------------------------------------------- markup parsers
+
+
+class _Out:
+    """The visible text being built, with its length in UTF-16 units."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.units = 0
+        self.chars = 0
+
+    def add(self, chunk: str) -> None:
+        self.parts.append(chunk)
+        self.units += _u16(chunk)
+        self.chars += len(chunk)
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+_HTML_SPACE: Final = frozenset(" \t\r\n\v\f")
+_HTML_TAGS: Final = frozenset(
+    {
+        "a",
+        "b",
+        "strong",
+        "i",
+        "em",
+        "u",
+        "ins",
+        "s",
+        "strike",
+        "del",
+        "span",
+        "tg-spoiler",
+        "tg-emoji",
+        "code",
+        "pre",
+        "blockquote",
+    }
+)
+_HTML_SIMPLE: Final = {
+    "b": "bold",
+    "strong": "bold",
+    "i": "italic",
+    "em": "italic",
+    "u": "underline",
+    "ins": "underline",
+    "s": "strikethrough",
+    "strike": "strikethrough",
+    "del": "strikethrough",
+    "span": "spoiler",
+    "tg-spoiler": "spoiler",
+}
+_HTML_NAMED: Final = {"lt": "<", "gt": ">", "amp": "&", "quot": '"'}
+_HEX_DIGITS: Final = frozenset("0123456789abcdefABCDEF")
+
+
+def _decode_html_entity(src: str, pos: int, *, strict: bool) -> tuple[str, int] | None:
+    """Decode the character reference at ``src[pos] == "&"``: (char, next position) or None."""
+    n = len(src)
+    end = pos + 1
+    if end < n and src[end] == "#":
+        end += 1
+        base, digits = 10, frozenset("0123456789")
+        if end < n and src[end] == "x":
+            base, digits, end = 16, _HEX_DIGITS, end + 1
+        start = end
+        while end < n and src[end] in digits:
+            end += 1
+        if end == start or end - start > 8:
+            return None
+        code = int(src[start:end], base)
+        if code == 0 or code >= 0x10FFFF or 0xD800 <= code <= 0xDFFF:
+            return None
+        char = chr(code)
+    else:
+        start = end
+        while end < n and src[end].isascii() and src[end].isalpha():
+            end += 1
+        named = _HTML_NAMED.get(src[start:end])
+        if named is None:
+            return None
+        char = named
+    if end < n and src[end] == ";":
+        return char, end + 1
+    return None if strict else (char, end)
+
+
+@dataclass
+class _OpenTag:
+    name: str
+    argument: str
+    offset: int  # UTF-16 offset in the visible text
+    source_pos: int  # index in the source, for error messages
+
+
+class _HtmlParser:
+    """Telegram's (tdlib's) HTML parser, error messages included, plus the strict extras."""
+
+    def __init__(self, src: str, *, strict: bool) -> None:
+        self.src = src
+        self.strict = strict
+        self.pos = 0
+        self.out = _Out()
+        self.stack: list[_OpenTag] = []
+        self.entities: list[JSON] = []
+        self.code_language: dict[tuple[int, int], str] = {}
+
+    def parse(self) -> tuple[str, list[JSON]]:
+        src = self.src
+        while self.pos < len(src):
+            ch = src[self.pos]
+            if ch == "&":
+                self._ampersand()
+            elif ch != "<":
+                self.out.add(ch)
+                self.pos += 1
+            elif src.startswith("</", self.pos):
+                self._end_tag()
+            else:
+                self._start_tag()
+        if self.stack:
+            name = self.stack[-1].name
+            raise _EntityError(f'Can\'t find end tag corresponding to start tag "{name}"')
+        return self.out.text(), self.entities
+
+    def _at(self, index: int) -> int:
+        return _byte_offset(self.src, index)
+
+    def _ampersand(self) -> None:
+        decoded = _decode_html_entity(self.src, self.pos, strict=self.strict)
+        if decoded is not None:
+            char, self.pos = decoded
+            self.out.add(char)
+            return
+        if self.strict:
+            raise _EntityError(self._bad_ampersand(self.pos))
+        self.out.add("&")
+        self.pos += 1
+
+    def _bad_ampersand(self, pos: int) -> str:
+        token = re.match(r"&#?\w{0,12};?", self.src[pos:])
+        shown = token.group() if token else "&"
+        return (
+            f'Unsupported HTML entity "{shown}" at byte offset {self._at(pos)}; '
+            'a literal "&" must be written as "&amp;" (FakeTelegram strict mode)'
+        )
+
+    def _skip_spaces(self) -> None:
+        while self.pos < len(self.src) and self.src[self.pos] in _HTML_SPACE:
+            self.pos += 1
+
+    def _start_tag(self) -> None:
+        src, begin = self.src, self.pos
+        end = begin + 1
+        while end < len(src) and src[end] not in _HTML_SPACE and src[end] != ">":
+            end += 1
+        if end >= len(src):
+            raise _EntityError(f"Unclosed start tag at byte offset {self._at(begin)}")
+        name = src[begin + 1 : end].lower()
+        if name not in _HTML_TAGS:
+            raise _EntityError(f'Unsupported start tag "{name}" at byte offset {self._at(begin)}')
+        self.pos = end
+        attributes = self._attributes(name, begin)
+        argument = self._tag_argument(name, attributes, begin)
+        self.stack.append(_OpenTag(name, argument, self.out.units, begin))
+        self.pos += 1  # the '>'
+
+    def _attributes(self, name: str, begin: int) -> dict[str, str]:
+        src = self.src
+        attributes: dict[str, str] = {}
+        unclosed = f'Unclosed start tag "{name}" at byte offset {self._at(begin)}'
+        while True:
+            self._skip_spaces()
+            if self.pos >= len(src):
+                raise _EntityError(unclosed)
+            if src[self.pos] == ">":
+                return attributes
+            attr_begin = self.pos
+            while (
+                self.pos < len(src)
+                and src[self.pos] not in _HTML_SPACE
+                and (src[self.pos] not in "=>")
+            ):
+                self.pos += 1
+            attribute = src[attr_begin : self.pos]
+            if not attribute:
+                raise _EntityError(
+                    f'Empty attribute name in the tag "{name}" at byte offset {self._at(begin)}'
+                )
+            self._skip_spaces()
+            if self.pos >= len(src):
+                raise _EntityError(unclosed)
+            if src[self.pos] != "=":
+                attributes[attribute] = ""
+                continue
+            self.pos += 1
+            self._skip_spaces()
+            if self.pos >= len(src):
+                raise _EntityError(unclosed)
+            attributes[attribute] = self._attribute_value(begin)
+
+    def _attribute_value(self, begin: int) -> str:
+        src = self.src
+        quote = src[self.pos]
+        if quote not in "'\"":
+            start = self.pos
+            while self.pos < len(src) and (
+                (src[self.pos].isascii() and src[self.pos].isalnum()) or src[self.pos] in ".-"
+            ):
+                self.pos += 1
+            if self.pos >= len(src) or (src[self.pos] not in _HTML_SPACE and src[self.pos] != ">"):
+                raise _EntityError(f"Unexpected end of name token at byte offset {self._at(start)}")
+            return src[start : self.pos].lower()
+        self.pos += 1
+        value: list[str] = []
+        while self.pos < len(src) and src[self.pos] != quote:
+            if src[self.pos] == "&":
+                decoded = _decode_html_entity(src, self.pos, strict=self.strict)
+                if decoded is not None:
+                    value.append(decoded[0])
+                    self.pos = decoded[1]
+                    continue
+                if self.strict:
+                    raise _EntityError(self._bad_ampersand(self.pos))
+            value.append(src[self.pos])
+            self.pos += 1
+        if self.pos >= len(src):
+            raise _EntityError(f"Unclosed start tag at byte offset {self._at(begin)}")
+        self.pos += 1
+        return "".join(value)
+
+    def _tag_argument(self, name: str, attributes: dict[str, str], begin: int) -> str:
+        if name == "a":
+            href = attributes.get("href", "")
+            if not href and self.strict:
+                raise _EntityError(
+                    f'Tag "a" must have a non-empty "href" attribute at byte offset '
+                    f"{self._at(begin)} (FakeTelegram strict mode)"
+                )
+            return href
+        if name == "code":
+            css = attributes.get("class", "")
+            return css.removeprefix("language-") if css.startswith("language-") else ""
+        if name == "span":
+            if attributes.get("class") != "tg-spoiler":
+                raise _EntityError(
+                    f'Tag "span" must have class "tg-spoiler" at byte offset {self._at(begin)}'
+                )
+            return "spoiler"
+        if name == "tg-emoji":
+            emoji_id = attributes.get("emoji-id", "")
+            if not emoji_id.isdigit():
+                raise _EntityError("Invalid custom emoji identifier specified")
+            return emoji_id
+        if name == "blockquote":
+            return "expandable" if "expandable" in attributes else ""
+        return ""
+
+    def _end_tag(self) -> None:
+        src, begin = self.src, self.pos
+        if not self.stack:
+            raise _EntityError(f"Unexpected end tag at byte offset {self._at(begin)}")
+        end = begin + 2
+        while end < len(src) and src[end] not in _HTML_SPACE and src[end] != ">":
+            end += 1
+        end_name = src[begin + 2 : end].lower()
+        while end < len(src) and src[end] in _HTML_SPACE:
+            end += 1
+        if end >= len(src) or src[end] != ">":
+            raise _EntityError(f"Unclosed end tag at byte offset {self._at(begin)}")
+        tag = self.stack.pop()
+        if end_name and end_name != tag.name:
+            raise _EntityError(
+                f"Unmatched end tag at byte offset {self._at(begin)}, "
+                f'expected "</{tag.name}>", found "</{end_name}>"'
+            )
+        self.pos = end + 1
+        self._close(tag)
+
+    def _close(self, tag: _OpenTag) -> None:
+        offset, length = tag.offset, self.out.units - tag.offset
+        if length <= 0:
+            return
+        if tag.name in _HTML_SIMPLE:
+            self.entities.append(_entity(_HTML_SIMPLE[tag.name], offset, length))
+        elif tag.name == "a":
+            url = _normalise_url(tag.argument) if tag.argument else None
+            if url is not None:
+                self.entities.append(_entity("text_link", offset, length, url=url))
+        elif tag.name == "tg-emoji":
+            self.entities.append(
+                _entity("custom_emoji", offset, length, custom_emoji_id=tag.argument)
+            )
+        elif tag.name == "blockquote":
+            kind = "expandable_blockquote" if tag.argument else "blockquote"
+            self.entities.append(_entity(kind, offset, length))
+        elif tag.name == "pre":
+            self._close_pre(offset, length)
+        else:
+            self._close_code(offset, length, tag.argument)
+
+    def _last_entity_is(self, kind: str, offset: int, length: int) -> bool:
+        if not self.entities:
+            return False
+        last = self.entities[-1]
+        return bool(last["type"] == kind and last["offset"] == offset and last["length"] == length)
+
+    def _close_pre(self, offset: int, length: int) -> None:
+        language = ""
+        if self._last_entity_is("code", offset, length):  # <pre><code class=...>
+            self.entities.pop()
+            language = self.code_language.get((offset, length), "")
+        pre = _entity("pre", offset, length)
+        if language:
+            pre["language"] = language
+        self.entities.append(pre)
+
+    def _close_code(self, offset: int, length: int, language: str) -> None:
+        if self._last_entity_is("pre", offset, length):  # <code><pre>...</pre></code>
+            if language:
+                self.entities[-1]["language"] = language
+            return
+        self.code_language[(offset, length)] = language
+        self.entities.append(_entity("code", offset, length))
+
+
+def _pre_header(src: str, pos: int) -> tuple[str, int]:
+    """After an opening ``` at ``pos``: the language (if any) and where the contents start."""
+    lang_end = pos
+    while lang_end < len(src) and src[lang_end] not in _HTML_SPACE and src[lang_end] != "`":
+        lang_end += 1
+    language = ""
+    if pos != lang_end and lang_end < len(src) and src[lang_end] != "`":
+        language, pos = src[pos:lang_end], lang_end
+    if pos < len(src) and src[pos] in "\r\n":
+        pair = src[pos : pos + 2]
+        pos += 2 if len(pair) == 2 and pair[1] in "\r\n" and pair[0] != pair[1] else 1
+    return language, pos
+
+
+_MDV2_RESERVED: Final = frozenset("_*[]()~`>#+-=|{}.!")
+_MDV2_OPENERS: Final = (
+    ("__", "underline"),
+    ("||", "spoiler"),
+    ("![", "custom_emoji"),
+    ("_", "italic"),
+    ("*", "bold"),
+    ("~", "strikethrough"),
+    ("[", "text_link"),
+    ("`", "code"),
+)
+_MDV2_CLOSERS: Final = {
+    "bold": "*",
+    "italic": "_",
+    "code": "`",
+    "pre": "```",
+    "text_link": "]",
+    "custom_emoji": "]",
+    "underline": "__",
+    "strikethrough": "~",
+    "spoiler": "||",
+}
+_TD_TYPE_NAMES: Final = {
+    "bold": "Bold",
+    "italic": "Italic",
+    "underline": "Underline",
+    "strikethrough": "Strikethrough",
+    "spoiler": "Spoiler",
+    "code": "Code",
+    "pre": "Pre",
+    "text_link": "TextUrl",
+    "custom_emoji": "CustomEmoji",
+}
+
+
+@dataclass
+class _OpenMd:
+    kind: str
+    argument: str
+    offset: int  # UTF-16 offset in the visible text
+    char_start: int  # index in the visible text (for links that use their text as URL)
+    source_pos: int
+
+
+class _MarkdownV2Parser:
+    """Telegram's MarkdownV2 parser (tdlib's algorithm and messages), with > block quotes."""
+
+    def __init__(self, src: str) -> None:
+        self.src = src
+        self.pos = 0
+        self.out = _Out()
+        self.stack: list[_OpenMd] = []
+        self.entities: list[JSON] = []
+        self.quote_start: int | None = None
+
+    def parse(self) -> tuple[str, list[JSON]]:
+        while self.pos < len(self.src):
+            self._step()
+        self._close_quote(self.out.units)
+        if self.stack:
+            top = self.stack[-1]
+            raise _EntityError(
+                f"Can't find end of {_TD_TYPE_NAMES[top.kind]} entity at byte offset "
+                f"{_byte_offset(self.src, top.source_pos)}"
+            )
+        return self.out.text(), self.entities
+
+    def _step(self) -> None:
+        src, pos = self.src, self.pos
+        ch = src[pos]
+        in_code = bool(self.stack) and self.stack[-1].kind in ("code", "pre")
+        if not in_code and (pos == 0 or src[pos - 1] == "\n") and self._line_start(ch):
+            return
+        if ch == "\\" and pos + 1 < len(src) and 0 < ord(src[pos + 1]) <= 126:
+            self.out.add(src[pos + 1])
+            self.pos += 2
+            return
+        reserved = "`" if in_code else _MDV2_RESERVED
+        if ch not in reserved:
+            self.out.add(ch)
+            self.pos += 1
+        elif self.stack and self._is_end(ch):
+            self._end_entity()
+        else:
+            self._begin_entity(ch)
+
+    def _line_start(self, ch: str) -> bool:
+        """Handle '>' block quotes at a line start; True when the character was consumed."""
+        if ch == ">":
+            if self.quote_start is None:
+                self.quote_start = self.out.units
+            self.pos += 1
+            return True
+        if self.pos > 0:
+            self._close_quote(self.out.units - 1)  # the quote ends before the newline
+        return False
+
+    def _close_quote(self, end: int) -> None:
+        if self.quote_start is not None and end > self.quote_start:
+            self.entities.append(_entity("blockquote", self.quote_start, end - self.quote_start))
+        self.quote_start = None
+
+    def _is_end(self, ch: str) -> bool:
+        kind = self.stack[-1].kind
+        if kind == "italic":
+            return ch == "_" and not self.src.startswith("__", self.pos)
+        return self.src.startswith(_MDV2_CLOSERS[kind], self.pos)
+
+    def _begin_entity(self, ch: str) -> None:
+        begin = self.pos
+        if self.src.startswith("```", begin):
+            language, self.pos = _pre_header(self.src, begin + 3)
+            self._push("pre", language, begin)
+            return
+        for opener, kind in _MDV2_OPENERS:
+            if self.src.startswith(opener, begin):
+                self.pos += len(opener)
+                self._push(kind, "", begin)
+                return
+        raise _EntityError(
+            f"Character '{ch}' is reserved and must be escaped with the preceding '\\'"
+        )
+
+    def _push(self, kind: str, argument: str, begin: int) -> None:
+        self.stack.append(_OpenMd(kind, argument, self.out.units, self.out.chars, begin))
+
+    def _end_entity(self) -> None:
+        tag = self.stack.pop()
+        extra: JSON = {}
+        if tag.kind in ("text_link", "custom_emoji"):
+            target = self._link_target(tag)
+            if tag.kind == "custom_emoji":
+                match = re.fullmatch(r"tg://emoji\?id=(\d+)", target)
+                if match is None:
+                    raise _EntityError("Custom emoji entity must contain a tg://emoji URL")
+                extra["custom_emoji_id"] = match.group(1)
+            else:
+                url = _normalise_url(target)
+                if url is None:
+                    return
+                extra["url"] = url
+        else:
+            self.pos += len(_MDV2_CLOSERS[tag.kind])
+        if tag.kind == "pre" and tag.argument:
+            extra["language"] = tag.argument
+        length = self.out.units - tag.offset
+        if length > 0:
+            self.entities.append(_entity(tag.kind, tag.offset, length, **extra))
+
+    def _link_target(self, tag: _OpenMd) -> str:
+        src = self.src
+        if not src.startswith("](", self.pos):
+            self.pos += 1
+            return self.out.text()[tag.char_start :]
+        pos = url_begin = self.pos + 2
+        url: list[str] = []
+        while pos < len(src) and src[pos] != ")":
+            if src[pos] == "\\" and pos + 1 < len(src) and 0 < ord(src[pos + 1]) <= 126:
+                url.append(src[pos + 1])
+                pos += 2
+                continue
+            url.append(src[pos])
+            pos += 1
+        if pos >= len(src):
+            raise _EntityError(
+                f"Can't find end of a URL at byte offset {_byte_offset(src, url_begin)}"
+            )
+        self.pos = pos + 1
+        return "".join(url)
+
+
+class _MarkdownParser:
+    """Telegram's legacy Markdown parser (parse_mode="Markdown")."""
+
+    def __init__(self, src: str) -> None:
+        self.src = src
+        self.pos = 0
+        self.out = _Out()
+        self.entities: list[JSON] = []
+
+    def parse(self) -> tuple[str, list[JSON]]:
+        src = self.src
+        while self.pos < len(src):
+            ch = src[self.pos]
+            if ch == "\\" and src[self.pos + 1 : self.pos + 2] in ("_", "*", "`", "["):
+                self.out.add(src[self.pos + 1])
+                self.pos += 2
+            elif ch in "_*`[":
+                self._entity(ch)
+            else:
+                self.out.add(ch)
+                self.pos += 1
+        return self.out.text(), self.entities
+
+    def _entity(self, ch: str) -> None:
+        src, begin = self.src, self.pos
+        end_char = "]" if ch == "[" else ch
+        is_pre = ch == "`" and src.startswith("```", begin)
+        language = ""
+        if is_pre:
+            language, self.pos = _pre_header(src, begin + 3)
+        else:
+            self.pos += 1
+        start, start_char = self.out.units, self.out.chars
+        while self.pos < len(src) and (
+            src[self.pos] != end_char or (is_pre and not src.startswith("```", self.pos))
+        ):
+            self.out.add(src[self.pos])
+            self.pos += 1
+        if self.pos >= len(src):
+            raise _EntityError(
+                f"Can't find end of the entity starting at byte offset {_byte_offset(src, begin)}"
+            )
+        length = self.out.units - start
+        if ch == "[":
+            self._link(start, length, self.out.text()[start_char:])
+            return
+        self.pos += 3 if is_pre else 1
+        if length <= 0:
+            return
+        if is_pre:
+            entity = _entity("pre", start, length)
+            if language:
+                entity["language"] = language
+            self.entities.append(entity)
+        else:
+            kind = {"_": "italic", "*": "bold", "`": "code"}[ch]
+            self.entities.append(_entity(kind, start, length))
+
+    def _link(self, start: int, length: int, inner: str) -> None:
+        src = self.src
+        url = inner
+        if src.startswith("](", self.pos):
+            close = src.find(")", self.pos + 2)
+            close = len(src) if close < 0 else close
+            url = src[self.pos + 2 : close]
+            self.pos = close + 1
+        else:
+            self.pos += 1
+        normalised = _normalise_url(url)
+        if length > 0 and normalised is not None:
+            self.entities.append(_entity("text_link", start, length, url=normalised))
+
+
+# --------------------------------------------------------------------------- the server
+
+
+class FakeTelegram:
+    """A Bot API server for one bot. See the module docstring for usage."""
+
+    def __init__(
+        self,
+        *,
+        token: str = "123456:TEST-token-abcdefghijklmnopqrstuvw",
+        bot_id: int = 123456,
+        username: str = "replychain_bot",
+        first_name: str = "replychain",
+        flood_edits_per_second: float | None = None,
+        strict_html: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.token = token
+        self.bot_id = bot_id
+        self.username = username
+        self.first_name = first_name
+        self.flood_edits_per_second = flood_edits_per_second
+        self.strict_html = strict_html
+        self.url = ""
+        self.calls: list[Call] = []
+        self.violations: list[str] = []
+        self.server_errors: list[str] = []  # tracebacks of bugs in the fake itself
+        self.commands: dict[tuple[str, str], list[JSON]] = {}
+        self.webhook_url = ""
+        self._clock = clock
+        self._chats: dict[int, _Chat] = {}
+        self._users: dict[int, _User] = {}
+        self._updates: list[JSON] = []
+        self._next_update_id = 1
+        self._allowed_updates: frozenset[str] | None = None
+        self._poll: _Poll | None = None
+        self._faults: list[_Fault] = []
+        self._cooldowns: dict[tuple[str, int | str], float] = {}
+        self._edit_windows: dict[tuple[int, int], deque[float]] = {}
+        self._changed = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+        self._port = 0
+        self._closing = False
+        self._handlers: dict[str, Callable[[JSON], Any]] = {
+            "getMe": self._get_me,
+            "deleteWebhook": self._delete_webhook,
+            "setWebhook": self._set_webhook,
+            "getWebhookInfo": self._get_webhook_info,
+            "setMyCommands": self._set_my_commands,
+            "getMyCommands": self._get_my_commands,
+            "deleteMyCommands": self._delete_my_commands,
+            "sendMessage": self._send_message,
+            "editMessageText": self._edit_message_text,
+            "sendChatAction": self._send_chat_action,
+            "deleteMessage": self._delete_message_call,
+            "close": lambda _params: True,
+            "logOut": lambda _params: True,
+            "getChat": self._get_chat,
+        }
+
+    # ----------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        """Listen on 127.0.0.1 (a free port the first time, the same port after a stop())."""
+        if self._runner is not None:
+            raise RuntimeError("FakeTelegram is already running")
+        self._closing = False
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        app.router.add_route("*", "/{tail:.*}", self._not_found)
+        runner = web.AppRunner(
+            app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0
+        )
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", self._port)
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        self._port = int(runner.addresses[0][1])
+        self.url = f"http://127.0.0.1:{self._port}"
+
+    async def stop(self) -> None:
+        """Answer pending long polls with no updates, then close every connection."""
+        if self._runner is None:
+            return
+        self._closing = True
+        self._notify()
+        runner, self._runner = self._runner, None
+        await runner.cleanup()
+
+    async def __aenter__(self) -> FakeTelegram:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    # ----------------------------------------------------------------- chats and users
+
+    def add_user(self, user_id: int, first_name: str = "User", username: str | None = None) -> None:
+        self._users[user_id] = _User(user_id, first_name, username)
+        self._notify()
+
+    def add_private_chat(
+        self, user_id: int, first_name: str = "User", username: str | None = None
+    ) -> int:
+        """The user has started the bot: a private chat whose id is the user's id."""
+        self.add_user(user_id, first_name, username)
+        chat = self._chats.get(user_id)
+        if chat is None:
+            self._chats[user_id] = _Chat(user_id, "private", first_name=first_name)
+        elif chat.type != "private":
+            raise ValueError(f"chat {user_id} is a {chat.type}, not a private chat")
+        self._chats[user_id].first_name = first_name
+        self._chats[user_id].username = username
+        self._notify()
+        return user_id
+
+    def add_group(
+        self,
+        chat_id: int,
+        title: str = "Group",
+        *,
+        supergroup: bool = True,
+        forum: bool = False,
+        bot_is_admin: bool = False,
+    ) -> int:
+        if forum and not supergroup:
+            raise ValueError("only supergroups can be forums")
+        kind = "supergroup" if supergroup else "group"
+        chat = self._chats.setdefault(chat_id, _Chat(chat_id, kind))
+        if chat.type == "private":
+            raise ValueError(f"chat {chat_id} is a private chat")
+        chat.type, chat.title, chat.is_forum, chat.bot_is_admin = kind, title, forum, bot_is_admin
+        self._notify()
+        return chat_id
+
+    def add_topic(
+        self,
+        chat_id: int,
+        name: str,
+        *,
+        creator_id: int | None = None,
+        queue_update: bool = True,
+    ) -> int:
+        """Create a forum topic: its forum_topic_created message id is the message_thread_id."""
+        chat = self._chat(chat_id)
+        if not chat.is_forum:
+            raise ValueError(f"chat {chat_id} is not a forum supergroup")
+        if creator_id is None:
+            creator_id = _ADMIN_ID
+            self._users.setdefault(_ADMIN_ID, _User(_ADMIN_ID, "Admin", "group_admin"))
+        creator = self._ensure_user(creator_id)
+        thread_id = chat.next_message_id
+        chat.topics[thread_id] = name
+        message = self._store(
+            chat,
+            creator.as_dict(),
+            is_bot=False,
+            thread_id=thread_id,
+            extra={"forum_topic_created": {"name": name, "icon_color": 0x6FB9F0}},
+        )
+        if queue_update:
+            self.push_update({"message": copy.deepcopy(message.raw)})
+        return thread_id
+
+    def block_chat(self, chat_id: int) -> None:
+        """Every send/edit/action/delete to this chat now fails with 403."""
+        self._chat(chat_id).blocked = True
+        self._notify()
+
+    def unblock_chat(self, chat_id: int) -> None:
+        self._chat(chat_id).blocked = False
+        self._notify()
+
+    # ----------------------------------------------------------------- inbound traffic
+
+    def send_user_message(
+        self,
+        chat_id: int,
+        from_user_id: int,
+        text: str | None = None,
+        *,
+        reply_to: int | None = None,
+        thread_id: int | None = None,
+        caption: str | None = None,
+        photo: bool = False,
+        sticker: bool = False,
+        voice: bool = False,
+        document: bool = False,
+        entities: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """A user writes to the bot: store the message, queue a ``message`` update."""
+        chat = self._chat(chat_id)
+        if chat.type == "private" and from_user_id != chat_id:
+            raise ValueError("in a private chat only the chat's user can write")
+        media = [kind for kind, on in _media_flags(photo, sticker, voice, document) if on]
+        self._check_user_content(text, caption, media)
+        user = self._ensure_user(from_user_id)
+        reply = self._user_reply_target(chat, reply_to)
+        if thread_id is not None and not (chat.is_forum and thread_id in chat.topics):
+            raise ValueError(f"no topic {thread_id} in chat {chat_id}")
+        if thread_id is None and reply is not None:
+            thread_id = reply.thread_id
+        extra: JSON = {}
+        for kind in media:
+            extra.update(_media_payload(kind, chat_id, chat.next_message_id))
+        if caption is not None:
+            extra["caption"] = caption
+            caption_entities = _auto_entities(caption)
+            if caption_entities:
+                extra["caption_entities"] = caption_entities
+        if text is not None and entities is None:
+            entities = _auto_entities(text)
+        message = self._store(
+            chat,
+            user.as_dict(),
+            is_bot=False,
+            text=text,
+            entities=entities or [],
+            thread_id=thread_id,
+            reply=reply,
+            extra=extra,
+            caption=caption,
+        )
+        self.push_update({"message": copy.deepcopy(message.raw)})
+        return copy.deepcopy(message.raw)
+
+    def edit_user_message(self, chat_id: int, message_id: int, text: str) -> dict[str, Any]:
+        """The user edits their text message: queue an ``edited_message`` update."""
+        message = self.message(chat_id, message_id)
+        if message.is_bot or message.deleted or message.text is None:
+            raise ValueError(f"message {message_id} in chat {chat_id} is not a live user text")
+        message.history.append(message.text)
+        message.text = text
+        message.entities = _auto_entities(text)
+        message.edits += 1
+        message.edit_date = int(time.time())
+        message.raw["text"] = text
+        message.raw["edit_date"] = message.edit_date
+        if message.entities:
+            message.raw["entities"] = copy.deepcopy(message.entities)
+        else:
+            message.raw.pop("entities", None)
+        self.push_update({"edited_message": copy.deepcopy(message.raw)})
+        return copy.deepcopy(message.raw)
+
+    def push_update(self, update: dict[str, Any]) -> int:
+        """Queue a raw update of any shape; ``update_id`` is assigned when missing."""
+        update = copy.deepcopy(update)
+        update_id = update.get("update_id")
+        if update_id is None:
+            update_id = self._next_update_id
+            update = {"update_id": update_id, **update}
+        if isinstance(update_id, int) and not isinstance(update_id, bool):
+            self._next_update_id = max(self._next_update_id, update_id + 1)
+        else:
+            update_id = -1
+        self._updates.append(update)
+        self._notify()
+        return update_id
+
+    def delete_message(self, chat_id: int, message_id: int) -> None:
+        """As if the user deleted the message (bots get no update for that)."""
+        self.message(chat_id, message_id).deleted = True
+        self._notify()
+
+    # ----------------------------------------------------------------- fault injection
+
+    def fail_next(
+        self,
+        method: str,
+        *,
+        status: int = 429,
+        retry_after: int | None = None,
+        description: str | None = None,
+        count: int = 1,
+        chat_id: int | None = None,
+    ) -> None:
+        """The next ``count`` calls of ``method`` (for ``chat_id`` if given) get ``status``."""
+        canonical = _CANONICAL.get(method.lower())
+        if canonical is None:
+            raise ValueError(f"unknown Bot API method {method!r}")
+        if status == 429 and retry_after is None:
+            retry_after = 1
+        if description is None:
+            description = _default_description(status, retry_after)
+        self._faults.append(_Fault(canonical, status, description, retry_after, count, chat_id))
+
+    # ----------------------------------------------------------------- inspection
+
+    @property
+    def pending_updates(self) -> int:
+        """Updates not yet confirmed by a getUpdates offset."""
+        return len(self._updates)
+
+    @property
+    def polling(self) -> bool:
+        """True while a getUpdates request is being held open."""
+        return self._poll is not None
+
+    def messages(self, chat_id: int) -> list[StoredMessage]:
+        """Every message of the chat (deleted ones too, flagged), in id order."""
+        return sorted(self._chat(chat_id).messages.values(), key=lambda m: m.message_id)
+
+    def bot_messages(self, chat_id: int) -> list[StoredMessage]:
+        return [message for message in self.messages(chat_id) if message.is_bot]
+
+    def message(self, chat_id: int, message_id: int) -> StoredMessage:
+        message = self._chat(chat_id).messages.get(message_id)
+        if message is None:
+            raise KeyError(f"no message {message_id} in chat {chat_id}")
+        return message
+
+    def calls_to(self, method: str) -> list[Call]:
+        canonical = _CANONICAL.get(method.lower(), method)
+        return [call for call in self.calls if call.method == canonical]
+
+    async def wait_for(
+        self,
+        predicate: Callable[[], bool],
+        timeout: float = 10.0,  # noqa: ASYNC109 - a deadline is what this helper is for
+        *,
+        what: str | None = None,
+    ) -> None:
+        """Wait until ``predicate()`` holds; re-checked on every state change and every 50 ms.
+
+        A predicate raising LookupError (``fake.bot_messages(1)[0]`` before there is one)
+        counts as "not yet"; on timeout an AssertionError describes the fake's state.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        lookup_error: LookupError | None = None
+        while True:
+            event = self._changed
+            try:
+                if predicate():
+                    return
+            except LookupError as exc:
+                lookup_error = exc
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                report = self._wait_report(predicate, timeout, what)
+                if lookup_error is not None:
+                    report += f"\nlast predicate error: {lookup_error!r}"
+                raise AssertionError(report)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), min(remaining, 0.05))
+
+    # ----------------------------------------------------------------- HTTP plumbing
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _not_found(self, request: web.Request) -> web.Response:
+        return _error_response(_ApiError(404, "Not Found"))
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        started = self._clock()
+        canonical = _CANONICAL.get(request.match_info["method"].lower())
+        method = canonical or request.match_info["method"]
+        params: JSON = {}
+        try:
+            params = await _read_params(request)
+            if self._closing:
+                raise _ApiError(502, "Bad Gateway")
+            if request.match_info["token"] != self.token:
+                raise _ApiError(401, "Unauthorized")
+            if canonical is None:
+                raise _ApiError(404, "Not Found")
+            self._preflight(canonical, params)
+            if canonical == "getUpdates":
+                result = await self._get_updates(params, request)
+            else:
+                result = self._handlers[canonical](params)
+        except _ApiError as exc:
+            if exc.status == 429 and exc.retry_after and exc.sets_cooldown:
+                self._cooldowns[self._cooldown_key(method, params)] = (
+                    self._clock() + exc.retry_after
+                )
+            self._record(Call(method, params, started, exc.status, exc.description))
+            return _error_response(exc)
+        except Exception as exc:  # a bug in the fake: answer like Telegram's 500, keep the trace
+            self.server_errors.append("".join(traceback.format_exception(exc)))
+            failure = _ApiError(500, f"Internal Server Error: FakeTelegram bug: {exc!r}")
+            self._record(Call(method, params, started, 500, failure.description))
+            return _error_response(failure)
+        self._record(Call(method, params, started, 200, None, copy.deepcopy(result)))
+        return _json_response(200, {"ok": True, "result": result})
+
+    def _record(self, call: Call) -> None:
+        self.calls.append(call)
+        self._notify()
+
+    def _cooldown_key(self, method: str, params: JSON) -> tuple[str, int | str]:
+        chat_id = _coerce_int(params.get("chat_id"))
+        if method in _CHAT_RATE_METHODS and chat_id is not None:
+            return ("chat", chat_id)
+        return ("method", method)
+
+    def _preflight(self, method: str, params: JSON) -> None:
+        """Flood control and injected faults, checked before the method runs."""
+        now = self._clock()
+        key = self._cooldown_key(method, params)
+        deadline = self._cooldowns.get(key)
+        if deadline is not None and deadline > now:
+            remaining = deadline - now
+            seconds = max(1, math.ceil(remaining))
+            scope = f"chat {key[1]}" if key[0] == "chat" else "the method"
+            self.violations.append(
+                f"{method} for {scope} {remaining:.2f}s before an earlier retry_after elapsed"
+            )
+            raise _ApiError(
+                429,
+                f"Too Many Requests: retry after {seconds}",
+                retry_after=seconds,
+                sets_cooldown=False,
+            )
+        chat_id = _coerce_int(params.get("chat_id"))
+        for fault in self._faults:
+            if fault.method == method and fault.chat_id in (None, chat_id):
+                fault.remaining -= 1
+                if fault.remaining <= 0:
+                    self._faults.remove(fault)
+                raise _ApiError(fault.status, fault.description, retry_after=fault.retry_after)
+        if method == "editMessageText":
+            self._check_edit_flood(params, now)
+
+    def _check_edit_flood(self, params: JSON, now: float) -> None:
+        limit = self.flood_edits_per_second
+        chat_id = _coerce_int(params.get("chat_id"))
+        message_id = _coerce_int(params.get("message_id"))
+        if limit is None or chat_id is None or message_id is None:
+            return
+        window = self._edit_windows.setdefault((chat_id, message_id), deque())
+        while window and now - window[0] >= 1.0:
+            window.popleft()
+        if len(window) + 1 > limit:
+            self.violations.append(
+                f"editMessageText: more than {limit:g} edits/s of message {message_id} "
+                f"in chat {chat_id}"
+            )
+            raise _ApiError(429, "Too Many Requests: retry after 1", retry_after=1)
+        window.append(now)
+
+    # ----------------------------------------------------------------- getUpdates
+
+    async def _get_updates(self, params: JSON, request: web.Request) -> list[JSON]:
+        if self.webhook_url:
+            raise _ApiError(409, _CONFLICT_WEBHOOK)
+        offset = _opt_int(params, "offset")
+        limit = min(max(_opt_int(params, "limit") or 100, 1), 100)
+        timeout = max(_opt_int(params, "timeout") or 0, 0)
+        self._set_allowed_updates(params.get("allowed_updates"))
+        poll = _Poll(request)
+        previous = self._poll
+        if previous is not None:
+            previous.conflicted = True
+            if previous.connected():
+                self.violations.append(
+                    "getUpdates: a second getUpdates request arrived while another one was "
+                    "still open (two pollers/bot instances); the earlier one got 409 Conflict"
+                )
+        self._poll = poll
+        self._notify()
+        try:
+            if offset is not None:
+                self._confirm(offset)
+            return await self._long_poll(poll, limit, timeout)
+        finally:
+            if self._poll is poll:
+                self._poll = None
+                self._notify()
+
+    async def _long_poll(self, poll: _Poll, limit: int, wait_seconds: int) -> list[JSON]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_seconds
+        while True:
+            if poll.conflicted:
+                raise _ApiError(409, _CONFLICT_POLL)
+            batch = self._deliverable(limit)
+            remaining = deadline - loop.time()
+            if batch or remaining <= 0 or self._closing:
+                return batch
+            event = self._changed
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), remaining)
+
+    def _set_allowed_updates(self, allowed: Any) -> None:
+        if allowed is None:
+            return  # Telegram keeps the previous setting
+        if not isinstance(allowed, list) or not all(isinstance(kind, str) for kind in allowed):
+            raise _ApiError(400, "Bad Request: can't parse allowed updates")
+        self._allowed_updates = frozenset(allowed) or None
+
+    def _confirm(self, offset: int) -> None:
+        if offset < 0:
+            self._updates = self._updates[offset:]
+            return
+        self._updates = [update for update in self._updates if _update_id(update) >= offset]
+
+    def _deliverable(self, limit: int) -> list[JSON]:
+        allowed = self._allowed_updates or _DEFAULT_ALLOWED
+        kept = []
+        for update in self._updates:
+            kind = next((key for key in update if key in _UPDATE_TYPES), None)
+            if kind is None or kind in allowed:
+                kept.append(update)
+        self._updates = kept  # Telegram never creates updates of types the bot excluded
+        return [copy.deepcopy(update) for update in kept[:limit]]
+
+    # ----------------------------------------------------------------- simple methods
+
+    def _get_me(self, _params: JSON) -> JSON:
+        return {
+            "id": self.bot_id,
+            "is_bot": True,
+            "first_name": self.first_name,
+            "username": self.username,
+            "can_join_groups": True,
+            "can_read_all_group_messages": False,
+            "supports_inline_queries": False,
+            "can_connect_to_business": False,
+            "has_main_web_app": False,
+        }
+
+    def _bot_user(self) -> JSON:
+        return {
+            "id": self.bot_id,
+            "is_bot": True,
+            "first_name": self.first_name,
+            "username": self.username,
+        }
+
+    def _delete_webhook(self, params: JSON) -> bool:
+        self.webhook_url = ""
+        if _truthy(params.get("drop_pending_updates")):
+            self._updates.clear()
+            self._notify()
+        return True
+
+    def _set_webhook(self, params: JSON) -> bool:
+        url = params.get("url")
+        if url is None:
+            raise _ApiError(400, 'Bad Request: parameter "url" is required')
+        url = str(url)
+        if url and not url.lower().startswith("https://"):
+            raise _ApiError(
+                400, "Bad Request: bad webhook: An HTTPS URL must be provided for webhook"
+            )
+        self.webhook_url = url
+        if _truthy(params.get("drop_pending_updates")):
+            self._updates.clear()
+        self._notify()
+        return True
+
+    def _get_webhook_info(self, _params: JSON) -> JSON:
+        return {
+            "url": self.webhook_url,
+            "has_custom_certificate": False,
+            "pending_update_count": len(self._updates),
+        }
+
+    def _commands_key(self, params: JSON) -> tuple[str, str]:
+        scope = params.get("scope") or {"type": "default"}
+        if not isinstance(scope, dict) or scope.get("type") not in _BOT_COMMAND_SCOPES:
+            raise _ApiError(400, "Bad Request: can't parse BotCommandScope JSON object")
+        language = params.get("language_code") or ""
+        return json.dumps(scope, sort_keys=True), str(language)
+
+    def _set_my_commands(self, params: JSON) -> bool:
+        commands = params.get("commands")
+        if not isinstance(commands, list):
+            raise _ApiError(400, "Bad Request: can't parse commands JSON object")
+        if len(commands) > 100:
+            raise _ApiError(400, "Bad Request: BOT_COMMANDS_TOO_MUCH")
+        for command in commands:
+            if not isinstance(command, dict):
+                raise _ApiError(400, "Bad Request: can't parse BotCommand JSON object")
+            name, description = command.get("command"), command.get("description")
+            if not isinstance(name, str) or not _COMMAND_NAME_RE.fullmatch(name):
+                raise _ApiError(400, "Bad Request: BOT_COMMAND_INVALID")
+            if not isinstance(description, str) or not 1 <= len(description) <= 256:
+                raise _ApiError(400, "Bad Request: BOT_COMMAND_INVALID")
+        self.commands[self._commands_key(params)] = [
+            {"command": c["command"], "description": c["description"]} for c in commands
+        ]
+        self._notify()
+        return True
+
+    def _get_my_commands(self, params: JSON) -> list[JSON]:
+        return copy.deepcopy(self.commands.get(self._commands_key(params), []))
+
+    def _delete_my_commands(self, params: JSON) -> bool:
+        self.commands.pop(self._commands_key(params), None)
+        self._notify()
+        return True
+
+    def _get_chat(self, params: JSON) -> JSON:
+        chat = self._chats.get(_coerce_int(params.get("chat_id")) or 0)
+        if chat is None:
+            raise _ApiError(400, "Bad Request: chat not found")
+        info = chat.as_dict()
+        info.update(
+            {
+                "accent_color_id": 0,
+                "max_reaction_count": 11,
+                "accepted_gift_types": {
+                    "unlimited_gifts": False,
+                    "limited_gifts": False,
+                    "unique_gifts": False,
+                    "premium_subscription": False,
+                    "gifts_from_channels": False,
+                },
+            }
+        )
+        return info
+
+    # ----------------------------------------------------------------- messages
+
+    def _target_chat(self, params: JSON) -> _Chat:
+        raw = params.get("chat_id")
+        if raw is None or raw == "":
+            raise _ApiError(400, "Bad Request: chat_id is empty")
+        chat_id = _coerce_int(raw)
+        chat = self._chats.get(chat_id) if chat_id is not None else None
+        if chat is None:
+            if chat_id in self._users:
+                raise _ApiError(403, "Forbidden: bot can't initiate conversation with a user")
+            raise _ApiError(400, "Bad Request: chat not found")
+        if chat.blocked:
+            raise _ApiError(403, chat.blocked_description())
+        return chat
+
+    def _check_thread(self, chat: _Chat, thread_id: int | None) -> None:
+        if thread_id is not None and not (chat.is_forum and thread_id in chat.topics):
+            raise _ApiError(400, "Bad Request: message thread not found")
+
+    def _format(self, params: JSON) -> tuple[str, list[JSON], str | None, str]:
+        """Parse text + parse_mode/entities like Telegram: (text, entities, parse_mode, raw)."""
+        raw = params.get("text")
+        if raw is None or raw == "":
+            raise _ApiError(400, "Bad Request: message text is empty")
+        raw = raw if isinstance(raw, str) else json.dumps(raw)
+        mode = params.get("parse_mode")
+        mode_name = mode.lower() if isinstance(mode, str) else ""
+        try:
+            if mode_name in ("", "none"):
+                text, entities = raw, _explicit_entities(params.get("entities"))
+            elif mode_name == "html":
+                text, entities = _HtmlParser(raw, strict=self.strict_html).parse()
+            elif mode_name == "markdownv2":
+                text, entities = _MarkdownV2Parser(raw).parse()
+            elif mode_name == "markdown":
+                text, entities = _MarkdownParser(raw).parse()
+            else:
+                raise _ApiError(400, "Bad Request: unsupported parse_mode")
+        except _EntityError as exc:
+            raise _ApiError(400, f"Bad Request: can't parse entities: {exc}") from None
+        text, entities = _strip_formatted(text, entities)
+        if not text:
+            raise _ApiError(400, "Bad Request: message text is empty")
+        if _u16(text) > _MAX_TEXT_UNITS:
+            raise _ApiError(400, "Bad Request: message is too long")
+        entities = [self._resolve_mention(entity) for entity in entities]
+        entities = sorted(entities + _auto_entities(text, entities), key=_entity_sort_key)
+        return text, entities, mode if mode_name not in ("", "none") else None, raw
+
+    def _resolve_mention(self, entity: JSON) -> JSON:
+        """tg://user?id=N links become text_mention entities for users the fake knows."""
+        match = re.fullmatch(r"tg://user\?id=(\d+)", str(entity.get("url", "")))
+        user = self._users.get(int(match.group(1))) if match else None
+        if user is None:
+            return entity
+        return _entity("text_mention", entity["offset"], entity["length"], user=user.as_dict())
+
+    def _reply_request(self, params: JSON) -> tuple[int | None, bool, int | str | None]:
+        reply = params.get("reply_parameters")
+        if reply is not None:
+            if not isinstance(reply, dict):
+                raise _ApiError(400, "Bad Request: can't parse reply parameters JSON object")
+            message_id = _coerce_int(reply.get("message_id"))
+            if message_id is None:
+                raise _ApiError(400, "Bad Request: message to be replied not found")
+            reply_chat = reply.get("chat_id")
+            chat_ref = _coerce_int(reply_chat) if reply_chat is not None else None
+            allow = _truthy(reply.get("allow_sending_without_reply"))
+            return message_id, allow, chat_ref if chat_ref is not None else reply_chat
+        message_id = _opt_int(params, "reply_to_message_id")
+        allow = _truthy(params.get("allow_sending_without_reply"))
+        return (message_id or None), allow, None
+
+    def _placement(self, chat: _Chat, params: JSON) -> tuple[int | None, StoredMessage | None]:
+        """Where a bot message lands: (message_thread_id, replied message)."""
+        reply_id, allow, reply_chat = self._reply_request(params)
+        thread_id = _opt_int(params, "message_thread_id")
+        self._check_thread(chat, thread_id)
+        target: StoredMessage | None = None
+        if reply_id is not None:
+            if reply_chat is not None and reply_chat != chat.id:
+                raise _ApiError(
+                    400, "Bad Request: replies to other chats are not supported by FakeTelegram"
+                )
+            candidate = chat.messages.get(reply_id)
+            if (
+                candidate is not None
+                and not candidate.deleted
+                and (thread_id is None or candidate.thread_id == thread_id)
+            ):
+                target = candidate
+            elif not allow:
+                raise _ApiError(400, "Bad Request: message to be replied not found")
+        if thread_id is None and target is not None:
+            thread_id = target.thread_id
+        return thread_id, target
+
+    def _send_message(self, params: JSON) -> JSON:
+        chat = self._target_chat(params)
+        text, entities, mode, raw_text = self._format(params)
+        thread_id, reply = self._placement(chat, params)
+        markup = _reply_markup(params)
+        message = self._store(
+            chat,
+            self._bot_user(),
+            is_bot=True,
+            text=text,
+            entities=entities,
+            thread_id=thread_id,
+            reply=reply,
+            html=raw_text,
+            parse_mode=mode,
+            reply_markup=markup,
+        )
+        return copy.deepcopy(message.raw)
+
+    def _edit_message_text(self, params: JSON) -> JSON:
+        if params.get("inline_message_id"):
+            raise _ApiError(400, "Bad Request: inline messages are not supported by FakeTelegram")
+        chat = self._target_chat(params)
+        message_id = _opt_int(params, "message_id")
+        if message_id is None:
+            raise _ApiError(400, "Bad Request: message identifier is not specified")
+        message = chat.messages.get(message_id)
+        if message is None or message.deleted:
+            raise _ApiError(400, "Bad Request: message to edit not found")
+        if not message.is_bot or message.text is None:
+            raise _ApiError(400, "Bad Request: message can't be edited")
+        text, entities, mode, raw_text = self._format(params)
+        markup = _reply_markup(params)
+        if (
+            text == message.text
+            and _canonical_entities(entities) == _canonical_entities(message.entities)
+            and markup == message.reply_markup
+        ):
+            raise _ApiError(400, _NOT_MODIFIED)
+        message.history.append(message.text)
+        message.text, message.entities = text, entities
+        message.html, message.parse_mode = raw_text, mode
+        message.reply_markup = markup
+        message.edits += 1
+        message.edit_date = int(time.time())
+        raw = message.raw
+        raw["text"], raw["edit_date"] = text, message.edit_date
+        _set_or_drop(raw, "entities", copy.deepcopy(entities) or None)
+        _set_or_drop(raw, "reply_markup", _visible_markup(markup))
+        self._notify()
+        return copy.deepcopy(raw)
+
+    def _send_chat_action(self, params: JSON) -> bool:
+        chat = self._target_chat(params)
+        if params.get("action") not in _CHAT_ACTIONS:
+            raise _ApiError(400, "Bad Request: wrong parameter action in request")
+        self._check_thread(chat, _opt_int(params, "message_thread_id"))
+        return True
+
+    def _delete_message_call(self, params: JSON) -> bool:
+        chat = self._target_chat(params)
+        message_id = _opt_int(params, "message_id")
+        if message_id is None:
+            raise _ApiError(400, "Bad Request: message identifier is not specified")
+        message = chat.messages.get(message_id)
+        if message is None or message.deleted:
+            raise _ApiError(400, "Bad Request: message to delete not found")
+        own = message.is_bot and message.from_id == self.bot_id
+        if chat.type != "private" and not own and not chat.bot_is_admin:
+            raise _ApiError(400, "Bad Request: message can't be deleted")
+        message.deleted = True
+        self._notify()
+        return True
+
+    # ----------------------------------------------------------------- storage helpers
+
+    def _chat(self, chat_id: int) -> _Chat:
+        chat = self._chats.get(chat_id)
+        if chat is None:
+            raise KeyError(f"unknown chat {chat_id}: add it with add_private_chat/add_group")
+        return chat
+
+    def _ensure_user(self, user_id: int) -> _User:
+        user = self._users.get(user_id)
+        if user is None:
+            user = self._users[user_id] = _User(user_id, f"User{user_id}")
+        return user
+
+    def _user_reply_target(self, chat: _Chat, reply_to: int | None) -> StoredMessage | None:
+        if reply_to is None:
+            return None
+        target = chat.messages.get(reply_to)
+        if target is None or target.deleted:
+            raise ValueError(f"no live message {reply_to} in chat {chat.id} to reply to")
+        return target
+
+    @staticmethod
+    def _check_user_content(text: str | None, caption: str | None, media: list[str]) -> None:
+        if len(media) > 1:
+            raise ValueError("a message carries at most one kind of media")
+        if media and text is not None:
+            raise ValueError("media messages have a caption, not a text")
+        if caption is not None and media in ([], ["sticker"]):
+            raise ValueError("only photo, voice and document messages have captions")
+        if text is None and not media:
+            raise ValueError("a user message needs text or media")
+
+    def _store(
+        self,
+        chat: _Chat,
+        sender: JSON,
+        *,
+        is_bot: bool,
+        text: str | None = None,
+        entities: list[JSON] | None = None,
+        thread_id: int | None = None,
+        reply: StoredMessage | None = None,
+        html: str | None = None,
+        parse_mode: str | None = None,
+        reply_markup: JSON | None = None,
+        extra: JSON | None = None,
+        caption: str | None = None,
+    ) -> StoredMessage:
+        message_id = chat.allocate_id()
+        date = int(time.time())
+        raw: JSON = {"message_id": message_id, "from": sender, "chat": chat.as_dict(), "date": date}
+        if thread_id is not None:
+            raw["message_thread_id"] = thread_id
+            raw["is_topic_message"] = True
+        implicit = chat.messages.get(thread_id) if thread_id not in (None, message_id) else None
+        replied = reply or implicit  # messages in a topic reply to its creation message
+        if replied is not None:
+            raw["reply_to_message"] = _without_reply(replied.raw)
+        if text is not None:
+            raw["text"] = text
+            if entities:
+                raw["entities"] = copy.deepcopy(entities)
+        raw.update(copy.deepcopy(extra or {}))
+        _set_or_drop(raw, "reply_markup", _visible_markup(reply_markup))
+        message = StoredMessage(
+            chat_id=chat.id,
+            message_id=message_id,
+            from_id=int(sender["id"]),
+            text=text,
+            html=html,
+            parse_mode=parse_mode,
+            entities=copy.deepcopy(entities or []),
+            reply_to=reply.message_id if reply is not None else None,
+            thread_id=thread_id,
+            edits=0,
+            date=date,
+            deleted=False,
+            is_bot=is_bot,
+            raw=raw,
+            caption=caption,
+            reply_markup=reply_markup,
+        )
+        chat.messages[message_id] = message
+        self._notify()
+        return message
+
+    def _wait_report(self, predicate: Callable[[], bool], timeout: float, what: str | None) -> str:
+        lines = [
+            f"FakeTelegram.wait_for: condition not met within {timeout:g}s: "
+            f"{what or _describe_predicate(predicate)}",
+            f"pending updates: {self.pending_updates}, getUpdates open: {self.polling}",
+        ]
+        lines.append(f"last API calls ({len(self.calls)} in total):")
+        for call in self.calls[-12:]:
+            shown = {k: v for k, v in call.params.items() if k != "text"}
+            text = call.params.get("text")
+            if isinstance(text, str):
+                shown["text"] = text if len(text) <= 80 else text[:77] + "..."
+            outcome = "ok" if call.status == 200 else f"{call.status} {call.description}"
+            lines.append(f"  {call.method} {shown} -> {outcome}")
+        for chat_id, chat in self._chats.items():
+            recent = sorted(chat.messages.values(), key=lambda m: m.message_id)[-3:]
+            for msg in recent:
+                who = "bot" if msg.is_bot else f"user {msg.from_id}"
+                gone = " (deleted)" if msg.deleted else ""
+                lines.append(
+                    f"  chat {chat_id} #{msg.message_id} {who}{gone}: {msg.text or msg.caption!r}"
+                )
+        if self.violations:
+            lines.append("violations: " + "; ".join(self.violations))
+        if self.server_errors:
+            lines.append("FakeTelegram crashed:\n" + self.server_errors[-1])
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- module helpers
+
+
+def _update_id(update: JSON) -> int:
+    update_id = update.get("update_id")
+    if isinstance(update_id, int) and not isinstance(update_id, bool):
+        return update_id
+    return -1
+
+
+def _default_description(status: int, retry_after: int | None) -> str:
+    if status == 429:
+        return f"Too Many Requests: retry after {retry_after}"
+    return {
+        400: "Bad Request: injected failure",
+        401: "Unauthorized",
+        403: "Forbidden: bot was blocked by the user",
+        404: "Not Found",
+        409: _CONFLICT_POLL,
+        500: "Internal Server Error",
+        502: "Bad Gateway",
+    }.get(status, f"Error {status}: injected failure")
+
+
+def _json_response(status: int, body: JSON) -> web.Response:
+    return web.Response(
+        status=status,
+        text=json.dumps(body, ensure_ascii=False),
+        content_type="application/json",
+    )
+
+
+def _error_response(exc: _ApiError) -> web.Response:
+    body: JSON = {"ok": False, "error_code": exc.status, "description": exc.description}
+    if exc.retry_after is not None:
+        body["parameters"] = {"retry_after": exc.retry_after}
+    return _json_response(exc.status, body)
+
+
+async def _read_params(request: web.Request) -> JSON:
+    """Query string plus a JSON, urlencoded or multipart body, decoded like Telegram does."""
+    merged: dict[str, Any] = dict(request.query)
+    if request.can_read_body:
+        content_type = request.content_type
+        if content_type == "application/json":
+            try:
+                body = await request.json()
+            except ValueError:
+                raise _ApiError(400, "Bad Request: can't parse JSON object") from None
+            if not isinstance(body, dict):
+                raise _ApiError(400, "Bad Request: can't parse JSON object")
+            merged.update(body)
+        elif content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
+            form = await request.post()
+            for key, value in form.items():
+                if isinstance(value, web.FileField):
+                    merged[key] = {"filename": value.filename, "content_type": value.content_type}
+                else:
+                    merged[key] = value
+    return {key: _decode_param(key, value) for key, value in merged.items()}
+
+
+def _explicit_entities(value: Any) -> list[JSON]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _ApiError(400, "Bad Request: can't parse entities JSON object")
+    entities: list[JSON] = []
+    for item in value:
+        if not (
+            isinstance(item, dict)
+            and isinstance(item.get("type"), str)
+            and _coerce_int(item.get("offset")) is not None
+            and _coerce_int(item.get("length")) is not None
+        ):
+            raise _ApiError(400, "Bad Request: can't parse MessageEntity JSON object")
+        offset, length = _coerce_int(item["offset"]) or 0, _coerce_int(item["length"]) or 0
+        if offset >= 0 and length > 0:
+            entities.append({**item, "offset": offset, "length": length})
+    return entities
+
+
+def _reply_markup(params: JSON) -> JSON | None:
+    markup = params.get("reply_markup")
+    if markup is None:
+        return None
+    if not isinstance(markup, dict):
+        raise _ApiError(400, "Bad Request: can't parse reply keyboard markup JSON object")
+    keyboard = markup.get("inline_keyboard")
+    if keyboard is None:
+        return markup
+    if not isinstance(keyboard, list) or not all(isinstance(row, list) for row in keyboard):
+        raise _ApiError(400, 'Bad Request: field "inline_keyboard" must be an Array of Array')
+    for row in keyboard:
+        for button in row:
+            _check_button(button)
+    return markup
+
+
+def _check_button(button: Any) -> None:
+    if not isinstance(button, dict) or not isinstance(button.get("text"), str):
+        raise _ApiError(400, "Bad Request: can't parse inline keyboard button")
+    if not _BUTTON_ACTIONS & button.keys():
+        raise _ApiError(
+            400,
+            "Bad Request: can't parse inline keyboard button: "
+            "Text buttons are unallowed in the inline keyboard",
+        )
+    data = button.get("callback_data")
+    if data is not None and not 1 <= len(str(data).encode()) <= 64:
+        raise _ApiError(400, "Bad Request: BUTTON_DATA_INVALID")
+
+
+def _visible_markup(markup: JSON | None) -> JSON | None:
+    """Only inline keyboards are part of the Message object Telegram returns."""
+    if markup is not None and "inline_keyboard" in markup:
+        return copy.deepcopy(markup)
+    return None
+
+
+def _set_or_drop(raw: JSON, key: str, value: Any) -> None:
+    if value is None:
+        raw.pop(key, None)
+    else:
+        raw[key] = value
+
+
+def _media_flags(photo: bool, sticker: bool, voice: bool, document: bool) -> list[tuple[str, bool]]:
+    return [("photo", photo), ("sticker", sticker), ("voice", voice), ("document", document)]
+
+
+def _media_payload(kind: str, chat_id: int, message_id: int) -> JSON:
+    """Plausible file objects (all fields aiogram requires) for an inbound media message."""
+    stem = f"{abs(chat_id)}x{message_id}"
+    file_id = f"AgACAgIAAxk{kind[:2].upper()}{stem}"
+    unique = f"AQAD{kind[:1]}{stem}"
+    if kind == "photo":
+        sizes = [(90, 67, 1_402), (320, 240, 15_311), (1280, 960, 121_847)]
+        return {
+            "photo": [
+                {
+                    "file_id": f"{file_id}-{w}",
+                    "file_unique_id": f"{unique}{w}",
+                    "width": w,
+                    "height": h,
+                    "file_size": size,
+                }
+                for w, h, size in sizes
+            ]
+        }
+    if kind == "sticker":
+        return {
+            "sticker": {
+                "file_id": file_id,
+                "file_unique_id": unique,
+                "type": "regular",
+                "width": 512,
+                "height": 512,
+                "is_animated": False,
+                "is_video": False,
+                "emoji": "😀",
+                "set_name": "FakeTelegramStickers",
+                "file_size": 23_041,
+            }
+        }
+    if kind == "voice":
+        voice = {"duration": 3, "mime_type": "audio/ogg", "file_size": 9_877}
+        return {"voice": {"file_id": file_id, "file_unique_id": unique, **voice}}
+    document = {"file_name": "document.pdf", "mime_type": "application/pdf", "file_size": 54_321}
+    return {"document": {"file_id": file_id, "file_unique_id": unique, **document}}
+
+
+def _describe_predicate(predicate: Callable[[], bool]) -> str:
+    try:
+        source = inspect.getsource(predicate).strip()
+    except (OSError, TypeError):
+        return repr(predicate)
+    source = " ".join(source.split())
+    return source if len(source) <= 200 else source[:197] + "..."

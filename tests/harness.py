@@ -1,0 +1,121 @@
+"""Running the real bot against the test servers: in-process or as ``python -m bot``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from bot.app import App
+from bot.settings import Settings
+
+from .fake_openai import FakeOpenAI
+from .fake_telegram import FakeTelegram, StoredMessage
+
+ROOT = Path(__file__).resolve().parent.parent
+USER = 1001
+OTHER_USER = 1002
+
+
+def settings_for(tg: FakeTelegram, llm: FakeOpenAI, redis_url: str, **extra: Any) -> Settings:
+    """Settings pointing the bot at the test servers (no .env is read)."""
+    values: dict[str, Any] = {
+        "telegram_bot_token": tg.token,
+        "telegram_api_url": tg.url,
+        "openai_api_key": "sk-test",
+        "openai_base_url": llm.base_url,
+        "openai_model": "test-model",
+        "openai_timeout": 5.0,
+        "openai_max_retries": 1,
+        "redis_url": redis_url,
+        "system_prompt": "You are a test assistant.",
+        "shutdown_timeout": 10.0,
+    }
+    values.update(extra)
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+
+def env_for(tg: FakeTelegram, llm: FakeOpenAI, redis_url: str, **extra: str) -> dict[str, str]:
+    """Environment for ``python -m bot`` pointing at the test servers."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "TELEGRAM_"))}
+    env.update(
+        TELEGRAM_BOT_TOKEN=tg.token,
+        TELEGRAM_API_URL=tg.url,
+        OPENAI_API_KEY="sk-test",
+        OPENAI_BASE_URL=llm.base_url,
+        OPENAI_MODEL="test-model",
+        OPENAI_TIMEOUT="5",
+        OPENAI_MAX_RETRIES="1",
+        REDIS_URL=redis_url,
+        SYSTEM_PROMPT="You are a test assistant.",
+        SHUTDOWN_TIMEOUT="10",
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra)
+    return env
+
+
+@contextlib.asynccontextmanager
+async def running_bot(settings: Settings) -> AsyncIterator[App]:
+    """The real bot (aiogram, openai, redis clients) in this event loop."""
+    app = App(settings)
+    task = asyncio.create_task(app.run(install_signals=False))
+    try:
+        yield app
+    finally:
+        app.stop("test over")
+        code = await asyncio.wait_for(task, timeout=30)
+        assert code == 0
+
+
+class BotProcess:
+    """``python -m bot`` as a subprocess, with its output kept for assertions."""
+
+    def __init__(self, env: dict[str, str], cwd: Path) -> None:
+        self.env = env
+        self.cwd = cwd
+        self.proc: asyncio.subprocess.Process | None = None
+        self.output = b""
+
+    async def start(self) -> None:
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bot",
+            cwd=self.cwd, env={**self.env, "PYTHONPATH": str(ROOT)},
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+
+    async def wait(self, timeout: float = 30.0) -> int:  # noqa: ASYNC109
+        assert self.proc is not None
+        out, _ = await asyncio.wait_for(self.proc.communicate(), timeout)
+        self.output += out
+        return self.proc.returncode if self.proc.returncode is not None else -1
+
+    async def terminate(self, timeout: float = 30.0) -> int:  # noqa: ASYNC109
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        return await self.wait(timeout)
+
+    async def kill(self) -> None:
+        assert self.proc is not None
+        if self.proc.returncode is None:
+            self.proc.kill()
+        await self.wait()
+
+    @property
+    def text(self) -> str:
+        return self.output.decode(errors="replace")
+
+
+def answers_to(tg: FakeTelegram, chat_id: int, message_id: int) -> list[StoredMessage]:
+    """The bot's messages that reply to ``message_id`` (the parts of one answer)."""
+    return [m for m in tg.bot_messages(chat_id) if m.reply_to == message_id]
+
+
+async def turns_done(tg: FakeTelegram, app: App, count: int, timeout: float = 15.0) -> None:  # noqa: ASYNC109
+    """Wait until ``count`` turns have finished (answer sent and stored)."""
+    await tg.wait_for(lambda: app.runner.completed >= count, timeout)
