@@ -79,6 +79,7 @@ class AnswerWriter:
     async def finish(self, text: str) -> list[int]:
         """Show the final text (every part in place) and return the part ids."""
         await self._stop()
+        await self._pace()
         await self._push(text)
         return self.message_ids
 
@@ -86,6 +87,7 @@ class AnswerWriter:
         """End with a notice: after the partial text if some was shown, else alone."""
         await self._stop()
         if self._latest.strip():
+            await self._pace()
             await self._push(f"{self._latest}\n\n{notice}")
         else:
             message_id = await self._out.send_text(
@@ -97,6 +99,12 @@ class AnswerWriter:
     async def close(self) -> None:
         """Stop every background activity (after a failure); nothing more is sent."""
         await self._stop()
+
+    async def _pace(self) -> None:
+        """Keep the final edit within the per-message edit rate, too."""
+        wait = self._last_push + self._interval - time.monotonic()
+        if self.parts and wait > 0:
+            await asyncio.sleep(wait)
 
     async def _stop(self) -> None:
         """Stop streaming edits; a push in progress is finished, never cut mid-call."""

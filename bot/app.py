@@ -15,7 +15,11 @@ from urllib.parse import urlsplit
 from aiogram import Bot, Dispatcher
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
-from aiogram.exceptions import TelegramNetworkError, TelegramUnauthorizedError
+from aiogram.exceptions import (
+    TelegramAPIError,
+    TelegramNetworkError,
+    TelegramUnauthorizedError,
+)
 from redis.asyncio import Redis
 
 from transcript import StoreUnavailableError, TranscriptStore, connect
@@ -126,8 +130,7 @@ class App:
                 loop.add_signal_handler(sig, self.stop, sig.name)
         try:
             await self.check()
-            await self.bot.delete_webhook(drop_pending_updates=False)
-            await self.bot.set_my_commands(COMMANDS)
+            await self._prepare_polling()
             polling = asyncio.create_task(
                 self.dispatcher.start_polling(
                     self.bot,
@@ -151,6 +154,20 @@ class App:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(sig)
             await self.close()
+
+    async def _prepare_polling(self) -> None:
+        """Drop a webhook (polling needs none) and register the commands menu.
+
+        Neither is needed to answer messages, so a failure is only logged.
+        """
+        for what, call in (
+            ("delete the webhook", self.bot.delete_webhook(drop_pending_updates=False)),
+            ("register the commands", self.bot.set_my_commands(COMMANDS)),
+        ):
+            try:
+                await call
+            except TelegramAPIError as exc:
+                log.warning("could not %s: %s", what, exc.message)
 
     def stop(self, reason: str = "stop") -> None:
         """Begin a graceful shutdown (what SIGTERM does)."""

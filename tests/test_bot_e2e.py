@@ -357,3 +357,23 @@ async def test_blocked_chat_does_not_stop_the_bot(
         await turns_done(tg, app, 1)
         _, text = await ask(tg, app, USER, "still there?")
         assert text == "[depth:2] echo: still there?"
+
+
+async def test_streaming_edits_stay_within_one_per_second(
+    llm: FakeOpenAI, redis_server: RedisServer, redis: Redis
+) -> None:
+    words = " ".join(f"w{i}" for i in range(200))
+    llm.responder = lambda _m: words
+    llm.chunk_chars = 12
+    llm.chunk_delay = 0.03  # ~2.5 s of streaming
+    async with FakeTelegram(flood_edits_per_second=1) as tg:
+        tg.add_private_chat(USER, "Ada")
+        async with running_bot(settings_for(tg, llm, redis_server.url)) as app:
+            first, text = await ask(tg, app, USER, "stream")
+        assert text == f"[depth:2] {words}"
+        edits = [c for c in tg.calls if c.method == "editMessageText"]
+        assert len(edits) >= 2  # it streamed
+        assert not tg.violations
+        assert all(c.status == 200 for c in edits)
+        [part] = answers_to(tg, USER, first)
+        assert part.edits == len(edits)
