@@ -1,7 +1,7 @@
 """The bot's own overhead per turn, with an instant model and an instant Telegram.
 
-Drives :class:`bot.engine.Engine` (routing, assembly, store writes, Markdown
-rendering, the streaming writer) against a real redis-server. Each measured
+Drives :class:`bot.engine.Engine` (routing, assembly, store writes, the turn
+journal, Markdown rendering, the streaming writer) against a real redis-server. Each measured
 turn replies to the same answer at the given chain depth, so every turn sees
 that depth. Baseline in the same run: one flat msgpack list per chat in Redis
 (LRANGE the whole history, RPUSH user and answer), rendering the same answer.
@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 
 from bot.engine import Engine, Inbound
 from bot.format import Chunk, render_chunks
+from bot.journal import Journal
 from bot.model import Answer, Usage
 from bot.telegram import TelegramOut
 from transcript import ChatMessage, TranscriptStore, connect
@@ -69,6 +70,7 @@ def _engine(redis: Redis, telegram: InstantTelegram) -> Engine:
         TranscriptStore(redis),
         InstantModel(),
         telegram,
+        Journal(redis),
         system_prompt="You are a benchmark.",
         max_input_chars=16000,
     )

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from .format import Chunk, render_chunks
@@ -21,12 +22,18 @@ from .telegram import TelegramOut
 log = logging.getLogger("replychain.answer")
 
 TYPING_EVERY = 4.5  # Telegram shows a chat action for about 5 s
+#: The first part waits this long for more text, so a short answer arrives whole.
+FIRST_SHOW_DELAY = 0.5
 
 
 @dataclass(slots=True)
 class Part:
     message_id: int
-    chunk: Chunk
+    chunk: Chunk | None  # None: sent by an earlier run, content unknown
+
+
+async def _no_journal(_message_ids: list[int]) -> None:
+    return None
 
 
 class AnswerWriter:
@@ -41,6 +48,8 @@ class AnswerWriter:
         thread_id: int | None,
         prefix: str,
         edit_interval: float,
+        existing: Sequence[int] = (),
+        on_part: Callable[[list[int]], Awaitable[None]] = _no_journal,
     ) -> None:
         self._out = out
         self._chat_id = chat_id
@@ -48,7 +57,9 @@ class AnswerWriter:
         self._thread_id = thread_id
         self._prefix = prefix
         self._interval = edit_interval
-        self.parts: list[Part] = []
+        #: Parts an earlier run of this turn already sent are edited, never re-sent.
+        self.parts: list[Part] = [Part(m, None) for m in existing]
+        self._on_part = on_part
         self._latest = ""
         self._shown = ""
         self._dirty = asyncio.Event()
@@ -74,6 +85,8 @@ class AnswerWriter:
         self._latest = text
         self._dirty.set()
         if self._pump_task is None and not self._closing:
+            if not self.parts:
+                self._last_push = time.monotonic() - self._interval + FIRST_SHOW_DELAY
             self._pump_task = asyncio.create_task(self._pump())
 
     async def finish(self, text: str) -> list[int]:
@@ -90,15 +103,25 @@ class AnswerWriter:
             await self._pace()
             await self._push(f"{self._latest}\n\n{notice}")
         else:
-            message_id = await self._out.send_text(
-                self._chat_id, notice, reply_to=self._reply_to, thread_id=self._thread_id
-            )
-            self.parts.append(Part(message_id, Chunk(notice, notice)))
+            await self._push_plain(notice)
         return self.message_ids
 
     async def close(self) -> None:
         """Stop every background activity (after a failure); nothing more is sent."""
         await self._stop()
+
+    async def _push_plain(self, text: str) -> None:
+        chunk = Chunk(text, text)
+        if self.parts:
+            await self._out.edit(self._chat_id, self.parts[0].message_id, chunk)
+            self.parts[0].chunk = chunk
+            await self._drop_extra(1)
+            return
+        message_id = await self._out.send(
+            self._chat_id, chunk, reply_to=self._reply_to, thread_id=self._thread_id
+        )
+        self.parts.append(Part(message_id, chunk))
+        await self._on_part(self.message_ids)
 
     async def _pace(self) -> None:
         """Keep the final edit within the per-message edit rate, too."""
@@ -165,10 +188,19 @@ class AnswerWriter:
                     self._chat_id, chunk, reply_to=self._reply_to, thread_id=self._thread_id
                 )
                 self.parts.append(Part(message_id, chunk))
+                await self._on_part(self.message_ids)
                 if len(self.parts) == 1:
                     await self._stop_typing_soon()
+        await self._drop_extra(len(chunks))
         self._shown = text
         self._last_push = time.monotonic()
+
+    async def _drop_extra(self, keep: int) -> None:
+        """Parts an earlier run sent beyond what this answer needs are deleted."""
+        for part in self.parts[keep:]:
+            if part.chunk is None:
+                await self._out.delete(self._chat_id, part.message_id)
+        self.parts[keep:] = [p for p in self.parts[keep:] if p.chunk is not None]
 
     async def _stop_typing_soon(self) -> None:
         # called from inside the pump: the typing task is separate, cancel it

@@ -26,6 +26,8 @@ from transcript import StoreUnavailableError, TranscriptStore, connect
 
 from .engine import Engine
 from .handlers import COMMANDS, build_router
+from .intake import Intake, Outage
+from .journal import Journal
 from .model import ModelClient
 from .runner import TurnRunner
 from .settings import Settings
@@ -78,17 +80,21 @@ class App:
             max_retries=settings.openai_max_retries,
         )
         self.out = TelegramOut(self.bot)
+        self.journal = Journal(self.redis)
         self.engine = Engine(
             self.store,
             self.model,
             self.out,
+            self.journal,
             system_prompt=settings.resolved_system_prompt(),
             max_input_chars=settings.max_input_chars,
         )
-        self.runner = TurnRunner(self.engine)
+        self.intake = Intake(self.redis, settings.bot_instance, Outage())
+        self.runner = TurnRunner(self.engine, self.intake, self.journal)
         self.dispatcher = Dispatcher()
         self.dispatcher.include_router(build_router(settings.allowed_user_ids))
         self.dispatcher["runner"] = self.runner
+        self.dispatcher["intake"] = self.intake
         self.dispatcher["out"] = self.out
         self.stopping = asyncio.Event()
 
@@ -131,9 +137,13 @@ class App:
         try:
             await self.check()
             await self._prepare_polling()
+            self.runner.start()
             polling = asyncio.create_task(
                 self.dispatcher.start_polling(
                     self.bot,
+                    # one update at a time: the handler stores the message in the
+                    # intake stream before aiogram confirms the update to Telegram
+                    handle_as_tasks=False,
                     handle_signals=False,
                     close_bot_session=False,
                     allowed_updates=self.dispatcher.resolve_used_update_types(),

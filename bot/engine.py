@@ -12,14 +12,17 @@ only through the :class:`Model` protocol, so tests and benchmarks can drive it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from transcript import ChatMessage, NodeId, TranscriptError, TranscriptStore
+from transcript import ChatMessage, Node, NodeId, RecordError, TranscriptStore
 
 from .answer import AnswerWriter
+from .journal import Journal, TurnState, answer_idem, root_idem, user_idem
 from .model import Answer, ModelError
 from .telegram import ChatUnavailableError, TelegramOut
 
@@ -39,10 +42,9 @@ MODEL_ERROR_NOTICES = {
     "OPENAI_MODEL).",
 }
 RETRY_HINT = "Your message is kept: reply to it again to retry."
-STORE_NOTICE = (
-    "⚠️ I could not reach my conversation store, so I did not answer. "
-    "Please send your message again in a minute."
-)
+EMPTY_ANSWER = "(the model returned an empty answer)"
+#: How long a reply to a part of an answer still being written waits for it.
+PART_WAIT = 120.0
 RECORD_NOTICE = (
     "⚠️ This conversation's stored history is damaged ({ref}), so I will not answer "
     "from a partial transcript. Start a new conversation by sending a message that "
@@ -84,13 +86,18 @@ class TurnResult:
 
 
 class Engine:
-    """Runs turns: the one function that carries a message to its answer."""
+    """Runs turns: the one function that carries a message to its answer.
+
+    Every step is idempotent or journaled, so running a turn again after a crash
+    or a redelivery finishes it instead of repeating it.
+    """
 
     def __init__(
         self,
         store: TranscriptStore,
         model: Model,
         out: TelegramOut,
+        journal: Journal,
         *,
         system_prompt: str,
         max_input_chars: int,
@@ -98,79 +105,126 @@ class Engine:
         self.store = store
         self.model = model
         self.out = out
+        self.journal = journal
         self.system_prompt = system_prompt
         self.max_input_chars = max_input_chars
 
     async def turn(self, inbound: Inbound) -> TurnResult | None:
-        """Answer one message; user-facing failures end in a clear notice."""
+        """Answer one message (or finish answering it); ``None`` if already answered.
+
+        User-facing failures end in a clear notice; Redis being unreachable
+        raises :class:`~transcript.StoreUnavailableError` so the caller retries.
+        """
+        scope, message_id = inbound.scope, inbound.message_id
+        state = await self.journal.load(scope, message_id)
+        if state.done:
+            return None
         try:
-            return await self._turn(inbound)
+            return await self._turn(inbound, state)
         except ChatUnavailableError as exc:
             log.info("chat %s is unavailable (%s); dropping its answer", inbound.chat_id, exc)
-        except TranscriptError as exc:
+        except RecordError as exc:
             log.error("turn in chat %s failed: %s", inbound.chat_id, exc)
-            await self._notify(inbound, _store_notice(exc))
+            await self._notify(inbound, RECORD_NOTICE.format(ref=exc.ref))
+        await self.journal.finish(scope, message_id, state.parts)
         return None
 
-    async def _turn(self, inbound: Inbound) -> TurnResult:
-        scope = inbound.scope
-        parent = None
-        if inbound.reply_to is not None:
-            parent = await self.store.resolve(scope, inbound.reply_to)
-        if parent is None:
-            root = await self.store.start(
-                scope,
-                [ChatMessage("system", self.system_prompt)],
-                idem=f"root:{inbound.message_id}",
-            )
-            parent = root.id
-        history = await self.store.active(parent)
-        user_message = ChatMessage("user", inbound.text)
-        user_node = await self.store.append(
-            parent,
-            [user_message],
-            idem=f"in:{inbound.message_id}",
-            aliases=[inbound.message_id],
-        )
-        depth = user_node.depth + 1
+    async def _turn(self, inbound: Inbound, state: TurnState) -> TurnResult:
+        scope, message_id = inbound.scope, inbound.message_id
+        if state.user is not None:
+            user_node = await self.store.node(state.user)
+        else:
+            user_node = await self._store_user_message(inbound)
+        history = await self.store.active(user_node.id)
+
+        async def journal_parts(parts: list[int]) -> None:
+            state.parts = parts
+            await self.journal.add_part(scope, message_id, parts)
+
         writer = AnswerWriter(
             self.out,
             chat_id=inbound.chat_id,
-            reply_to=inbound.message_id,
+            reply_to=message_id,
             thread_id=inbound.thread_id,
-            prefix=f"[depth:{depth}] ",
+            prefix=f"[depth:{user_node.depth + 1}] ",
             edit_interval=GROUP_EDIT_INTERVAL if inbound.is_group else PRIVATE_EDIT_INTERVAL,
+            existing=state.parts,
+            on_part=journal_parts,
         )
         if len(inbound.text) > self.max_input_chars:
             notice = (
                 f"Your message is too long ({len(inbound.text)} characters; the limit is "
                 f"{self.max_input_chars}). Please send a shorter one."
             )
-            ids = await writer.fail(notice)
-            await self.store.alias(scope, ids, user_node.id)
-            return TurnResult(user_node.id, None, user_node.depth, tuple(ids))
-        writer.start()
-        try:
-            answer = await self.model.stream([*history.messages, user_message], writer.update)
-        except ModelError as exc:
-            log.warning("model call for chat %s failed: %s", inbound.chat_id, exc)
-            notice = f"⚠️ {MODEL_ERROR_NOTICES[exc.kind]} {RETRY_HINT}"
-            ids = await writer.fail(notice)
-            # replying to the notice continues from the user's message: a retry
-            await self.store.alias(scope, ids, user_node.id)
-            return TurnResult(user_node.id, None, user_node.depth, tuple(ids))
-        except BaseException:
-            await writer.close()
-            raise
-        text = answer.text if answer.text.strip() else "(the model returned an empty answer)"
-        ids = await writer.finish(text)
-        answer_node = await self.store.append(
-            user_node.id,
-            [ChatMessage("assistant", answer.text)],
-            idem=f"answer:{user_node.id.ref}",
-            aliases=ids,
-        )
+            return await self._end_without_answer(inbound, user_node.id, await writer.fail(notice))
+        if state.answer is not None:
+            answer_node = await self.store.node(state.answer)
+            text = answer_node.messages[-1].content or ""
+        else:
+            writer.start()
+            try:
+                answer = await self.model.stream(history.messages, writer.update)
+            except ModelError as exc:
+                log.warning("model call for chat %s failed: %s", inbound.chat_id, exc)
+                notice = f"⚠️ {MODEL_ERROR_NOTICES[exc.kind]} {RETRY_HINT}"
+                ids = await writer.fail(notice)
+                return await self._end_without_answer(inbound, user_node.id, ids)
+            except BaseException:
+                await writer.close()
+                raise
+            text = answer.text
+            answer_node = await self.store.append(
+                user_node.id, [ChatMessage("assistant", text)], idem=answer_idem(message_id)
+            )
+        ids = await writer.finish(text if text.strip() else EMPTY_ANSWER)
+        await self.store.alias(scope, ids, answer_node.id)
+        await self.journal.finish(scope, message_id, ids)
         return TurnResult(user_node.id, answer_node.id, answer_node.depth, tuple(ids))
+
+    async def _store_user_message(self, inbound: Inbound) -> Node:
+        scope = inbound.scope
+        parent = await self._route(inbound)
+        if parent is None:
+            root = await self.store.start(
+                scope,
+                [ChatMessage("system", self.system_prompt)],
+                idem=root_idem(inbound.message_id),
+            )
+            parent = root.id
+        user_node = await self.store.append(
+            parent,
+            [ChatMessage("user", inbound.text)],
+            idem=user_idem(inbound.message_id),
+            aliases=[inbound.message_id],
+        )
+        return user_node
+
+    async def _route(self, inbound: Inbound) -> NodeId | None:
+        """The node the message continues, or ``None`` for a new conversation.
+
+        A reply to a part of an answer that is still being written waits for
+        that turn to store its answer, so it continues the answer, not a stub.
+        """
+        if inbound.reply_to is None:
+            return None
+        scope, target = inbound.scope, inbound.reply_to
+        node = await self.store.resolve(scope, target)
+        deadline = time.monotonic() + PART_WAIT
+        while node is None and time.monotonic() < deadline:
+            if await self.journal.turn_of_part(scope, target) is None:
+                break
+            await asyncio.sleep(0.2)
+            node = await self.store.resolve(scope, target)
+        return node
+
+    async def _end_without_answer(
+        self, inbound: Inbound, user_node: NodeId, ids: list[int]
+    ) -> TurnResult:
+        """A notice instead of an answer: replying to it retries from the user's message."""
+        await self.store.alias(inbound.scope, ids, user_node)
+        await self.journal.finish(inbound.scope, inbound.message_id, ids)
+        node = await self.store.node(user_node)
+        return TurnResult(user_node, None, node.depth, tuple(ids))
 
     async def _notify(self, inbound: Inbound, text: str) -> None:
         try:
@@ -179,8 +233,3 @@ class Engine:
             )
         except Exception as exc:  # the notice is best effort; the log has the cause
             log.warning("could not tell chat %s: %s", inbound.chat_id, type(exc).__name__)
-
-
-def _store_notice(exc: TranscriptError) -> str:
-    ref = getattr(exc, "ref", None)
-    return RECORD_NOTICE.format(ref=ref) if ref else STORE_NOTICE

@@ -6,6 +6,7 @@ middleware (it runs only for messages some handler would answer).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
@@ -18,6 +19,7 @@ from aiogram.filters import Command, CommandStart, Filter
 from aiogram.types import BotCommand, Message, TelegramObject
 
 from .engine import Inbound
+from .intake import Intake
 from .runner import TurnRunner
 from .telegram import TelegramOut
 
@@ -121,10 +123,7 @@ class AccessControl(BaseMiddleware):
         if now - self._refused.get(key, -REFUSAL_EVERY) >= REFUSAL_EVERY:
             self._refused[key] = now
             log.info("refused user %s (not in ALLOWED_USER_IDS)", key)
-            out: TelegramOut = data["out"]
-            await out.send_text(
-                event.chat.id, REFUSAL_TEXT, reply_to=event.message_id, thread_id=thread_of(event)
-            )
+            _notice(data["runner"], data["out"], event, REFUSAL_TEXT)
         return None
 
 
@@ -134,9 +133,13 @@ def _strip_mention(text: str, username: str | None) -> str:
     return re.sub(rf"@{re.escape(username)}\b", "", text, flags=re.IGNORECASE).strip()
 
 
-async def _notice(out: TelegramOut, message: Message, text: str) -> None:
-    await out.send_text(
-        message.chat.id, text, reply_to=message.message_id, thread_id=thread_of(message)
+def _notice(runner: TurnRunner, out: TelegramOut, message: Message, text: str) -> None:
+    """Answer locally, in the background: the update handler never waits on Telegram."""
+    runner.spawn(
+        out.send_text(
+            message.chat.id, text, reply_to=message.message_id, thread_id=thread_of(message)
+        ),
+        name=f"notice-{message.chat.id}",
     )
 
 
@@ -147,26 +150,30 @@ def build_router(allowed_user_ids: frozenset[int]) -> Router:
 
     @router.message(CommandStart())
     @router.message(Command("help"))
-    async def on_help(message: Message, out: TelegramOut) -> None:
-        await _notice(out, message, HELP_TEXT)
+    async def on_help(message: Message, runner: TurnRunner, out: TelegramOut) -> None:
+        _notice(runner, out, message, HELP_TEXT)
 
     @router.message(F.text.startswith("/"), Addressed())
-    async def on_unknown_command(message: Message, out: TelegramOut, bot: Bot) -> None:
+    async def on_unknown_command(
+        message: Message, runner: TurnRunner, out: TelegramOut, bot: Bot
+    ) -> None:
         command = (message.text or "").split()[0]
         _, _, target = command.partition("@")
         me = await bot.me()
         if target and target.lower() != (me.username or "").lower():
             return  # a command for another bot in this group
-        await _notice(out, message, UNKNOWN_COMMAND_TEXT)
+        _notice(runner, out, message, UNKNOWN_COMMAND_TEXT)
 
     @router.message(F.text | F.caption, Addressed())
-    async def on_text(message: Message, runner: TurnRunner, out: TelegramOut, bot: Bot) -> None:
+    async def on_text(
+        message: Message, runner: TurnRunner, intake: Intake, out: TelegramOut, bot: Bot
+    ) -> None:
         me = await bot.me()
         text = message.text or message.caption or ""
         if is_group(message):
             text = _strip_mention(text, me.username)
         if not text.strip():
-            await _notice(out, message, EMPTY_MENTION_TEXT)
+            _notice(runner, out, message, EMPTY_MENTION_TEXT)
             return
         sender = message.from_user.id if message.from_user else 0
         inbound = Inbound(
@@ -178,10 +185,12 @@ def build_router(allowed_user_ids: frozenset[int]) -> Router:
             thread_id=thread_of(message),
             is_group=is_group(message),
         )
-        runner.submit(inbound)
+        if not await intake.record(inbound, runner.stopping):
+            # stopping before it was stored: never let aiogram confirm this update
+            await asyncio.Event().wait()
 
     @router.message(F.content_type.in_(UNSUPPORTED), Addressed())
-    async def on_unsupported(message: Message, out: TelegramOut) -> None:
-        await _notice(out, message, UNSUPPORTED_TEXT)
+    async def on_unsupported(message: Message, runner: TurnRunner, out: TelegramOut) -> None:
+        _notice(runner, out, message, UNSUPPORTED_TEXT)
 
     return router

@@ -6,6 +6,7 @@ that names the variable and says how to fix it; it never shows a secret.
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Annotated
 
@@ -73,6 +74,8 @@ class Settings(BaseSettings):
     #: Seconds in-flight answers get to finish on SIGTERM.
     shutdown_timeout: float = Field(25.0, ge=0)
     log_level: str = "INFO"
+    #: This process's name in the intake consumer group; unique per running bot process.
+    bot_instance: str = Field(default_factory=socket.gethostname, min_length=1)
 
     @field_validator("allowed_user_ids", "owner_user_ids", mode="before")
     @classmethod

@@ -160,6 +160,13 @@ class TelegramOut:
         """A short notice (plain text, never parsed)."""
         return await self.send(chat_id, Chunk(text, text), reply_to=reply_to, thread_id=thread_id)
 
+    async def delete(self, chat_id: int, message_id: int) -> None:
+        """Best effort: a message that cannot be deleted is left as it is."""
+        try:
+            await self._call(self.bot.delete_message(chat_id=chat_id, message_id=message_id))
+        except TelegramBadRequest as exc:
+            log.info("could not delete message %s: %s", message_id, exc.message)
+
     async def typing(self, chat_id: int, thread_id: int | None) -> None:
         """One typing action; failures only matter to the log."""
         try:

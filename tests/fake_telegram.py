@@ -50,7 +50,7 @@ import re
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -1120,6 +1120,8 @@ class FakeTelegram:
         self.server_errors: list[str] = []  # tracebacks of bugs in the fake itself
         self.commands: dict[tuple[str, str], list[JSON]] = {}
         self.webhook_url = ""
+        #: Awaited after a successful call is applied, before the client gets the answer.
+        self.after_call: Callable[[Call], Awaitable[None]] | None = None
         self._clock = clock
         self._chats: dict[int, _Chat] = {}
         self._users: dict[int, _User] = {}
@@ -1482,7 +1484,11 @@ class FakeTelegram:
             failure = _ApiError(500, f"Internal Server Error: FakeTelegram bug: {exc!r}")
             self._record(Call(method, params, started, 500, failure.description))
             return _error_response(failure)
-        self._record(Call(method, params, started, 200, None, copy.deepcopy(result)))
+        call = Call(method, params, started, 200, None, copy.deepcopy(result))
+        self._record(call)
+        if self.after_call is not None:
+            # applied but not yet answered: a test may kill the client right here
+            await self.after_call(call)
         return _json_response(200, {"ok": True, "result": result})
 
     def _record(self, call: Call) -> None:

@@ -6,7 +6,7 @@ Telegram or of any model API.
 
 from . import keys
 from .cache import RecordCache
-from .connect import connect
+from .connect import connect, guarded
 from .errors import (
     CorruptRecordError,
     MissingNodeError,
@@ -35,5 +35,6 @@ __all__ = [
     "UnknownSchemaError",
     "connect",
     "count_depth",
+    "guarded",
     "keys",
 ]

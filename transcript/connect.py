@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Awaitable
+from typing import TypeVar
+
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import BusyLoadingError, ConnectionError, TimeoutError
+
+from .errors import StoreUnavailableError
+
+T = TypeVar("T")
+_UNAVAILABLE = (ConnectionError, TimeoutError, OSError)
 
 
 def connect(
@@ -31,3 +40,15 @@ def connect(
         health_check_interval=30,
         decode_responses=False,
     )
+
+
+async def guarded(awaitable: Awaitable[T]) -> T:
+    """Await one Redis round trip; connection failures become :class:`StoreUnavailableError`."""
+    started = time.monotonic()
+    try:
+        return await awaitable
+    except _UNAVAILABLE as exc:
+        waited = time.monotonic() - started
+        raise StoreUnavailableError(
+            f"Redis is unreachable ({type(exc).__name__} after {waited:.1f}s)"
+        ) from exc

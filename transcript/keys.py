@@ -10,6 +10,13 @@ Redis Cluster slot (the append script touches several of them atomically).
     rc:{S}:a          hash: message id -> "tree:seg.i"   (aliases, HSETNX)
     rc:{S}:i          hash: idempotency key -> "tree:seg.i" (one write per key)
 
+The bot's message bus and turn journal (scoped the same way where per chat):
+
+    rc:intake         stream of accepted user messages, consumer group "turns"
+    rc:{S}:turn:<m>   hash: progress of the turn answering message m (resume after a crash)
+    rc:{S}:lease:<m>  the worker currently running that turn (SET NX PX)
+    rc:{S}:part       hash: sent answer part -> message m whose turn is still running
+
 A tree is one hash so that a branch costs one hash field (no new key) and a
 whole path loads with HMGET on one key.
 """
@@ -50,3 +57,19 @@ def alias_key(scope: str) -> str:
 
 def idem_key(scope: str) -> str:
     return scope_prefix(scope) + "i"
+
+
+INTAKE_STREAM = f"{NAMESPACE}:intake"
+INTAKE_GROUP = "turns"
+
+
+def turn_key(scope: str, message_id: int) -> str:
+    return f"{scope_prefix(scope)}turn:{message_id}"
+
+
+def lease_key(scope: str, message_id: int) -> str:
+    return f"{scope_prefix(scope)}lease:{message_id}"
+
+
+def pending_parts_key(scope: str) -> str:
+    return scope_prefix(scope) + "part"

@@ -13,17 +13,16 @@ ancestor runs, and a node stores only its depth and its own messages.
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Awaitable, Iterable, Sequence
 from typing import TypeVar
 
-from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
 from . import codec, keys
 from .cache import RecordCache, SegmentEntry
 from .codec import ROOT_SEGMENT, SegmentRecord
-from .errors import CorruptRecordError, MissingNodeError, StoreUnavailableError
+from .connect import guarded
+from .errors import CorruptRecordError, MissingNodeError
 from .model import ChatMessage, Node, NodeId, Transcript, count_depth
 
 T = TypeVar("T")
@@ -66,8 +65,6 @@ if ARGV[1] ~= '' then redis.call('HSET', KEYS[1], ARGV[1], ref) end
 for i = 6, #ARGV do redis.call('HSETNX', KEYS[2], ARGV[i], ref) end
 return {1, ref}
 """
-
-_UNAVAILABLE = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)
 
 
 class TranscriptStore:
@@ -326,16 +323,9 @@ class TranscriptStore:
         return entry.record
 
     async def _io(self, awaitable: Awaitable[T]) -> T:
-        """Await one Redis round trip, turning connection failures into a typed error."""
+        """One counted Redis round trip (failures become :class:`StoreUnavailableError`)."""
         self.round_trips += 1
-        started = time.monotonic()
-        try:
-            return await awaitable
-        except _UNAVAILABLE as exc:
-            waited = time.monotonic() - started
-            raise StoreUnavailableError(
-                f"Redis is unreachable ({type(exc).__name__} after {waited:.1f}s)"
-            ) from exc
+        return await guarded(awaitable)
 
 
 def _runs_of(
