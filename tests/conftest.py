@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 
+from bot.app import App
 from transcript import TranscriptStore, connect
 
+from .fake_openai import FakeOpenAI
+from .fake_telegram import FakeTelegram
+from .harness import OTHER_USER, USER, BotFactory, running_bot, settings_for
 from .redis_server import RedisServer
 
 
@@ -43,3 +49,28 @@ def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+async def tg() -> AsyncIterator[FakeTelegram]:
+    """A Bot API test server with two private chats (USER and OTHER_USER)."""
+    async with FakeTelegram() as server:
+        server.add_private_chat(USER, "Ada")
+        server.add_private_chat(OTHER_USER, "Bob")
+        yield server
+
+
+@pytest.fixture
+async def llm() -> AsyncIterator[FakeOpenAI]:
+    async with FakeOpenAI() as server:
+        yield server
+
+
+@pytest.fixture
+def start_bot(
+    tg: FakeTelegram, llm: FakeOpenAI, redis_server: RedisServer, redis: Redis
+) -> BotFactory:
+    def factory(**extra: Any) -> AbstractAsyncContextManager[App]:
+        return running_bot(settings_for(tg, llm, redis_server.url, **extra))
+
+    return factory

@@ -7,7 +7,8 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from .fake_openai import FakeOpenAI
 from .fake_telegram import FakeTelegram, StoredMessage
 
 ROOT = Path(__file__).resolve().parent.parent
+BotFactory = Callable[..., AbstractAsyncContextManager[App]]
 USER = 1001
 OTHER_USER = 1002
 
@@ -119,3 +121,20 @@ def answers_to(tg: FakeTelegram, chat_id: int, message_id: int) -> list[StoredMe
 async def turns_done(tg: FakeTelegram, app: App, count: int, timeout: float = 15.0) -> None:  # noqa: ASYNC109
     """Wait until ``count`` turns have finished (answer sent and stored)."""
     await tg.wait_for(lambda: app.runner.completed >= count, timeout)
+
+
+def said(llm: FakeOpenAI, index: int = -1) -> list[tuple[str, str]]:
+    """(role, content) of every message the model was sent in one request."""
+    return [(m["role"], m["content"]) for m in llm.requests[index].messages]
+
+
+async def ask(
+    tg: FakeTelegram, app: App, chat: int, text: str | None, *, user: int = USER, **kw: Any
+) -> tuple[int, str]:
+    """Send a message, wait for its turn, return (its id, the full answer text)."""
+    done = app.runner.completed + 1
+    message = tg.send_user_message(chat, user, text, **kw)
+    await turns_done(tg, app, done)
+    parts = answers_to(tg, chat, message["message_id"])
+    assert parts, f"no answer to {text!r}"
+    return message["message_id"], "".join(p.text or "" for p in parts)

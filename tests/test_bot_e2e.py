@@ -7,65 +7,28 @@ the bot sent back, what the model was asked, and what Redis holds.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager
-from typing import Any
 
-import pytest
 from redis.asyncio import Redis
 
-from bot.app import App
 from bot.handlers import HELP_TEXT, REFUSAL_TEXT, UNSUPPORTED_TEXT
 from transcript import TranscriptStore
 
 from .fake_openai import FakeOpenAI
 from .fake_telegram import FakeTelegram
-from .harness import OTHER_USER, USER, answers_to, running_bot, settings_for, turns_done
+from .harness import (
+    OTHER_USER,
+    USER,
+    BotFactory,
+    answers_to,
+    ask,
+    running_bot,
+    said,
+    settings_for,
+    turns_done,
+)
 from .redis_server import RedisServer
 
 GROUP = -100500
-BotFactory = Callable[..., AbstractAsyncContextManager[App]]
-
-
-@pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    async with FakeTelegram() as server:
-        server.add_private_chat(USER, "Ada")
-        server.add_private_chat(OTHER_USER, "Bob")
-        yield server
-
-
-@pytest.fixture
-async def llm() -> AsyncIterator[FakeOpenAI]:
-    async with FakeOpenAI() as server:
-        yield server
-
-
-@pytest.fixture
-def start_bot(
-    tg: FakeTelegram, llm: FakeOpenAI, redis_server: RedisServer, redis: Redis
-) -> BotFactory:
-    def factory(**extra: Any) -> AbstractAsyncContextManager[App]:
-        return running_bot(settings_for(tg, llm, redis_server.url, **extra))
-
-    return factory
-
-
-def said(llm: FakeOpenAI, index: int = -1) -> list[tuple[str, str]]:
-    """(role, content) of every message the model was sent in one request."""
-    return [(m["role"], m["content"]) for m in llm.requests[index].messages]
-
-
-async def ask(
-    tg: FakeTelegram, app: App, chat: int, text: str | None, *, user: int = USER, **kw: Any
-) -> tuple[int, str]:
-    """Send a message, wait for its turn, return (its id, the full answer text)."""
-    done = app.runner.completed + 1
-    message = tg.send_user_message(chat, user, text, **kw)
-    await turns_done(tg, app, done)
-    parts = answers_to(tg, chat, message["message_id"])
-    assert parts, f"no answer to {text!r}"
-    return message["message_id"], "".join(p.text or "" for p in parts)
 
 
 async def test_first_answer_is_a_reply_at_depth_2(

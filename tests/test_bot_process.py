@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -17,19 +16,6 @@ from .fake_openai import FakeOpenAI
 from .fake_telegram import FakeTelegram
 from .harness import USER, BotProcess, answers_to, env_for
 from .redis_server import RedisServer, free_port
-
-
-@pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    async with FakeTelegram() as server:
-        server.add_private_chat(USER, "Ada")
-        yield server
-
-
-@pytest.fixture
-async def llm() -> AsyncIterator[FakeOpenAI]:
-    async with FakeOpenAI() as server:
-        yield server
 
 
 async def run_to_exit(env: dict[str, str], cwd: Path) -> tuple[int, str]:
