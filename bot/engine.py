@@ -151,6 +151,21 @@ class Engine:
             existing=state.parts,
             on_part=journal_parts,
         )
+        try:
+            return await self._answer(inbound, state, user_node, history.messages, writer)
+        except BaseException:
+            await writer.close()  # nothing more is sent; a later run resumes
+            raise
+
+    async def _answer(
+        self,
+        inbound: Inbound,
+        state: TurnState,
+        user_node: Node,
+        messages: tuple[ChatMessage, ...],
+        writer: AnswerWriter,
+    ) -> TurnResult:
+        scope, message_id = inbound.scope, inbound.message_id
         if len(inbound.text) > self.max_input_chars:
             notice = (
                 f"Your message is too long ({len(inbound.text)} characters; the limit is "
@@ -163,15 +178,12 @@ class Engine:
         else:
             writer.start()
             try:
-                answer = await self.model.stream(history.messages, writer.update)
+                answer = await self.model.stream(messages, writer.update)
             except ModelError as exc:
                 log.warning("model call for chat %s failed: %s", inbound.chat_id, exc)
                 notice = f"⚠️ {MODEL_ERROR_NOTICES[exc.kind]} {RETRY_HINT}"
                 ids = await writer.fail(notice)
                 return await self._end_without_answer(inbound, user_node.id, ids)
-            except BaseException:
-                await writer.close()
-                raise
             text = answer.text
             answer_node = await self.store.append(
                 user_node.id, [ChatMessage("assistant", text)], idem=answer_idem(message_id)
