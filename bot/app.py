@@ -24,7 +24,8 @@ from redis.asyncio import Redis
 
 from transcript import StoreUnavailableError, TranscriptStore, connect
 
-from .engine import Engine
+from .accounting import Accounting, Clock, Prices, utc_now
+from .engine import Engine, Limits
 from .handlers import COMMANDS, build_router
 from .intake import Intake, Outage
 from .journal import Journal
@@ -64,7 +65,7 @@ async def _retrying(what: str, attempt_once: object) -> None:
 class App:
     """Every long-lived part of a running bot."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, clock: Clock = utc_now) -> None:
         self.settings = settings
         session = AiohttpSession(api=TelegramAPIServer.from_base(settings.telegram_api_url))
         self.flood = FloodControl()
@@ -81,13 +82,29 @@ class App:
         )
         self.out = TelegramOut(self.bot)
         self.journal = Journal(self.redis)
+        self.accounting = Accounting(
+            self.redis,
+            clock=clock,
+            audit_days=settings.model_audit_days,
+            prices=Prices(
+                settings.price_input_per_mtok,
+                settings.price_cached_input_per_mtok,
+                settings.price_output_per_mtok,
+            ),
+        )
         self.engine = Engine(
             self.store,
             self.model,
             self.out,
             self.journal,
+            self.accounting,
             system_prompt=settings.resolved_system_prompt(),
-            max_input_chars=settings.max_input_chars,
+            limits=Limits(
+                max_input_chars=settings.max_input_chars,
+                user_daily_tokens=settings.user_daily_token_limit,
+                max_calls_per_turn=settings.turn_max_model_calls,
+                max_tokens_per_turn=settings.turn_max_tokens,
+            ),
         )
         self.intake = Intake(self.redis, settings.bot_instance, Outage())
         self.runner = TurnRunner(self.engine, self.intake, self.journal)
@@ -96,6 +113,9 @@ class App:
         self.dispatcher["runner"] = self.runner
         self.dispatcher["intake"] = self.intake
         self.dispatcher["out"] = self.out
+        self.dispatcher["accounting"] = self.accounting
+        self.dispatcher["store"] = self.store
+        self.dispatcher["settings"] = settings
         self.stopping = asyncio.Event()
 
     async def check(self) -> None:

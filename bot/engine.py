@@ -17,13 +17,15 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Protocol
 
 from transcript import ChatMessage, Node, NodeId, RecordError, TranscriptStore
 
+from .accounting import Accounting, CallRecord, next_reset
 from .answer import AnswerWriter
 from .journal import Journal, TurnState, answer_idem, root_idem, user_idem
-from .model import Answer, ModelError
+from .model import Answer, ModelError, Usage
 from .telegram import ChatUnavailableError, TelegramOut
 
 log = logging.getLogger("replychain.engine")
@@ -43,6 +45,14 @@ MODEL_ERROR_NOTICES = {
 }
 RETRY_HINT = "Your message is kept: reply to it again to retry."
 EMPTY_ANSWER = "(the model returned an empty answer)"
+DAILY_LIMIT_NOTICE = (
+    "You have used your {limit} tokens for today. The limit resets at {reset} "
+    "(in {wait}); your message is kept: reply to it then to get an answer."
+)
+TURN_GUARD_NOTICE = (
+    "⚠️ I stopped trying to answer this message: it already used the most model calls "
+    "or tokens one message may use. Please rephrase it in a new message."
+)
 #: How long a reply to a part of an answer still being written waits for it.
 PART_WAIT = 120.0
 RECORD_NOTICE = (
@@ -55,9 +65,28 @@ RECORD_NOTICE = (
 class Model(Protocol):
     """What the turn flow needs from a model (:class:`~bot.model.ModelClient`)."""
 
+    @property
+    def name(self) -> str: ...
+
     async def stream(
         self, messages: Sequence[ChatMessage], on_text: Callable[[str], None]
     ) -> Answer: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one message and one user may cost (0 = unlimited where it applies)."""
+
+    max_input_chars: int = 16000
+    user_daily_tokens: int = 0
+    max_calls_per_turn: int = 3
+    max_tokens_per_turn: int = 0
+
+
+def _duration(delta: timedelta) -> str:
+    minutes = max(1, int(delta.total_seconds() // 60))
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m"
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,16 +127,18 @@ class Engine:
         model: Model,
         out: TelegramOut,
         journal: Journal,
+        accounting: Accounting,
         *,
         system_prompt: str,
-        max_input_chars: int,
+        limits: Limits,
     ) -> None:
         self.store = store
         self.model = model
         self.out = out
         self.journal = journal
+        self.accounting = accounting
         self.system_prompt = system_prompt
-        self.max_input_chars = max_input_chars
+        self.limits = limits
 
     async def turn(self, inbound: Inbound) -> TurnResult | None:
         """Answer one message (or finish answering it); ``None`` if already answered.
@@ -166,24 +197,26 @@ class Engine:
         writer: AnswerWriter,
     ) -> TurnResult:
         scope, message_id = inbound.scope, inbound.message_id
-        if len(inbound.text) > self.max_input_chars:
-            notice = (
-                f"Your message is too long ({len(inbound.text)} characters; the limit is "
-                f"{self.max_input_chars}). Please send a shorter one."
-            )
-            return await self._end_without_answer(inbound, user_node.id, await writer.fail(notice))
         if state.answer is not None:
             answer_node = await self.store.node(state.answer)
             text = answer_node.messages[-1].content or ""
         else:
+            refusal = await self._refusal(inbound)
+            if refusal is not None:
+                return await self._end_without_answer(
+                    inbound, user_node.id, await writer.fail(refusal)
+                )
             writer.start()
+            await self.journal.count_call(scope, message_id)
             try:
                 answer = await self.model.stream(messages, writer.update)
             except ModelError as exc:
                 log.warning("model call for chat %s failed: %s", inbound.chat_id, exc)
+                await self._account(inbound, user_node.id, exc.usage, exc.latency, exc.kind)
                 notice = f"⚠️ {MODEL_ERROR_NOTICES[exc.kind]} {RETRY_HINT}"
                 ids = await writer.fail(notice)
                 return await self._end_without_answer(inbound, user_node.id, ids)
+            await self._account(inbound, user_node.id, answer.usage, answer.latency, None)
             text = answer.text
             answer_node = await self.store.append(
                 user_node.id, [ChatMessage("assistant", text)], idem=answer_idem(message_id)
@@ -192,6 +225,48 @@ class Engine:
         await self.store.alias(scope, ids, answer_node.id)
         await self.journal.finish(scope, message_id, ids)
         return TurnResult(user_node.id, answer_node.id, answer_node.depth, tuple(ids))
+
+    async def _refusal(self, inbound: Inbound) -> str | None:
+        """Why no model call may be made for this turn, or ``None``."""
+        if len(inbound.text) > self.limits.max_input_chars:
+            return (
+                f"Your message is too long ({len(inbound.text)} characters; the limit is "
+                f"{self.limits.max_input_chars}). Please send a shorter one."
+            )
+        calls = await self.journal.calls(inbound.scope, inbound.message_id)
+        spent = await self.accounting.turn(inbound.chat_id, inbound.message_id)
+        if calls >= self.limits.max_calls_per_turn or (
+            self.limits.max_tokens_per_turn and spent.tokens >= self.limits.max_tokens_per_turn
+        ):
+            log.warning(
+                "turn for message %s in chat %s stopped: %d model calls, %d tokens",
+                inbound.message_id, inbound.chat_id, calls, spent.tokens,
+            )  # fmt: skip
+            return TURN_GUARD_NOTICE
+        daily = self.limits.user_daily_tokens
+        if daily and (await self.accounting.user_today(inbound.user_id)).tokens >= daily:
+            now = self.accounting.clock()
+            reset = next_reset(now)
+            return DAILY_LIMIT_NOTICE.format(
+                limit=daily, reset=reset.strftime("%H:%M UTC"), wait=_duration(reset - now)
+            )
+        return None
+
+    async def _account(
+        self, inbound: Inbound, sent: NodeId, usage: Usage, latency: float, error: str | None
+    ) -> None:
+        await self.accounting.record(
+            CallRecord(
+                chat_id=inbound.chat_id,
+                user_id=inbound.user_id,
+                message_id=inbound.message_id,
+                sent=sent,
+                model=self.model.name,
+                usage=usage,
+                latency=latency,
+                error=error,
+            )
+        )
 
     async def _store_user_message(self, inbound: Inbound) -> Node:
         scope = inbound.scope

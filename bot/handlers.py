@@ -20,6 +20,7 @@ from aiogram.types import BotCommand, Message, TelegramObject
 
 from .engine import Inbound
 from .intake import Intake
+from .reports import build_usage_router
 from .runner import TurnRunner
 from .telegram import TelegramOut
 
@@ -28,6 +29,7 @@ log = logging.getLogger("replychain.handlers")
 COMMANDS = [
     BotCommand(command="start", description="What this bot is and how threads work"),
     BotCommand(command="help", description="How to continue, branch and start conversations"),
+    BotCommand(command="usage", description="Your tokens today and in total (reply: this chain)"),
 ]
 
 HELP_TEXT = (
@@ -37,8 +39,11 @@ HELP_TEXT = (
     "• Reply twice to the same answer: two branches that share everything above them "
     "and never see each other.\n\n"
     "Each answer starts with [depth:N], the number of messages in its conversation.\n"
-    "In groups I answer when you reply to me, mention me or send a command."
+    "In groups I answer when you reply to me, mention me or send a command.\n\n"
+    "/usage shows your tokens today and in total; sent as a reply inside a conversation "
+    "it also shows that conversation's."
 )
+
 UNSUPPORTED_TEXT = (
     "I can only read text: send your question as a text message (a photo's caption "
     "counts as text). Stickers, voice notes, files and other media are not supported."
@@ -144,9 +149,17 @@ def _notice(runner: TurnRunner, out: TelegramOut, message: Message, text: str) -
 
 
 def build_router(allowed_user_ids: frozenset[int]) -> Router:
-    """The bot's only router; ``runner`` and ``out`` come from the dispatcher's data."""
-    router = Router(name="replychain")
-    router.message.middleware(AccessControl(allowed_user_ids))
+    """The bot's router; ``runner``, ``out`` and the rest come from the dispatcher's data."""
+    root = Router(name="replychain")
+    access = AccessControl(allowed_user_ids)
+    for child in (build_usage_router(), _conversation_router()):
+        child.message.middleware(access)  # only for messages a handler would answer
+        root.include_router(child)
+    return root
+
+
+def _conversation_router() -> Router:
+    router = Router(name="conversation")
 
     @router.message(CommandStart())
     @router.message(Command("help"))

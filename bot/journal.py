@@ -86,6 +86,14 @@ class Journal:
                 pipe.hdel(keys.pending_parts_key(scope), *map(str, parts))
             await guarded(pipe.execute())
 
+    async def count_call(self, scope: str, message_id: int) -> int:
+        """One more model call for this turn; returns the count (the per-turn guard)."""
+        return int(await guarded(self._redis.hincrby(keys.turn_key(scope, message_id), "calls", 1)))
+
+    async def calls(self, scope: str, message_id: int) -> int:
+        value = await guarded(self._redis.hget(keys.turn_key(scope, message_id), "calls"))
+        return int(value) if value is not None else 0
+
     async def turn_of_part(self, scope: str, part_id: int) -> int | None:
         """The message whose still-running turn sent ``part_id``, if any."""
         owner = await guarded(self._redis.hget(keys.pending_parts_key(scope), str(part_id)))

@@ -47,18 +47,28 @@ class Answer:
 
 
 class ModelError(Exception):
-    """A model call failed after retries; ``kind`` says how, ``partial`` what arrived."""
+    """A model call failed after retries; ``kind`` says how, ``partial`` what arrived.
+
+    ``usage`` is an estimate of what the failed call may have cost (the prompt
+    and any partial answer), ``latency`` how long it took.
+    """
 
     def __init__(self, kind: ErrorKind, detail: str, partial: str = "") -> None:
         super().__init__(f"{kind}: {detail}")
         self.kind = kind
         self.detail = detail
         self.partial = partial
+        self.usage = Usage(0, 0, 0, estimated=True)
+        self.latency = 0.0
 
 
 def estimate_tokens(text: str) -> int:
     """A provider-agnostic estimate (~4 characters a token) for calls without usage."""
     return max(1, math.ceil(len(text) / 4))
+
+
+def _estimate_prompt(payload: list[dict[str, Any]]) -> int:
+    return sum(estimate_tokens(str(m.get("content") or "")) + 4 for m in payload)
 
 
 def to_openai(message: ChatMessage) -> dict[str, Any]:
@@ -109,6 +119,7 @@ class ModelClient:
         max_retries: int,
     ) -> None:
         self.model = model
+        self.name = model
         self.max_retries = max_retries
         self._client = openai.AsyncOpenAI(
             api_key=api_key,
@@ -126,6 +137,18 @@ class ModelClient:
         """Stream one answer, calling ``on_text`` with the whole text so far."""
         payload = [to_openai(m) for m in messages]
         started = time.monotonic()
+        try:
+            return await self._stream_retrying(payload, on_text, started)
+        except ModelError as exc:
+            # a failed call may still be billed for what it streamed: estimate it
+            exc.latency = time.monotonic() - started
+            if exc.partial:
+                exc.usage = Usage(_estimate_prompt(payload), estimate_tokens(exc.partial), 0, True)
+            raise
+
+    async def _stream_retrying(
+        self, payload: list[dict[str, Any]], on_text: Callable[[str], None], started: float
+    ) -> Answer:
         attempt = 0
         while True:
             try:
@@ -174,6 +197,5 @@ class ModelClient:
         finally:
             await stream.close()
         if usage is None:
-            prompt = sum(estimate_tokens(str(m.get("content") or "")) + 4 for m in payload)
-            usage = Usage(prompt, estimate_tokens(text), 0, estimated=True)
+            usage = Usage(_estimate_prompt(payload), estimate_tokens(text), 0, estimated=True)
         return Answer(text, usage, self.model, time.monotonic() - started, finish)

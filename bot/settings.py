@@ -69,6 +69,16 @@ class Settings(BaseSettings):
     user_daily_token_limit: int = Field(0, ge=0)
     #: Bytes of transcript records kept in the in-process LRU.
     transcript_cache_bytes: int = Field(64 * 1024 * 1024, ge=1024 * 1024)
+    #: Most model calls one message may cause (retries after crashes included).
+    turn_max_model_calls: int = Field(3, ge=1, le=100)
+    #: Most tokens one message may cause (0 = no limit besides the context budget).
+    turn_max_tokens: int = Field(0, ge=0)
+    #: Days a model-call audit record (node ids and usage, no message text) is kept; 0 = off.
+    model_audit_days: int = Field(7, ge=0, le=3650)
+    #: Prices in USD per million tokens, for estimated costs in /usage and /stats.
+    price_input_per_mtok: float = Field(0.0, ge=0)
+    price_cached_input_per_mtok: float = Field(0.0, ge=0)
+    price_output_per_mtok: float = Field(0.0, ge=0)
     #: Longest user message (characters) sent to the model.
     max_input_chars: int = Field(16000, ge=100)
     #: Seconds in-flight answers get to finish on SIGTERM.

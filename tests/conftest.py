@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
+from bot.accounting import Clock, utc_now
 from bot.app import App
 from transcript import TranscriptStore, connect
 
@@ -70,7 +71,7 @@ async def llm() -> AsyncIterator[FakeOpenAI]:
 def start_bot(
     tg: FakeTelegram, llm: FakeOpenAI, redis_server: RedisServer, redis: Redis
 ) -> BotFactory:
-    def factory(**extra: Any) -> AbstractAsyncContextManager[App]:
-        return running_bot(settings_for(tg, llm, redis_server.url, **extra))
+    def factory(clock: Clock = utc_now, **extra: Any) -> AbstractAsyncContextManager[App]:
+        return running_bot(settings_for(tg, llm, redis_server.url, **extra), clock)
 
     return factory

@@ -12,6 +12,7 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
+from bot.accounting import Clock, utc_now
 from bot.app import App
 from bot.settings import Settings
 
@@ -63,9 +64,9 @@ def env_for(tg: FakeTelegram, llm: FakeOpenAI, redis_url: str, **extra: str) -> 
 
 
 @contextlib.asynccontextmanager
-async def running_bot(settings: Settings) -> AsyncIterator[App]:
+async def running_bot(settings: Settings, clock: Clock = utc_now) -> AsyncIterator[App]:
     """The real bot (aiogram, openai, redis clients) in this event loop."""
-    app = App(settings)
+    app = App(settings, clock=clock)
     task = asyncio.create_task(app.run(install_signals=False))
     try:
         yield app

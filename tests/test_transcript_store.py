@@ -382,3 +382,13 @@ def test_every_leaf_assembles_to_its_path(
         await client.aclose()
 
     asyncio.run(run())
+
+
+async def test_path_lists_the_nodes_root_to_leaf(store: TranscriptStore) -> None:
+    ids = await chain(store, "8", 3)
+    taken = await store.append(ids[2], [user("taken")])
+    branch = await store.append(ids[2], [user("branch")])
+    path = await TranscriptStore(store._redis).path(branch.id)
+    assert [n.id for n in path] == [*ids[:3], branch.id]
+    assert taken.id not in [n.id for n in path]
+    assert [n.depth for n in path] == [0, 1, 2, 3]

@@ -6,7 +6,7 @@ import time
 from collections.abc import Awaitable
 from typing import TypeVar
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import BusyLoadingError, ConnectionError, TimeoutError
@@ -23,16 +23,22 @@ def connect(
     socket_timeout: float = 5.0,
     connect_timeout: float = 3.0,
     retries: int = 3,
+    max_connections: int = 64,
 ) -> Redis:
     """A ``redis.asyncio`` client that fails with an error instead of hanging.
 
     Each command gets ``socket_timeout`` seconds, each connection attempt
     ``connect_timeout``; connection errors, timeouts and "loading the dataset"
-    are retried ``retries`` times with jittered exponential backoff. The client
-    speaks bytes (records are msgpack). No connection is made until first use.
+    are retried ``retries`` times with jittered exponential backoff. At most
+    ``max_connections`` are open; more concurrent commands wait for one. The
+    client speaks bytes (records are msgpack). No connection is made until first use.
     """
-    return Redis.from_url(
+    # A blocking pool: a burst of concurrent commands waits for a free
+    # connection instead of failing with "too many connections".
+    pool = BlockingConnectionPool.from_url(
         url,
+        max_connections=max_connections,
+        timeout=socket_timeout,
         socket_timeout=socket_timeout,
         socket_connect_timeout=connect_timeout,
         retry=Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.05), retries),
@@ -40,6 +46,7 @@ def connect(
         health_check_interval=30,
         decode_responses=False,
     )
+    return Redis.from_pool(pool)
 
 
 async def guarded(awaitable: Awaitable[T]) -> T:

@@ -17,6 +17,20 @@ The bot's message bus and turn journal (scoped the same way where per chat):
     rc:{S}:lease:<m>  the worker currently running that turn (SET NX PX)
     rc:{S}:part       hash: sent answer part -> message m whose turn is still running
 
+Token accounting (bot/accounting.py), all in the one slot of the tag {usage}:
+
+    rc:{usage}:call:<id>          marker: this model call is counted (SET NX)
+    rc:{usage}:u:<user>           hash p/c/k/n/e/x (prompt, completion, cached,
+    rc:{usage}:u:<user>:<day>       calls, estimated, errors): per user, per user and
+    rc:{usage}:c:<chat>             UTC day (YYYYMMDD), per chat, per conversation
+    rc:{usage}:r:<chat>:<tree>      tree, per turn (the user's message id), per day
+    rc:{usage}:t:<chat>:<m>
+    rc:{usage}:d:<day>
+    rc:{usage}:n:<chat>           hash "<node ref>:p|c|k|n": usage of the turn answering that
+                                    user node (sums along one branch)
+    rc:{usage}:users, :days       zsets of tokens per user / per day (for /stats)
+    rc:{usage}:a:<chat>:<id>      audit record of one call (TTL MODEL_AUDIT_DAYS)
+
 A tree is one hash so that a branch costs one hash field (no new key) and a
 whole path loads with HMGET on one key.
 """
@@ -73,3 +87,11 @@ def lease_key(scope: str, message_id: int) -> str:
 
 def pending_parts_key(scope: str) -> str:
     return scope_prefix(scope) + "part"
+
+
+USAGE_TAG = f"{NAMESPACE}:{{usage}}"
+
+
+def usage_key(*parts: object) -> str:
+    """A token-accounting key, e.g. ``usage_key("u", user, day)``."""
+    return ":".join([USAGE_TAG, *map(str, parts)])

@@ -246,8 +246,27 @@ class TranscriptStore:
 
     async def history(self, leaf: NodeId) -> Transcript:
         """Everything ever appended on the chain root → ``leaf``, in order."""
-        scope, tree = leaf.scope, leaf.tree
         loaded_before = self.round_trips
+        runs, entries = await self._path(leaf)
+        messages: list[ChatMessage] = []
+        for (_, cut), entry in zip(reversed(runs), reversed(entries), strict=True):
+            messages.extend(entry.messages[: entry.ends[cut]])
+        depth = entries[0].nodes[leaf.idx].depth
+        if self.round_trips != loaded_before and count_depth(messages) != depth:
+            raise CorruptRecordError(str(leaf), "chain does not add up to the leaf's depth")
+        return Transcript(leaf, depth, tuple(messages))
+
+    async def path(self, leaf: NodeId) -> list[Node]:
+        """The nodes of the chain root → ``leaf``, in order."""
+        runs, entries = await self._path(leaf)
+        nodes: list[Node] = []
+        for (_, cut), entry in zip(reversed(runs), reversed(entries), strict=True):
+            nodes.extend(entry.nodes[: cut + 1])
+        return nodes
+
+    async def _path(self, leaf: NodeId) -> tuple[list[tuple[int, int]], list[SegmentEntry]]:
+        """The runs ``(seg, last index)`` leaf → root, with their loaded entries."""
+        scope, tree = leaf.scope, leaf.tree
         runs: list[tuple[int, int]] = [(leaf.seg, leaf.idx)]
         entries = await self._load(scope, tree, runs)
         record = entries[0].record
@@ -257,13 +276,7 @@ class TranscriptStore:
             entries += await self._load(scope, tree, record.ancestors)
             # a capped list (``more``) goes on in the last run's own first node
             record = entries[-1].record if record.more else None
-        messages: list[ChatMessage] = []
-        for (_, cut), entry in zip(reversed(runs), reversed(entries), strict=True):
-            messages.extend(entry.messages[: entry.ends[cut]])
-        depth = entries[0].nodes[leaf.idx].depth
-        if self.round_trips != loaded_before and count_depth(messages) != depth:
-            raise CorruptRecordError(str(leaf), "chain does not add up to the leaf's depth")
-        return Transcript(leaf, depth, tuple(messages))
+        return runs, entries
 
     async def active(self, leaf: NodeId) -> Transcript:
         """The view the model gets for ``leaf``.
