@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from .format import Chunk, render_chunks
-from .telegram import TelegramOut
+from .telegram import ChatUnavailableError, TelegramOut
 
 log = logging.getLogger("replychain.answer")
 
@@ -66,6 +66,8 @@ class AnswerWriter:
         self._closing = False
         self._last_push = 0.0
         self._pump_task: asyncio.Task[None] | None = None
+        #: The chat refused us while streaming: every later step raises this.
+        self._fatal: ChatUnavailableError | None = None
         self._typing_task: asyncio.Task[None] | None = None
 
     @property
@@ -81,7 +83,13 @@ class AnswerWriter:
         self._typing_task = asyncio.create_task(self._typing())
 
     def update(self, text: str) -> None:
-        """The model's text so far; cheap, called for every streamed delta."""
+        """The model's text so far; cheap, called for every streamed delta.
+
+        Raises :class:`ChatUnavailableError` once the chat refused a message,
+        which ends the model's stream: nobody can read the rest.
+        """
+        if self._fatal is not None:
+            raise self._fatal
         self._latest = text
         self._dirty.set()
         if self._pump_task is None and not self._closing:
@@ -92,6 +100,8 @@ class AnswerWriter:
     async def finish(self, text: str) -> list[int]:
         """Show the final text (every part in place) and return the part ids."""
         await self._stop()
+        if self._fatal is not None:
+            raise self._fatal
         await self._pace()
         await self._push(text)
         return self.message_ids
@@ -99,6 +109,8 @@ class AnswerWriter:
     async def fail(self, notice: str) -> list[int]:
         """End with a notice: after the partial text if some was shown, else alone."""
         await self._stop()
+        if self._fatal is not None:
+            raise self._fatal
         if self._latest.strip():
             await self._pace()
             await self._push(f"{self._latest}\n\n{notice}")
@@ -164,6 +176,9 @@ class AnswerWriter:
             if self._latest != self._shown:
                 try:
                     await self._push(self._latest)
+                except ChatUnavailableError as exc:
+                    self._fatal = exc
+                    return
                 except Exception as exc:
                     # an intermediate edit is not worth failing over: finish() retries
                     log.warning("streaming edit failed: %s", type(exc).__name__)

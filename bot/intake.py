@@ -69,26 +69,32 @@ def decode(data: bytes) -> Inbound | None:
 
 
 class Outage:
-    """Logs one line when Redis goes away and one when it is back, not one per failure."""
+    """Logs one line when a service goes away and one when it is back, not one per failure."""
 
-    def __init__(self) -> None:
+    def __init__(self, service: str = "Redis", consequence: str = "") -> None:
+        self.service = service
+        self.consequence = consequence or (
+            "Unconfirmed messages stay queued at Telegram and nothing stored is lost."
+        )
         self.since: float | None = None
         self.recoveries: list[float] = []
 
     def failed(self, exc: Exception) -> None:
         if self.since is None:
             self.since = time.monotonic()
+            cause = exc.__cause__ or exc
             log.error(
-                "Redis is unreachable (%s); retrying with backoff. Unconfirmed messages "
-                "stay queued at Telegram and nothing stored is lost.",
-                exc,
+                "%s is unreachable (%s); retrying with backoff. %s",
+                self.service,
+                type(cause).__name__,
+                self.consequence,
             )
 
     def ok(self) -> None:
         if self.since is not None:
             took = time.monotonic() - self.since
             self.recoveries.append(took)
-            log.warning("Redis is reachable again after %.1fs; resuming", took)
+            log.warning("%s is reachable again after %.1fs; resuming", self.service, took)
             self.since = None
 
 

@@ -19,8 +19,9 @@ from typing import Any
 from transcript import StoreUnavailableError
 
 from .engine import Engine
-from .intake import Entry, Intake, backoff
+from .intake import Entry, Intake, Outage, backoff
 from .journal import LEASE_MS, Journal
+from .telegram import TelegramUnavailableError
 
 log = logging.getLogger("replychain.runner")
 
@@ -50,6 +51,9 @@ class TurnRunner:
         self._slots = asyncio.Semaphore(max_concurrent)
         self._stopping = asyncio.Event()
         self._consumer: asyncio.Task[None] | None = None
+        self.telegram_outage = Outage(
+            "Telegram", "Answers being written are kept and finished when it is back."
+        )
         self.accepting = True
         #: Turns finished (answered, ended with a notice, or found done), for tests and stats.
         self.completed = 0
@@ -161,12 +165,15 @@ class TurnRunner:
                 ):
                     async with self._slots:
                         await self.engine.turn(inbound)
+                    self.telegram_outage.ok()
                     await self.journal.release(inbound.scope, inbound.message_id)
                 # else another process runs this message's turn: this entry is a duplicate
                 await self._ack(entry)
                 return
             except StoreUnavailableError as exc:
                 self.intake.outage.failed(exc)
+            except TelegramUnavailableError as exc:
+                self.telegram_outage.failed(exc)
             except Exception:
                 log.exception("turn in chat %s failed unexpectedly", inbound.chat_id)
                 await self._ack(entry)

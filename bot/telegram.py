@@ -20,7 +20,13 @@ from aiogram.client.session.middlewares.base import (
     NextRequestMiddlewareType,
 )
 from aiogram.enums import ChatAction, ParseMode
-from aiogram.exceptions import TelegramBadRequest, TelegramForbiddenError, TelegramRetryAfter
+from aiogram.exceptions import (
+    TelegramBadRequest,
+    TelegramForbiddenError,
+    TelegramNetworkError,
+    TelegramRetryAfter,
+    TelegramServerError,
+)
 from aiogram.methods import Response, TelegramMethod
 from aiogram.methods.base import TelegramType
 from aiogram.types import LinkPreviewOptions, Message, ReplyParameters
@@ -38,11 +44,16 @@ class ChatUnavailableError(Exception):
     """The bot may not write to this chat any more (blocked, kicked, chat gone)."""
 
 
+class TelegramUnavailableError(Exception):
+    """Telegram failed (5xx after retries) or could not be reached: try the turn later."""
+
+
 class FloodControl(BaseRequestMiddleware):
     """Honour ``retry_after`` per chat for every Telegram call, retrying 429s."""
 
-    def __init__(self, max_retries: int = 5) -> None:
+    def __init__(self, max_retries: int = 5, server_error_retries: int = 2) -> None:
         self.max_retries = max_retries
+        self.server_error_retries = server_error_retries
         self._not_before: dict[object, float] = {}
         self.retries = 0
 
@@ -57,12 +68,22 @@ class FloodControl(BaseRequestMiddleware):
     ) -> Response[TelegramType]:
         chat = getattr(method, "chat_id", None)
         attempt = 0
+        failures = 0
         while True:
             delay = max(self._wait_for(chat), self._wait_for(None))
             if delay > 0:
                 await asyncio.sleep(delay)
             try:
                 return await make_request(bot, method)
+            except TelegramServerError as exc:
+                # a 5xx means Telegram did not do it: safe to repeat, briefly
+                failures += 1
+                if failures > self.server_error_retries:
+                    raise
+                log.warning(
+                    "Telegram server error on %s (%s); retrying", type(method).__name__, exc
+                )
+                await asyncio.sleep(float(failures))
             except TelegramRetryAfter as exc:
                 attempt += 1
                 if attempt > self.max_retries:
@@ -184,3 +205,5 @@ class TelegramOut:
             return await request
         except TelegramForbiddenError as exc:
             raise ChatUnavailableError(exc.message) from exc
+        except (TelegramServerError, TelegramNetworkError) as exc:
+            raise TelegramUnavailableError(exc.message) from exc

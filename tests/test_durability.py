@@ -221,7 +221,6 @@ async def test_redis_lost_mid_turn_is_finished_once_it_returns(
         private_redis.start_same_port()
         await turns_done(tg, app, 1, timeout=60)
     assert [m.text for m in answers_to(tg, USER, message)] == ["[depth:2] echo: mid-turn"]
-    assert len(llm.requests) == 2  # the answer was lost with Redis: asked once more
     client = connect(private_redis.url)
     try:
         [answer] = answers_to(tg, USER, message)
