@@ -392,3 +392,41 @@ async def test_path_lists_the_nodes_root_to_leaf(store: TranscriptStore) -> None
     assert [n.id for n in path] == [*ids[:3], branch.id]
     assert taken.id not in [n.id for n in path]
     assert [n.depth for n in path] == [0, 1, 2, 3]
+
+
+async def test_a_fold_stands_for_its_prefix_without_deleting_it(store: TranscriptStore) -> None:
+    ids = await chain(store, "6", 5)  # root + 10 nodes
+    summary = ChatMessage("system", "Summary: q0..q2 were asked and answered.")
+    fold = await store.put_fold(ids[6], [summary])
+    assert fold.depth == 6
+    # a second fold at the same node does not replace the first
+    again = await store.put_fold(ids[6], [ChatMessage("system", "other")])
+    assert again.messages == (summary,)
+    fresh = TranscriptStore(store._redis)
+    found = await fresh.fold_on_path(ids[-1])
+    assert found == fold
+    view = await fresh.active(ids[-1], found)
+    assert view.messages == (SYSTEM, summary, user("q3"), bot("a3"), user("q4"), bot("a4"))
+    assert view.depth == 10  # the whole chain, folded part included
+    assert view.folded == fold
+    assert len((await fresh.history(ids[-1])).messages) == 11  # originals all there
+
+
+async def test_a_fold_serves_branches_below_and_not_above(store: TranscriptStore) -> None:
+    ids = await chain(store, "6", 5)
+    fold = await store.put_fold(ids[6], [ChatMessage("system", "S")])
+    below = await store.append(ids[8], [user("below")])  # branch under the fold
+    above = await store.append(ids[4], [user("above")])  # branch that left above it
+    fresh = TranscriptStore(store._redis)
+    assert await fresh.fold_on_path(below.id) == fold
+    assert await fresh.fold_on_path(above.id) is None
+    assert await fresh.fold_on_path(ids[6]) == fold  # the folded node itself
+    deeper = await store.put_fold(ids[8], [ChatMessage("system", "S2")])
+    assert await TranscriptStore(store._redis).fold_on_path(below.id) == deeper
+    assert (await fresh.active(below.id, deeper)).messages == (
+        SYSTEM,
+        ChatMessage("system", "S2"),
+        user("below"),
+    )
+    with pytest.raises(ValueError, match="not on the path"):
+        await fresh.active(above.id, fold)

@@ -15,13 +15,14 @@ from .errors import (
     TranscriptError,
     UnknownSchemaError,
 )
-from .model import ChatMessage, Node, NodeId, ToolCall, Transcript, count_depth
+from .model import ChatMessage, Fold, Node, NodeId, ToolCall, Transcript, count_depth
 from .store import DEFAULT_CACHE_BYTES, TranscriptStore
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
     "ChatMessage",
     "CorruptRecordError",
+    "Fold",
     "MissingNodeError",
     "Node",
     "NodeId",

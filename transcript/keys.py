@@ -7,6 +7,9 @@ Redis Cluster slot (the append script touches several of them atomically).
     rc:{S}:t:<tree>   hash of one conversation tree (a root and all its branches):
                         "<seg>.<i>"  node record (immutable, HSETNX)
                         "#"          HINCRBY counter allocating segments
+                        "f<seg>.<i>" fold record standing for root → that node (HSETNX)
+                        "F"          comma-separated list of the tree's fold nodes
+                                     (only ever appended to)
     rc:{S}:a          hash: message id -> "tree:seg.i"   (aliases, HSETNX)
     rc:{S}:i          hash: idempotency key -> "tree:seg.i" (one write per key)
 
@@ -63,6 +66,13 @@ def tree_key(scope: str, tree: int) -> str:
 
 def node_field(seg: int, idx: int) -> str:
     return f"{seg}.{idx}"
+
+
+FOLD_INDEX_FIELD = "F"
+
+
+def fold_field(seg: int, idx: int) -> str:
+    return f"f{seg}.{idx}"
 
 
 def alias_key(scope: str) -> str:

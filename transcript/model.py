@@ -83,13 +83,27 @@ class Node:
 
 
 @dataclass(frozen=True, slots=True)
+class Fold:
+    """A summary standing for the chain root → ``at`` (the originals stay).
+
+    It serves every branch below ``at``; ``depth`` is the depth it stands for.
+    """
+
+    at: NodeId
+    depth: int
+    messages: tuple[ChatMessage, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Transcript:
     """A chain assembled root → leaf.
 
     ``messages`` is what the model is sent; ``depth`` counts the user and
     assistant messages of the whole chain (a fold does not lower it).
+    ``folded`` is the fold the view starts from (None: the full history).
     """
 
     leaf: NodeId
     depth: int
     messages: tuple[ChatMessage, ...] = field(repr=False)
+    folded: Fold | None = None

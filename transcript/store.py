@@ -23,7 +23,7 @@ from .cache import RecordCache, SegmentEntry
 from .codec import ROOT_SEGMENT, SegmentRecord
 from .connect import guarded
 from .errors import CorruptRecordError, MissingNodeError
-from .model import ChatMessage, Node, NodeId, Transcript, count_depth
+from .model import ChatMessage, Fold, Node, NodeId, Transcript, count_depth
 
 T = TypeVar("T")
 
@@ -67,6 +67,16 @@ return {1, ref}
 """
 
 
+# Writes a fold once (first writer wins) and appends its node to the tree's
+# fold index in the same step.  KEYS: tree hash.  ARGV: fold field, record, ref.
+_FOLD_LUA = """
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
+local index = redis.call('HGET', KEYS[1], 'F')
+redis.call('HSET', KEYS[1], 'F', index and (index .. ',' .. ARGV[3]) or ARGV[3])
+return 1
+"""
+
+
 class TranscriptStore:
     """Reply-chain transcripts of many chat scopes in one Redis.
 
@@ -88,6 +98,7 @@ class TranscriptStore:
         self._cache = RecordCache(cache_bytes)
         self._inline = inline_ancestors
         self._append_script = redis.register_script(_APPEND_LUA)
+        self._fold_script = redis.register_script(_FOLD_LUA)
         self.round_trips = 0
 
     @property
@@ -278,14 +289,65 @@ class TranscriptStore:
             record = entries[-1].record if record.more else None
         return runs, entries
 
-    async def active(self, leaf: NodeId) -> Transcript:
+    async def active(self, leaf: NodeId, fold: Fold | None = None) -> Transcript:
         """The view the model gets for ``leaf``.
 
-        Today this is the full history. Summary folds will make it the latest
-        fold's summary followed by the messages after the folded node; the
-        originals stay in :meth:`history`.
+        Without ``fold`` this is the full history; with a fold on the path it
+        is the root's messages, the fold's summary, then every message after
+        the folded node, verbatim. The depth is the whole chain's either way.
         """
-        return await self.history(leaf)
+        if fold is None:
+            return await self.history(leaf)
+        nodes = await self.path(leaf)
+        cut = next((i for i, n in enumerate(nodes) if n.id == fold.at), None)
+        if cut is None:
+            raise ValueError(f"fold at {fold.at} is not on the path to {leaf}")
+        messages = [*nodes[0].messages, *fold.messages]
+        for node in nodes[cut + 1 :]:
+            messages.extend(node.messages)
+        return Transcript(leaf, nodes[-1].depth, tuple(messages), fold)
+
+    async def put_fold(self, at: NodeId, messages: Sequence[ChatMessage]) -> Fold:
+        """Record a summary standing for root → ``at``; an existing fold there wins."""
+        node = await self.node(at)
+        record = codec.encode_fold(node.depth, messages)
+        field = keys.fold_field(at.seg, at.idx)
+        created = await self._io(
+            self._fold_script(
+                keys=[keys.tree_key(at.scope, at.tree)],
+                args=[field, record, keys.node_field(at.seg, at.idx)],
+            )
+        )
+        if created:
+            return Fold(at, node.depth, tuple(messages))
+        existing = await self._folds(at.scope, at.tree, [at])
+        return existing[0]
+
+    async def fold_on_path(self, leaf: NodeId) -> Fold | None:
+        """The deepest fold on the chain root → ``leaf`` (it serves every branch below it)."""
+        index = await self._io(
+            self._redis.hget(keys.tree_key(leaf.scope, leaf.tree), keys.FOLD_INDEX_FIELD)
+        )
+        if not index:
+            return None
+        text = index.decode() if isinstance(index, bytes) else index
+        folded = {_parse_ref(leaf.scope, f"{leaf.tree}:{r}", "fold index") for r in text.split(",")}
+        on_path = [n.id for n in await self.path(leaf) if n.id in folded]
+        if not on_path:
+            return None
+        return (await self._folds(leaf.scope, leaf.tree, on_path[-1:]))[0]
+
+    async def _folds(self, scope: str, tree: int, at: Sequence[NodeId]) -> list[Fold]:
+        fields = [keys.fold_field(n.seg, n.idx) for n in at]
+        values = await self._io(self._redis.hmget(keys.tree_key(scope, tree), fields))
+        folds = []
+        for node_id, data in zip(at, values, strict=True):
+            ref = f"fold at {node_id}"
+            if data is None:
+                raise MissingNodeError(ref, "fold record not found")
+            depth, messages = codec.decode_fold(ref, data)
+            folds.append(Fold(node_id, depth, messages))
+        return folds
 
     # -------------------------------------------------------------- loading
 
