@@ -18,11 +18,14 @@ from typing import Any
 import msgpack
 from redis.asyncio import Redis
 
-from bot.engine import Engine, Inbound
+from bot.accounting import Accounting, utc_now
+from bot.context import ContextWindow
+from bot.engine import Engine, Limits
 from bot.format import Chunk, render_chunks
 from bot.journal import Journal
 from bot.model import Answer, Usage
 from bot.telegram import TelegramOut
+from bot.turn import Inbound
 from transcript import ChatMessage, TranscriptStore, connect
 
 from .common import median, percentile, redis_server, table
@@ -36,6 +39,11 @@ QUESTION = "What about the next step? " * 4
 
 class InstantModel:
     """Answers at once, as a provider with zero latency would."""
+
+    name = "instant"
+
+    async def complete(self, messages: Sequence[ChatMessage], *, max_tokens: int) -> Answer:
+        return Answer("summary", Usage(len(messages) * 50, 10), "instant", 0.0, "stop")
 
     async def stream(
         self, messages: Sequence[ChatMessage], on_text: Callable[[str], None]
@@ -66,13 +74,17 @@ class InstantTelegram(TelegramOut):
 
 
 def _engine(redis: Redis, telegram: InstantTelegram) -> Engine:
+    store, model = TranscriptStore(redis), InstantModel()
+    accounting = Accounting(redis, clock=utc_now)
     return Engine(
-        TranscriptStore(redis),
-        InstantModel(),
+        store,
+        model,
         telegram,
         Journal(redis),
+        accounting,
+        ContextWindow.for_budget(store, model, accounting, budget=32000),
         system_prompt="You are a benchmark.",
-        max_input_chars=16000,
+        limits=Limits(),
     )
 
 

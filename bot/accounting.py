@@ -39,7 +39,8 @@ USER_DAY_TTL = 400 * 24 * 3600
 # KEYS[1] call marker; KEYS[2..n-3] counter hashes; KEYS[n-2] users zset;
 # KEYS[n-1] days zset; KEYS[n] per-node hash. ARGV: marker ttl, prompt,
 # completion, cached, estimated (0/1), error (0/1), user id, day, node field
-# prefix, day-hash ttl, day-hash key, audit key or '', audit value, audit ttl.
+# prefix, day-hash ttl, day-hash key, audit key or '', audit value, audit ttl,
+# the view the call was sent (its fold node, '' for the whole history).
 _RECORD_LUA = """
 if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then return 0 end
 local p, c, k = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -59,6 +60,7 @@ redis.call('HINCRBY', node, ARGV[9] .. ':p', p)
 redis.call('HINCRBY', node, ARGV[9] .. ':c', c)
 redis.call('HINCRBY', node, ARGV[9] .. ':k', k)
 redis.call('HINCRBY', node, ARGV[9] .. ':n', 1)
+redis.call('HSET', node, ARGV[9] .. ':v', ARGV[15])
 redis.call('EXPIRE', ARGV[11], ARGV[10])
 if ARGV[12] ~= '' then redis.call('SET', ARGV[12], ARGV[13], 'EX', ARGV[14]) end
 return 1
@@ -130,6 +132,8 @@ class CallRecord:
     usage: Usage
     latency: float
     error: str | None = None
+    #: The view sent: the fold node it started from ("" for the full history).
+    view: str = ""
     call_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
@@ -211,6 +215,7 @@ class Accounting:
                     "estimated": call.usage.estimated,
                     "latency": round(call.latency, 3),
                     "error": call.error,
+                    "view": call.view,
                 }
             )
         usage = call.usage
@@ -238,6 +243,7 @@ class Accounting:
                     audit_key,
                     audit_value,
                     self.audit_days * 24 * 3600,
+                    call.view,
                 ],
             )
         )
@@ -266,6 +272,17 @@ class Accounting:
         for i, value in enumerate(values):
             sums[i % 4] += int(value) if value is not None else 0
         return Totals(prompt=sums[0], completion=sums[1], cached=sums[2], calls=sums[3])
+
+    async def last_call(self, chat_id: int, sent: NodeId) -> tuple[int, int, str] | None:
+        """Prompt and completion tokens of the one call sent up to ``sent``, and its view."""
+        fields = [f"{sent.ref}:{f}" for f in ("p", "c", "n", "v")]
+        prompt, completion, calls, view = await guarded(
+            self._redis.hmget(keys.usage_key("n", chat_id), fields)
+        )
+        if not calls or int(calls) != 1 or prompt is None or completion is None:
+            return None  # unknown, or several calls summed: not one request's size
+        text = view.decode() if isinstance(view, bytes) else (view or "")
+        return int(prompt), int(completion), text
 
     async def stats(
         self, *, days: int = 14, users: int = 20

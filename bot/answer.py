@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from .format import Chunk, render_chunks
-from .telegram import ChatUnavailableError, TelegramOut
+from .telegram import ChatUnavailableError, MessageGoneError, TelegramOut
 
 log = logging.getLogger("replychain.answer")
 
@@ -125,14 +125,15 @@ class AnswerWriter:
     async def _push_plain(self, text: str) -> None:
         chunk = Chunk(text, text)
         if self.parts:
-            await self._out.edit(self._chat_id, self.parts[0].message_id, chunk)
+            try:
+                await self._out.edit(self._chat_id, self.parts[0].message_id, chunk)
+            except MessageGoneError:
+                self.parts[0].message_id = await self._send(chunk)
+                await self._on_part(self.message_ids)
             self.parts[0].chunk = chunk
             await self._drop_extra(1)
             return
-        message_id = await self._out.send(
-            self._chat_id, chunk, reply_to=self._reply_to, thread_id=self._thread_id
-        )
-        self.parts.append(Part(message_id, chunk))
+        self.parts.append(Part(await self._send(chunk), chunk))
         await self._on_part(self.message_ids)
 
     async def _pace(self) -> None:
@@ -192,23 +193,31 @@ class AnswerWriter:
 
     async def _push(self, text: str) -> None:
         chunks = render_chunks(text, prefix=self._prefix)
+        # the pace counts attempts, failed ones too: a failing edit is not retried at once
+        self._last_push = time.monotonic()
         for i, chunk in enumerate(chunks):
             if i < len(self.parts):
                 part = self.parts[i]
                 if part.chunk != chunk:
-                    await self._out.edit(self._chat_id, part.message_id, chunk)
+                    try:
+                        await self._out.edit(self._chat_id, part.message_id, chunk)
+                    except MessageGoneError:
+                        # deleted by the user meanwhile: the part goes out anew
+                        part.message_id = await self._send(chunk)
+                        await self._on_part(self.message_ids)
                     part.chunk = chunk
             else:
-                message_id = await self._out.send(
-                    self._chat_id, chunk, reply_to=self._reply_to, thread_id=self._thread_id
-                )
-                self.parts.append(Part(message_id, chunk))
+                self.parts.append(Part(await self._send(chunk), chunk))
                 await self._on_part(self.message_ids)
                 if len(self.parts) == 1:
                     await self._stop_typing_soon()
         await self._drop_extra(len(chunks))
         self._shown = text
-        self._last_push = time.monotonic()
+
+    async def _send(self, chunk: Chunk) -> int:
+        return await self._out.send(
+            self._chat_id, chunk, reply_to=self._reply_to, thread_id=self._thread_id
+        )
 
     async def _drop_extra(self, keep: int) -> None:
         """Parts an earlier run sent beyond what this answer needs are deleted."""

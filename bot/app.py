@@ -13,7 +13,6 @@ import signal
 from urllib.parse import urlsplit
 
 from aiogram import Bot, Dispatcher
-from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.exceptions import (
     TelegramAPIError,
@@ -25,6 +24,7 @@ from redis.asyncio import Redis
 from transcript import StoreUnavailableError, TranscriptStore, connect
 
 from .accounting import Accounting, Clock, Prices, utc_now
+from .context import ContextWindow
 from .engine import Engine, Limits
 from .handlers import COMMANDS, build_router
 from .intake import Intake, Outage
@@ -32,7 +32,7 @@ from .journal import Journal
 from .model import ModelClient
 from .runner import TurnRunner
 from .settings import Settings
-from .telegram import FloodControl, TelegramOut
+from .telegram import FloodControl, LenientSession, SkipUnknownUpdates, TelegramOut
 
 log = logging.getLogger("replychain")
 
@@ -67,7 +67,7 @@ class App:
 
     def __init__(self, settings: Settings, *, clock: Clock = utc_now) -> None:
         self.settings = settings
-        session = AiohttpSession(api=TelegramAPIServer.from_base(settings.telegram_api_url))
+        session = LenientSession(api=TelegramAPIServer.from_base(settings.telegram_api_url))
         self.flood = FloodControl()
         session.middleware(self.flood)
         self.bot = Bot(settings.telegram_bot_token.get_secret_value(), session=session)
@@ -92,12 +92,22 @@ class App:
                 settings.price_output_per_mtok,
             ),
         )
+        self.context = ContextWindow.for_budget(
+            self.store,
+            self.model,
+            self.accounting,
+            budget=settings.context_token_budget,
+            fold_at=settings.context_fold_at,
+            keep_recent=settings.context_keep_recent,
+            summary_tokens=settings.summary_max_tokens,
+        )
         self.engine = Engine(
             self.store,
             self.model,
             self.out,
             self.journal,
             self.accounting,
+            self.context,
             system_prompt=settings.resolved_system_prompt(),
             limits=Limits(
                 max_input_chars=settings.max_input_chars,
@@ -109,6 +119,7 @@ class App:
         self.intake = Intake(self.redis, settings.bot_instance, Outage())
         self.runner = TurnRunner(self.engine, self.intake, self.journal)
         self.dispatcher = Dispatcher()
+        self.dispatcher.update.outer_middleware(SkipUnknownUpdates())
         self.dispatcher.include_router(build_router(settings.allowed_user_ids))
         self.dispatcher["runner"] = self.runner
         self.dispatcher["intake"] = self.intake

@@ -15,18 +15,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Protocol
 
 from transcript import ChatMessage, Node, NodeId, RecordError, TranscriptStore
 
 from .accounting import Accounting, CallRecord, next_reset
 from .answer import AnswerWriter
+from .context import ContextWindow, MessageTooLargeError, Window
 from .journal import Journal, TurnState, answer_idem, root_idem, user_idem
-from .model import Answer, ModelError, Usage
-from .telegram import ChatUnavailableError, TelegramOut
+from .model import ModelError, Usage
+from .telegram import AnswerRejectedError, ChatUnavailableError, TelegramOut
+from .turn import Inbound, Model
 
 log = logging.getLogger("replychain.engine")
 
@@ -49,6 +49,14 @@ DAILY_LIMIT_NOTICE = (
     "You have used your {limit} tokens for today. The limit resets at {reset} "
     "(in {wait}); your message is kept: reply to it then to get an answer."
 )
+TOO_LONG_NOTICE = (
+    "Your message is too long ({length} characters; the limit is {limit}). Please send a "
+    "shorter one, or reply to this message to continue the conversation without it."
+)
+TOO_LARGE_NOTICE = (
+    "Your message is too large for me to answer: it does not fit in the {budget} tokens one "
+    "request may use (CONTEXT_TOKEN_BUDGET). Please send a shorter one."
+)
 TURN_GUARD_NOTICE = (
     "⚠️ I stopped trying to answer this message: it already used the most model calls "
     "or tokens one message may use. Please rephrase it in a new message."
@@ -60,17 +68,6 @@ RECORD_NOTICE = (
     "from a partial transcript. Start a new conversation by sending a message that "
     "replies to nothing."
 )
-
-
-class Model(Protocol):
-    """What the turn flow needs from a model (:class:`~bot.model.ModelClient`)."""
-
-    @property
-    def name(self) -> str: ...
-
-    async def stream(
-        self, messages: Sequence[ChatMessage], on_text: Callable[[str], None]
-    ) -> Answer: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,23 +84,6 @@ def _duration(delta: timedelta) -> str:
     minutes = max(1, int(delta.total_seconds() // 60))
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m"
-
-
-@dataclass(frozen=True, slots=True)
-class Inbound:
-    """A user's text message, stripped of everything Telegram-specific but ids."""
-
-    chat_id: int
-    message_id: int
-    user_id: int
-    text: str
-    reply_to: int | None = None
-    thread_id: int | None = None
-    is_group: bool = False
-
-    @property
-    def scope(self) -> str:
-        return str(self.chat_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +108,7 @@ class Engine:
         out: TelegramOut,
         journal: Journal,
         accounting: Accounting,
+        context: ContextWindow,
         *,
         system_prompt: str,
         limits: Limits,
@@ -137,6 +118,7 @@ class Engine:
         self.out = out
         self.journal = journal
         self.accounting = accounting
+        self.context = context
         self.system_prompt = system_prompt
         self.limits = limits
 
@@ -154,6 +136,8 @@ class Engine:
             return await self._turn(inbound, state)
         except ChatUnavailableError as exc:
             log.info("chat %s is unavailable (%s); dropping its answer", inbound.chat_id, exc)
+        except AnswerRejectedError as exc:
+            log.warning("Telegram refused the answer in chat %s: %s", inbound.chat_id, exc)
         except RecordError as exc:
             log.error("turn in chat %s failed: %s", inbound.chat_id, exc)
             await self._notify(inbound, RECORD_NOTICE.format(ref=exc.ref))
@@ -166,7 +150,6 @@ class Engine:
             user_node = await self.store.node(state.user)
         else:
             user_node = await self._store_user_message(inbound)
-        history = await self.store.active(user_node.id)
 
         async def journal_parts(parts: list[int]) -> None:
             state.parts = parts
@@ -183,7 +166,7 @@ class Engine:
             on_part=journal_parts,
         )
         try:
-            return await self._answer(inbound, state, user_node, history.messages, writer)
+            return await self._answer(inbound, state, user_node, writer)
         except BaseException:
             await writer.close()  # nothing more is sent; a later run resumes
             raise
@@ -193,7 +176,6 @@ class Engine:
         inbound: Inbound,
         state: TurnState,
         user_node: Node,
-        messages: tuple[ChatMessage, ...],
         writer: AnswerWriter,
     ) -> TurnResult:
         scope, message_id = inbound.scope, inbound.message_id
@@ -201,22 +183,36 @@ class Engine:
             answer_node = await self.store.node(state.answer)
             text = answer_node.messages[-1].content or ""
         else:
-            refusal = await self._refusal(inbound)
+            if len(inbound.text) > self.limits.max_input_chars:
+                notice = TOO_LONG_NOTICE.format(
+                    length=len(inbound.text), limit=self.limits.max_input_chars
+                )
+                ids = await writer.fail(notice)
+                # kept, but replying to the notice retries without the over-long message
+                parent = (await self.store.path(user_node.id))[-2]
+                return await self._end_without_answer(inbound, parent.id, ids)
+            refusal = await self._refusal(inbound, state)
             if refusal is not None:
                 return await self._end_without_answer(
                     inbound, user_node.id, await writer.fail(refusal)
                 )
             writer.start()
+            try:
+                window = await self.context.prepare(inbound, user_node.id)
+            except MessageTooLargeError:
+                ids = await writer.fail(TOO_LARGE_NOTICE.format(budget=self.context.budget))
+                return await self._end_without_answer(inbound, user_node.id, ids)
             await self.journal.count_call(scope, message_id)
             try:
-                answer = await self.model.stream(messages, writer.update)
+                answer = await self.model.stream(window.messages, writer.update)
             except ModelError as exc:
                 log.warning("model call for chat %s failed: %s", inbound.chat_id, exc)
-                await self._account(inbound, user_node.id, exc.usage, exc.latency, exc.kind)
+                await self._account(inbound, user_node.id, exc.usage, exc.latency, exc.kind, window)
                 notice = f"⚠️ {MODEL_ERROR_NOTICES[exc.kind]} {RETRY_HINT}"
                 ids = await writer.fail(notice)
                 return await self._end_without_answer(inbound, user_node.id, ids)
-            await self._account(inbound, user_node.id, answer.usage, answer.latency, None)
+            self.context.learn(window.messages, answer.usage)
+            await self._account(inbound, user_node.id, answer.usage, answer.latency, None, window)
             text = answer.text
             answer_node = await self.store.append(
                 user_node.id, [ChatMessage("assistant", text)], idem=answer_idem(message_id)
@@ -226,21 +222,17 @@ class Engine:
         await self.journal.finish(scope, message_id, ids)
         return TurnResult(user_node.id, answer_node.id, answer_node.depth, tuple(ids))
 
-    async def _refusal(self, inbound: Inbound) -> str | None:
+    async def _refusal(self, inbound: Inbound, state: TurnState) -> str | None:
         """Why no model call may be made for this turn, or ``None``."""
-        if len(inbound.text) > self.limits.max_input_chars:
-            return (
-                f"Your message is too long ({len(inbound.text)} characters; the limit is "
-                f"{self.limits.max_input_chars}). Please send a shorter one."
-            )
-        calls = await self.journal.calls(inbound.scope, inbound.message_id)
-        spent = await self.accounting.turn(inbound.chat_id, inbound.message_id)
+        calls, spent = state.calls, 0
+        if self.limits.max_tokens_per_turn:
+            spent = (await self.accounting.turn(inbound.chat_id, inbound.message_id)).tokens
         if calls >= self.limits.max_calls_per_turn or (
-            self.limits.max_tokens_per_turn and spent.tokens >= self.limits.max_tokens_per_turn
+            self.limits.max_tokens_per_turn and spent >= self.limits.max_tokens_per_turn
         ):
             log.warning(
                 "turn for message %s in chat %s stopped: %d model calls, %d tokens",
-                inbound.message_id, inbound.chat_id, calls, spent.tokens,
+                inbound.message_id, inbound.chat_id, calls, spent,
             )  # fmt: skip
             return TURN_GUARD_NOTICE
         daily = self.limits.user_daily_tokens
@@ -253,7 +245,13 @@ class Engine:
         return None
 
     async def _account(
-        self, inbound: Inbound, sent: NodeId, usage: Usage, latency: float, error: str | None
+        self,
+        inbound: Inbound,
+        sent: NodeId,
+        usage: Usage,
+        latency: float,
+        error: str | None,
+        window: Window,
     ) -> None:
         await self.accounting.record(
             CallRecord(
@@ -265,6 +263,7 @@ class Engine:
                 usage=usage,
                 latency=latency,
                 error=error,
+                view=window.view,
             )
         )
 
@@ -307,7 +306,7 @@ class Engine:
     async def _end_without_answer(
         self, inbound: Inbound, user_node: NodeId, ids: list[int]
     ) -> TurnResult:
-        """A notice instead of an answer: replying to it retries from the user's message."""
+        """A notice instead of an answer: replying to it continues from ``user_node``."""
         await self.store.alias(inbound.scope, ids, user_node)
         await self.journal.finish(inbound.scope, inbound.message_id, ids)
         node = await self.store.node(user_node)

@@ -18,11 +18,11 @@ from aiogram.enums import ChatType, ContentType
 from aiogram.filters import Command, CommandStart, Filter
 from aiogram.types import BotCommand, Message, TelegramObject
 
-from .engine import Inbound
 from .intake import Intake
 from .reports import build_usage_router
 from .runner import TurnRunner
 from .telegram import TelegramOut
+from .turn import Inbound
 
 log = logging.getLogger("replychain.handlers")
 

@@ -25,7 +25,7 @@ from redis.exceptions import ResponseError
 
 from transcript import StoreUnavailableError, guarded, keys
 
-from .engine import Inbound
+from .turn import Inbound
 
 log = logging.getLogger("replychain.intake")
 

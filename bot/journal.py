@@ -44,6 +44,7 @@ class TurnState:
     answer: NodeId | None = None
     parts: list[int] = field(default_factory=list)
     done: bool = False
+    calls: int = 0  # model calls this turn has made so far
 
 
 class Journal:
@@ -59,14 +60,15 @@ class Journal:
         (:func:`user_idem`, :func:`answer_idem`), so they need no journal entry.
         """
         async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.hmget(keys.turn_key(scope, message_id), ["parts", "done"])
+            pipe.hmget(keys.turn_key(scope, message_id), ["parts", "done", "calls"])
             pipe.hmget(keys.idem_key(scope), [user_idem(message_id), answer_idem(message_id)])
-            (parts, done), (user, answer) = await guarded(pipe.execute())
+            (parts, done, calls), (user, answer) = await guarded(pipe.execute())
         return TurnState(
             user=NodeId.parse(scope, user) if user else None,
             answer=NodeId.parse(scope, answer) if answer else None,
             parts=[int(p) for p in parts.split(b",")] if parts else [],
             done=done == b"1",
+            calls=int(calls) if calls else 0,
         )
 
     async def add_part(self, scope: str, message_id: int, parts: list[int]) -> None:
@@ -89,10 +91,6 @@ class Journal:
     async def count_call(self, scope: str, message_id: int) -> int:
         """One more model call for this turn; returns the count (the per-turn guard)."""
         return int(await guarded(self._redis.hincrby(keys.turn_key(scope, message_id), "calls", 1)))
-
-    async def calls(self, scope: str, message_id: int) -> int:
-        value = await guarded(self._redis.hget(keys.turn_key(scope, message_id), "calls"))
-        return int(value) if value is not None else 0
 
     async def turn_of_part(self, scope: str, part_id: int) -> int | None:
         """The message whose still-running turn sent ``part_id``, if any."""

@@ -71,6 +71,19 @@ def _estimate_prompt(payload: list[dict[str, Any]]) -> int:
     return sum(estimate_tokens(str(m.get("content") or "")) + 4 for m in payload)
 
 
+def wire_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+    """The request's messages: leading system messages (the root prompt and a fold's
+    summary) joined into one, since some chat templates accept only one, first."""
+    lead = 0
+    while lead < len(messages) and messages[lead].role == "system" and not messages[lead].name:
+        lead += 1
+    payload = [to_openai(m) for m in messages[lead:]]
+    if lead:
+        system = "\n\n".join(m.content or "" for m in messages[:lead])
+        payload.insert(0, {"role": "system", "content": system})
+    return payload
+
+
 def to_openai(message: ChatMessage) -> dict[str, Any]:
     """The wire form of a stored message (byte-stable: same message, same dict)."""
     out: dict[str, Any] = {"role": message.role, "content": message.content}
@@ -135,7 +148,7 @@ class ModelClient:
         self, messages: Sequence[ChatMessage], on_text: Callable[[str], None]
     ) -> Answer:
         """Stream one answer, calling ``on_text`` with the whole text so far."""
-        payload = [to_openai(m) for m in messages]
+        payload = wire_messages(messages)
         started = time.monotonic()
         try:
             return await self._stream_retrying(payload, on_text, started)
@@ -164,6 +177,31 @@ class ModelClient:
             attempt += 1
             log.info("model stream broke before any text; retrying")
             await asyncio.sleep(min(8.0, 0.5 * 2**attempt) * random.uniform(0.8, 1.2))
+
+    async def complete(self, messages: Sequence[ChatMessage], *, max_tokens: int) -> Answer:
+        """One answer without streaming (used for summaries); errors as :class:`ModelError`."""
+        payload = wire_messages(messages)
+        started = time.monotonic()
+        try:
+            response = await self._client.chat.completions.create(
+                model=self.model,
+                messages=cast("list[ChatCompletionMessageParam]", payload),
+                max_tokens=max_tokens,
+            )
+        except openai.OpenAIError as exc:
+            error = _classify(exc)
+            error.latency = time.monotonic() - started
+            raise error from exc
+        text = (response.choices[0].message.content or "") if response.choices else ""
+        reported = response.usage
+        if reported is not None:
+            details = reported.prompt_tokens_details
+            cached = (details.cached_tokens or 0) if details else 0
+            usage = Usage(reported.prompt_tokens, reported.completion_tokens, cached)
+        else:
+            usage = Usage(_estimate_prompt(payload), estimate_tokens(text), 0, estimated=True)
+        finish = response.choices[0].finish_reason if response.choices else None
+        return Answer(text, usage, self.model, time.monotonic() - started, finish)
 
     async def _stream_once(
         self, payload: list[dict[str, Any]], on_text: Callable[[str], None], started: float

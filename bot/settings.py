@@ -66,6 +66,13 @@ class Settings(BaseSettings):
     allowed_user_ids: Annotated[frozenset[int], NoDecode] = frozenset()
     owner_user_ids: Annotated[frozenset[int], NoDecode] = frozenset()
     context_token_budget: int = Field(32000, ge=256)
+    #: Fold (summarise the older part) when a request would pass this many tokens;
+    #: 0 = 75 % of the budget.
+    context_fold_at: int = Field(0, ge=0)
+    #: Tokens of recent messages kept verbatim after a fold; 0 = 40 % of the budget.
+    context_keep_recent: int = Field(0, ge=0)
+    #: Longest summary, in tokens; 0 = 10 % of the budget (at most 2000).
+    summary_max_tokens: int = Field(0, ge=0)
     user_daily_token_limit: int = Field(0, ge=0)
     #: Bytes of transcript records kept in the in-process LRU.
     transcript_cache_bytes: int = Field(64 * 1024 * 1024, ge=1024 * 1024)
@@ -120,6 +127,14 @@ class Settings(BaseSettings):
     def _check_key(self) -> Settings:
         if self.openai_api_key is None and self.openai_base_url is None:
             raise ValueError("openai_api_key: is required when OPENAI_BASE_URL is not set")
+        budget = self.context_token_budget
+        fold_at = self.context_fold_at or budget * 3 // 4
+        keep = self.context_keep_recent or budget * 2 // 5
+        if not keep < fold_at <= budget:
+            raise ValueError(
+                "context_fold_at: needs CONTEXT_KEEP_RECENT < CONTEXT_FOLD_AT <= "
+                "CONTEXT_TOKEN_BUDGET"
+            )
         return self
 
     def resolved_system_prompt(self) -> str:

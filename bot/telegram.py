@@ -10,26 +10,32 @@ Telegram still rejects the entities.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
-from aiogram import Bot
+from aiogram import BaseMiddleware, Bot
+from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.session.middlewares.base import (
     BaseRequestMiddleware,
     NextRequestMiddlewareType,
 )
 from aiogram.enums import ChatAction, ParseMode
 from aiogram.exceptions import (
+    ClientDecodeError,
     TelegramBadRequest,
     TelegramForbiddenError,
     TelegramNetworkError,
     TelegramRetryAfter,
     TelegramServerError,
 )
-from aiogram.methods import Response, TelegramMethod
+from aiogram.methods import GetUpdates, Response, TelegramMethod
 from aiogram.methods.base import TelegramType
-from aiogram.types import LinkPreviewOptions, Message, ReplyParameters
+from aiogram.types import LinkPreviewOptions, Message, ReplyParameters, TelegramObject, Update
+from aiogram.types.update import UpdateTypeLookupError
+from pydantic import ValidationError
 
 from .format import Chunk
 
@@ -42,6 +48,14 @@ _PRUNE_AT = 10_000
 
 class ChatUnavailableError(Exception):
     """The bot may not write to this chat any more (blocked, kicked, chat gone)."""
+
+
+class AnswerRejectedError(Exception):
+    """Telegram refused a message for a reason retrying will not fix (a 400)."""
+
+
+class MessageGoneError(Exception):
+    """The message to edit no longer exists (the user deleted it)."""
 
 
 class TelegramUnavailableError(Exception):
@@ -114,6 +128,83 @@ def _is_not_modified(exc: TelegramBadRequest) -> bool:
     return "message is not modified" in exc.message.lower()
 
 
+def _is_gone(exc: TelegramBadRequest) -> bool:
+    text = exc.message.lower()
+    return "message to edit not found" in text or "message_id_invalid" in text
+
+
+def _is_thread_gone(exc: TelegramBadRequest) -> bool:
+    return "message thread not found" in exc.message.lower()
+
+
+class LenientSession(AiohttpSession):
+    """Decodes a getUpdates batch update by update when it does not decode whole.
+
+    aiogram decodes a batch in one go: a single update it cannot parse (Telegram
+    sends some, e.g. a forward from a hidden user in some aiogram versions)
+    would fail every poll and stall every chat. Such an update is logged by id
+    and replaced by an empty one, so the offset moves past it.
+    """
+
+    def check_response(
+        self,
+        bot: Bot,
+        method: TelegramMethod[TelegramType],
+        status_code: int,
+        content: str,
+    ) -> Response[TelegramType]:
+        try:
+            return super().check_response(bot, method, status_code, content)
+        except ClientDecodeError:
+            if not isinstance(method, GetUpdates):
+                raise
+            cleaned = _without_undecodable(bot, content)
+            if cleaned is None:
+                raise
+            same = cast("TelegramMethod[TelegramType]", method)
+            return super().check_response(bot, same, status_code, cleaned)
+
+
+def _without_undecodable(bot: Bot, content: str) -> str | None:
+    try:
+        data = json.loads(content)
+    except ValueError:
+        return None
+    result = data.get("result") if isinstance(data, dict) else None
+    if not isinstance(result, list):
+        return None
+    cleaned: list[Any] = []
+    for raw in result:
+        try:
+            Update.model_validate(raw, context={"bot": bot})
+            cleaned.append(raw)
+        except ValidationError:
+            update_id = raw.get("update_id") if isinstance(raw, dict) else None
+            if not isinstance(update_id, int):
+                continue
+            log.warning("skipped update %s: it does not match the Bot API schema", update_id)
+            cleaned.append({"update_id": update_id})
+    return json.dumps({**data, "result": cleaned})
+
+
+class SkipUnknownUpdates(BaseMiddleware):
+    """Updates of no type aiogram knows end here (aiogram would warn with their text)."""
+
+    async def __call__(
+        self,
+        handler: Callable[[TelegramObject, dict[str, Any]], Awaitable[Any]],
+        event: TelegramObject,
+        data: dict[str, Any],
+    ) -> Any:
+        if isinstance(event, Update):
+            try:
+                event.event_type  # noqa: B018
+            except UpdateTypeLookupError:
+                log.info("ignored update %s of a type this bot does not know", event.update_id)
+                return None
+        return await handler(event, data)
+
+
 _NO_PREVIEW = LinkPreviewOptions(is_disabled=True)
 
 
@@ -143,17 +234,27 @@ class TelegramOut:
                 self.bot.send_message(text=chunk.html, parse_mode=ParseMode.HTML, **common)
             )
         except TelegramBadRequest as exc:
+            if _is_thread_gone(exc) and thread_id is not None:
+                # the forum topic was deleted meanwhile: answer in the chat instead
+                log.info("topic %s of chat %s is gone; answering outside it", thread_id, chat_id)
+                return await self.send(chat_id, chunk, reply_to=None, thread_id=None)
             if not _is_parse_error(exc):
-                raise
+                raise AnswerRejectedError(exc.message) from exc
             log.warning("Telegram rejected formatting (%s); sending plain text", exc.message)
-            message = await self._call(
-                self.bot.send_message(text=chunk.plain, parse_mode=None, **common)
-            )
+            try:
+                message = await self._call(
+                    self.bot.send_message(text=chunk.plain, parse_mode=None, **common)
+                )
+            except TelegramBadRequest as plain_exc:
+                raise AnswerRejectedError(plain_exc.message) from plain_exc
         assert isinstance(message, Message)
         return message.message_id
 
     async def edit(self, chat_id: int, message_id: int, chunk: Chunk) -> None:
-        """Replace a part's text; "not modified" counts as done."""
+        """Replace a part's text; "not modified" counts as done.
+
+        Raises :class:`MessageGoneError` when the message was deleted.
+        """
         common: dict[str, Any] = {
             "chat_id": chat_id,
             "message_id": message_id,
@@ -172,8 +273,10 @@ class TelegramOut:
                     self.bot.edit_message_text(text=chunk.plain, parse_mode=None, **common)
                 )
         except TelegramBadRequest as exc:
+            if _is_gone(exc):
+                raise MessageGoneError(exc.message) from exc
             if not _is_not_modified(exc):
-                raise
+                raise AnswerRejectedError(exc.message) from exc
 
     async def send_text(
         self, chat_id: int, text: str, *, reply_to: int | None, thread_id: int | None

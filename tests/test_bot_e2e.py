@@ -307,6 +307,12 @@ async def test_over_long_input_gets_a_clear_answer_and_is_kept(
         first, text = await ask(tg, app, USER, "x" * 150)
         assert "too long" in text
         assert not llm.requests
+        # replying to the notice continues without the over-long message
+        [notice] = answers_to(tg, USER, first)
+        _, text = await ask(tg, app, USER, "shorter", reply_to=notice.message_id)
+        assert text == "[depth:2] echo: shorter"
+        assert "x" * 150 not in [c for _, c in said(llm)]
+        # the message itself was kept: replying to it continues from it
         _, text = await ask(tg, app, USER, "short", reply_to=first)
         assert text == "[depth:3] echo: short"
 

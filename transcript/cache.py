@@ -9,11 +9,12 @@ when other processes write to the same Redis.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 
 from cachetools import LRUCache
 
 from .codec import SegmentRecord
-from .model import ChatMessage, Node, NodeId
+from .model import ChatMessage, Fold, Node, NodeId
 
 #: Rough Python heap cost of the objects around one message / node / alias.
 _MESSAGE_OVERHEAD = 120
@@ -37,15 +38,17 @@ class SegmentEntry:
     ``ends[i]`` is the number of messages in nodes ``0..i``, so the messages of
     the run ending at node ``i`` are ``messages[:ends[i]]`` (a C-speed slice).
     ``record`` (where the segment hangs) is known once node 0 is loaded.
+    ``chars[i]`` is the content length of nodes ``0..i`` (sizes without a walk).
     """
 
-    __slots__ = ("ends", "messages", "nodes", "record", "size")
+    __slots__ = ("chars", "ends", "messages", "nodes", "record", "size")
 
     def __init__(self) -> None:
         self.record: SegmentRecord | None = None
         self.nodes: list[Node] = []
         self.messages: list[ChatMessage] = []
         self.ends: list[int] = []
+        self.chars: list[int] = []
         self.size = _ENTRY_OVERHEAD
 
     def add(self, node: Node, record: SegmentRecord | None = None) -> None:
@@ -59,15 +62,36 @@ class SegmentEntry:
         self.nodes.append(node)
         self.messages.extend(node.messages)
         self.ends.append(len(self.messages))
+        before = self.chars[-1] if self.chars else 0
+        self.chars.append(before + sum(len(m.content or "") for m in node.messages))
         self.size += _NODE_OVERHEAD + sum(message_size(m) for m in node.messages)
 
 
-CacheKey = tuple[str, str, int, int] | tuple[str, str, str]
-CacheValue = SegmentEntry | NodeId
+@dataclass(frozen=True, slots=True)
+class FoldIndex:
+    """The fold nodes of one tree as last read, and when (the index only grows)."""
+
+    refs: frozenset[str]
+    read_at: float
+
+
+CacheKey = (
+    tuple[str, str, int, int]
+    | tuple[str, str, str]
+    | tuple[str, str, int]
+    | tuple[str, str, int, int, int]
+)
+CacheValue = SegmentEntry | NodeId | Fold | FoldIndex
 
 
 def _sizeof(value: CacheValue) -> int:
-    return value.size if isinstance(value, SegmentEntry) else _ALIAS_SIZE
+    if isinstance(value, SegmentEntry):
+        return value.size
+    if isinstance(value, Fold):
+        return _NODE_OVERHEAD + sum(message_size(m) for m in value.messages)
+    if isinstance(value, FoldIndex):
+        return _ALIAS_SIZE + 16 * len(value.refs)
+    return _ALIAS_SIZE
 
 
 class RecordCache:
@@ -101,6 +125,21 @@ class RecordCache:
 
     def put_alias(self, scope: str, message_id: str, node: NodeId) -> None:
         self._put(("a", scope, message_id), node)
+
+    def fold(self, node: NodeId) -> Fold | None:
+        value = self._lru.get(("f", node.scope, node.tree, node.seg, node.idx))
+        return value if isinstance(value, Fold) else None
+
+    def put_fold(self, fold: Fold) -> None:
+        at = fold.at
+        self._put(("f", at.scope, at.tree, at.seg, at.idx), fold)
+
+    def fold_index(self, scope: str, tree: int) -> FoldIndex | None:
+        value = self._lru.get(("F", scope, tree))
+        return value if isinstance(value, FoldIndex) else None
+
+    def put_fold_index(self, scope: str, tree: int, index: FoldIndex) -> None:
+        self._put(("F", scope, tree), index)
 
     def _put(self, key: CacheKey, value: CacheValue) -> None:
         try:

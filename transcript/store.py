@@ -13,13 +13,14 @@ ancestor runs, and a node stores only its depth and its own messages.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Awaitable, Iterable, Sequence
 from typing import TypeVar
 
 from redis.asyncio import Redis
 
 from . import codec, keys
-from .cache import RecordCache, SegmentEntry
+from .cache import FoldIndex, RecordCache, SegmentEntry
 from .codec import ROOT_SEGMENT, SegmentRecord
 from .connect import guarded
 from .errors import CorruptRecordError, MissingNodeError
@@ -31,6 +32,8 @@ DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
 #: Ancestor runs listed in a segment's first node before it defers to the
 #: first node of an older segment (bounds metadata on pathological trees).
 DEFAULT_INLINE_ANCESTORS = 32
+#: Seconds a tree's cached fold index is trusted before it is read again.
+FOLD_INDEX_TTL = 30.0
 
 # Places a node atomically. A repeated idempotency key returns the first
 # result. Otherwise: a root opens a new tree; a child continues its parent's
@@ -275,6 +278,15 @@ class TranscriptStore:
             nodes.extend(entry.nodes[: cut + 1])
         return nodes
 
+    async def size(self, leaf: NodeId) -> tuple[int, int]:
+        """Messages and characters of the chain root → ``leaf``, without walking it."""
+        runs, entries = await self._path(leaf)
+        messages = chars = 0
+        for (_, cut), entry in zip(runs, entries, strict=True):
+            messages += entry.ends[cut]
+            chars += entry.chars[cut]
+        return messages, chars
+
     async def _path(self, leaf: NodeId) -> tuple[list[tuple[int, int]], list[SegmentEntry]]:
         """The runs ``(seg, last index)`` leaf → root, with their loaded entries."""
         scope, tree = leaf.scope, leaf.tree
@@ -318,24 +330,45 @@ class TranscriptStore:
                 args=[field, record, keys.node_field(at.seg, at.idx)],
             )
         )
-        if created:
-            return Fold(at, node.depth, tuple(messages))
-        existing = await self._folds(at.scope, at.tree, [at])
-        return existing[0]
+        fold = Fold(at, node.depth, tuple(messages))
+        if not created:
+            self._cache.put_fold_index(at.scope, at.tree, FoldIndex(frozenset(), 0.0))  # stale
+            fold = (await self._folds(at.scope, at.tree, [at]))[0]
+        self._cache.put_fold(fold)
+        index = self._cache.fold_index(at.scope, at.tree)
+        if index is not None and created:
+            refs = index.refs | {keys.node_field(at.seg, at.idx)}
+            self._cache.put_fold_index(at.scope, at.tree, FoldIndex(refs, index.read_at))
+        return fold
 
     async def fold_on_path(self, leaf: NodeId) -> Fold | None:
-        """The deepest fold on the chain root → ``leaf`` (it serves every branch below it)."""
-        index = await self._io(
-            self._redis.hget(keys.tree_key(leaf.scope, leaf.tree), keys.FOLD_INDEX_FIELD)
-        )
-        if not index:
+        """The deepest fold on the chain root → ``leaf`` (it serves every branch below it).
+
+        The tree's fold index is cached for ``FOLD_INDEX_TTL`` seconds: a fold
+        another process made meanwhile is seen after that (until then this
+        process would fold on its own, which is wasteful but never wrong).
+        """
+        refs = await self._fold_refs(leaf.scope, leaf.tree)
+        if not refs:
             return None
-        text = index.decode() if isinstance(index, bytes) else index
-        folded = {_parse_ref(leaf.scope, f"{leaf.tree}:{r}", "fold index") for r in text.split(",")}
-        on_path = [n.id for n in await self.path(leaf) if n.id in folded]
+        on_path = [
+            n.id for n in await self.path(leaf) if keys.node_field(n.id.seg, n.id.idx) in refs
+        ]
         if not on_path:
             return None
-        return (await self._folds(leaf.scope, leaf.tree, on_path[-1:]))[0]
+        cached = self._cache.fold(on_path[-1])
+        return cached or (await self._folds(leaf.scope, leaf.tree, on_path[-1:]))[0]
+
+    async def _fold_refs(self, scope: str, tree: int) -> frozenset[str]:
+        index = self._cache.fold_index(scope, tree)
+        now = time.monotonic()
+        if index is not None and now - index.read_at < FOLD_INDEX_TTL:
+            return index.refs
+        raw = await self._io(self._redis.hget(keys.tree_key(scope, tree), keys.FOLD_INDEX_FIELD))
+        text = (raw.decode() if isinstance(raw, bytes) else raw) or ""
+        refs = frozenset(r for r in text.split(",") if r)
+        self._cache.put_fold_index(scope, tree, FoldIndex(refs, now))
+        return refs
 
     async def _folds(self, scope: str, tree: int, at: Sequence[NodeId]) -> list[Fold]:
         fields = [keys.fold_field(n.seg, n.idx) for n in at]
@@ -346,7 +379,9 @@ class TranscriptStore:
             if data is None:
                 raise MissingNodeError(ref, "fold record not found")
             depth, messages = codec.decode_fold(ref, data)
-            folds.append(Fold(node_id, depth, messages))
+            fold = Fold(node_id, depth, messages)
+            self._cache.put_fold(fold)
+            folds.append(fold)
         return folds
 
     # -------------------------------------------------------------- loading

@@ -1,0 +1,330 @@
+"""The context window: what one model call is sent, under CONTEXT_TOKEN_BUDGET.
+
+Sizing is by tokens, never by message count. The size of a request is the
+provider's reported prompt size of the previous call on this chain (when that
+call was sent the same view) plus an estimate of only the new tail; estimates
+are characters/4, calibrated by the ratio of reported to estimated tokens.
+
+When the view would pass ``fold_at`` tokens, the older part is summarised into
+a fold record (the originals stay; see :meth:`TranscriptStore.put_fold`) and
+the view becomes: system prompt, summary, recent messages verbatim, which
+stays byte-identical from turn to turn until the next fold. Folds are cut at
+node boundaries only, and the first message kept verbatim is the user's. If
+summarising fails, the oldest whole nodes are left out of this call instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from transcript import ChatMessage, Fold, Node, NodeId, TranscriptStore
+
+from .accounting import Accounting, CallRecord
+from .model import ModelError, Usage
+from .turn import Inbound, Model
+
+log = logging.getLogger("replychain.context")
+
+SUMMARY_PREFIX = "Summary of the earlier part of this conversation:\n"
+SUMMARY_INSTRUCTIONS = (
+    "You keep a running summary of a conversation between a user and an AI assistant. "
+    "Merge the summary so far with the new part into one updated summary of at most "
+    "{words} words. Keep facts, names, numbers, decisions, the user's preferences and "
+    "open questions; drop small talk. Write only the summary, in the conversation's language."
+)
+#: Per-message overhead of the chat format, in tokens.
+MESSAGE_OVERHEAD = 4
+#: Below this share of the fold threshold, estimates alone decide (no usage lookup).
+NEAR = 0.8
+
+
+class MessageTooLargeError(Exception):
+    """The user's message alone does not fit into the budget."""
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """What to send: the messages, the fold they start from, their estimated size.
+
+    ``view`` names where the verbatim part starts (the fold, and how many of
+    the oldest nodes after it were left out), so two calls sent the same view
+    differ only by what was appended.
+    """
+
+    messages: tuple[ChatMessage, ...]
+    fold: Fold | None
+    tokens: int
+    dropped: int = 0
+
+    @property
+    def view(self) -> str:
+        return view_of(self.fold, self.dropped)
+
+
+def view_of(fold: Fold | None, dropped: int) -> str:
+    return f"{fold.at.ref if fold else ''}+{dropped}" if dropped else (fold.at.ref if fold else "")
+
+
+class Estimator:
+    """Characters/4 per message, scaled by what the provider reported for earlier calls."""
+
+    def __init__(self) -> None:
+        self.ratio = 1.0
+
+    @staticmethod
+    def raw(messages: Sequence[ChatMessage]) -> int:
+        return sum(math.ceil(len(m.content or "") / 4) + MESSAGE_OVERHEAD for m in messages)
+
+    def tokens(self, messages: Sequence[ChatMessage]) -> int:
+        return math.ceil(self.raw(messages) * self.ratio)
+
+    def sized(self, messages: int, chars: int) -> int:
+        """The estimate from totals (``TranscriptStore.size``), without the messages."""
+        return math.ceil((chars / 4 + MESSAGE_OVERHEAD * messages) * self.ratio)
+
+    def learn(self, messages: Sequence[ChatMessage], usage: Usage) -> None:
+        """Move the ratio toward reported/estimated for a call of known size."""
+        raw = self.raw(messages)
+        if usage.estimated or raw < 50 or usage.prompt_tokens <= 0:
+            return
+        observed = min(4.0, max(0.25, usage.prompt_tokens / raw))
+        self.ratio = 0.8 * self.ratio + 0.2 * observed
+
+
+class ContextWindow:
+    """Keeps each call's prompt under the budget with non-destructive folds."""
+
+    def __init__(
+        self,
+        store: TranscriptStore,
+        model: Model,
+        accounting: Accounting,
+        *,
+        budget: int,
+        fold_at: int,
+        keep_recent: int,
+        summary_tokens: int,
+    ) -> None:
+        if not 0 < keep_recent < fold_at <= budget:
+            raise ValueError("need 0 < keep_recent < fold_at <= budget")
+        self.store = store
+        self.model = model
+        self.accounting = accounting
+        self.budget = budget
+        self.fold_at = fold_at
+        self.keep_recent = keep_recent
+        self.summary_tokens = summary_tokens
+        self.estimator = Estimator()
+        #: What views are fitted to: estimates are estimates, so keep ~3 % spare.
+        self.limit = budget - max(8, budget // 32)
+
+    @classmethod
+    def for_budget(
+        cls,
+        store: TranscriptStore,
+        model: Model,
+        accounting: Accounting,
+        *,
+        budget: int,
+        fold_at: int = 0,
+        keep_recent: int = 0,
+        summary_tokens: int = 0,
+    ) -> ContextWindow:
+        """Defaults: fold at 75 % of the budget, keep 40 % verbatim, summaries of 10 %."""
+        return cls(
+            store,
+            model,
+            accounting,
+            budget=budget,
+            fold_at=fold_at or budget * 3 // 4,
+            keep_recent=keep_recent or budget * 2 // 5,
+            summary_tokens=summary_tokens or max(64, min(2000, budget // 10)),
+        )
+
+    async def prepare(self, inbound: Inbound, user_node: NodeId) -> Window:
+        """The messages for the call answering ``user_node``, at most ``budget`` tokens."""
+        estimate = self.estimator.sized(*await self.store.size(user_node))
+        if estimate <= self.fold_at * NEAR:
+            # far below the threshold: the estimate decides, nothing more to look up
+            history = await self.store.history(user_node)
+            return Window(history.messages, None, estimate)
+        nodes = await self.store.path(user_node)
+        head = self.estimator.tokens(nodes[0].messages)
+        if head + self.estimator.tokens(nodes[-1].messages) > self.limit:
+            raise MessageTooLargeError
+        fold = await self.store.fold_on_path(user_node)
+        window = await self._window(inbound, nodes, fold)
+        if window.tokens > self.fold_at:
+            fold = await self._fold(inbound, nodes, fold)
+            window = await self._window(inbound, nodes, fold)
+        return await self._fit(inbound, nodes, window)
+
+    def learn(self, messages: Sequence[ChatMessage], usage: Usage) -> None:
+        self.estimator.learn(messages, usage)
+
+    async def _window(self, inbound: Inbound, nodes: list[Node], fold: Fold | None) -> Window:
+        messages = self._compose(nodes, fold)
+        return Window(messages, fold, await self._size(inbound, nodes, messages, fold))
+
+    @staticmethod
+    def _compose(nodes: list[Node], fold: Fold | None, drop: int = 0) -> tuple[ChatMessage, ...]:
+        """Root, summary, then the nodes after the fold (less the ``drop`` oldest)."""
+        start = _after(nodes, fold) + drop
+        summary = fold.messages if fold else ()
+        return (*nodes[0].messages, *summary, *(m for n in nodes[start:] for m in n.messages))
+
+    async def _size(
+        self,
+        inbound: Inbound,
+        nodes: list[Node],
+        messages: Sequence[ChatMessage],
+        fold: Fold | None,
+        dropped: int = 0,
+    ) -> int:
+        """Reported size of the previous call on this chain plus the new tail, if known."""
+        previous = _previous_user(nodes)
+        if previous is not None:
+            known = await self.accounting.last_call(inbound.chat_id, nodes[previous].id)
+            if known is not None and known[2] == view_of(fold, dropped):
+                prompt, completion, _ = known
+                tail = [m for n in nodes[previous + 2 :] for m in n.messages]
+                size: int = prompt + completion + self.estimator.tokens(tail)
+                return size
+        return self.estimator.tokens(messages)
+
+    async def _fold(self, inbound: Inbound, nodes: list[Node], fold: Fold | None) -> Fold | None:
+        """Fold the older part, leaving about ``keep_recent`` tokens verbatim."""
+        start = _after(nodes, fold)
+        keep_from = self._keep_from(nodes, start)
+        if keep_from is None:
+            return fold
+        pos = start
+        while pos < keep_from:
+            end = self._chunk_end(nodes, pos, keep_from, fold)
+            try:
+                summary = await self._summarise(inbound, fold, nodes[pos : end + 1])
+            except ModelError as exc:
+                log.warning("summarising chat %s failed (%s)", inbound.chat_id, exc.kind)
+                return fold
+            fold = await self.store.put_fold(nodes[end].id, [summary])
+            pos = end + 1
+        return fold
+
+    def _keep_from(self, nodes: list[Node], start: int) -> int | None:
+        """Index of the first node kept verbatim: a user node, within ``keep_recent``."""
+        kept, index = 0, len(nodes) - 1
+        while index - 1 >= start:
+            cost = self.estimator.tokens(nodes[index - 1].messages)
+            if kept + self.estimator.tokens(nodes[index].messages) + cost > self.keep_recent:
+                break
+            kept += self.estimator.tokens(nodes[index].messages)
+            index -= 1
+        while index < len(nodes) - 1 and not _starts_with_user(nodes[index]):
+            index += 1
+        return index if index > start and _starts_with_user(nodes[index]) else None
+
+    def _chunk_end(self, nodes: list[Node], pos: int, stop: int, fold: Fold | None) -> int:
+        """Last node of one summary call's input: it must fit in about 60 % of the budget."""
+        room = int(self.budget * 0.6) - self.estimator.tokens(fold.messages if fold else ())
+        end, used = pos, 0
+        while end < stop:
+            used += self.estimator.tokens(nodes[end].messages)
+            if used > room and end > pos:
+                break
+            end += 1
+        end -= 1
+        # a fold must be followed by a user's message, so a view never starts mid-exchange
+        while end + 1 < stop and not _starts_with_user(nodes[end + 1]):
+            end += 1
+        return max(end, pos) if end + 1 <= stop else stop - 1
+
+    async def _summarise(
+        self, inbound: Inbound, fold: Fold | None, part: Sequence[Node]
+    ) -> ChatMessage:
+        words = max(50, self.summary_tokens * 3 // 4)
+        previous = fold.messages[-1].content if fold else ""
+        lines = [f"{m.role.capitalize()}: {m.content}" for n in part for m in n.messages]
+        prompt = (
+            f"Summary so far:\n{(previous or '(none)').removeprefix(SUMMARY_PREFIX)}\n\n"
+            "New part of the conversation:\n" + "\n".join(lines)
+        )
+        request = [
+            ChatMessage("system", SUMMARY_INSTRUCTIONS.format(words=words)),
+            ChatMessage("user", prompt),
+        ]
+        try:
+            answer = await self.model.complete(request, max_tokens=self.summary_tokens)
+        except ModelError as exc:
+            await self._account(inbound, part[-1].id, exc.usage, exc.latency, exc.kind)
+            raise
+        await self._account(inbound, part[-1].id, answer.usage, answer.latency, None)
+        if not answer.text.strip():
+            raise ModelError("rejected", "the summary came back empty")
+        log.info(
+            "folded chat %s up to %s (%d messages summarised)",
+            inbound.chat_id, part[-1].id, len(lines),
+        )  # fmt: skip
+        return ChatMessage("system", SUMMARY_PREFIX + answer.text.strip())
+
+    async def _account(
+        self, inbound: Inbound, sent: NodeId, usage: Usage, latency: float, error: str | None
+    ) -> None:
+        await self.accounting.record(
+            CallRecord(
+                chat_id=inbound.chat_id,
+                user_id=inbound.user_id,
+                message_id=inbound.message_id,
+                sent=sent,
+                model=self.model.name,
+                usage=usage,
+                latency=latency,
+                error=error,
+                view="summary",
+            )
+        )
+
+    async def _fit(self, inbound: Inbound, nodes: list[Node], window: Window) -> Window:
+        """Leave out the oldest whole nodes while the view is over the budget."""
+        drop = 0
+        messages, tokens = window.messages, window.tokens
+        start = _after(nodes, window.fold)
+        while tokens > self.limit and start + drop < len(nodes) - 1:
+            drop += 1
+            while start + drop < len(nodes) - 1 and not _starts_with_user(nodes[start + drop]):
+                drop += 1
+            messages = self._compose(nodes, window.fold, drop)
+            tokens = await self._size(inbound, nodes, messages, window.fold, drop)
+        if drop:
+            log.warning(
+                "context over budget: left the %d oldest node(s) out of this call (%d tokens)",
+                drop, tokens,
+            )  # fmt: skip
+        if tokens > self.limit:
+            raise MessageTooLargeError
+        return Window(messages, window.fold, tokens, drop)
+
+
+def _after(nodes: list[Node], fold: Fold | None) -> int:
+    """Index of the first node after the fold (after the root without one)."""
+    if fold is None:
+        return 1
+    seg, idx = fold.at.seg, fold.at.idx
+    for i in range(len(nodes) - 1, 0, -1):
+        if nodes[i].id.seg == seg and nodes[i].id.idx == idx:
+            return i + 1
+    return 1
+
+
+def _starts_with_user(node: Node) -> bool:
+    return bool(node.messages) and node.messages[0].role == "user"
+
+
+def _previous_user(nodes: list[Node]) -> int | None:
+    """Index of the user node of the previous exchange (followed by its answer)."""
+    for i in range(len(nodes) - 3, 0, -1):
+        if _starts_with_user(nodes[i]) and nodes[i + 1].messages[0].role == "assistant":
+            return i
+    return None
