@@ -7,11 +7,12 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from . import bot_bench, transcript_bench
+from . import bot_bench, context_bench, transcript_bench
 
 BENCHES: dict[str, Callable[[], Coroutine[Any, Any, str]]] = {
     "transcript": transcript_bench.run,
     "bot": bot_bench.run,
+    "context": context_bench.run,
 }
 
 

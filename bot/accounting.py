@@ -29,6 +29,7 @@ from redis.asyncio import Redis
 from transcript import NodeId, StoreUnavailableError, guarded, keys
 
 from .model import Usage
+from .turn import Inbound
 
 log = logging.getLogger("replychain.accounting")
 
@@ -135,6 +136,31 @@ class CallRecord:
     #: The view sent: the fold node it started from ("" for the full history).
     view: str = ""
     call_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    @classmethod
+    def of(
+        cls,
+        inbound: Inbound,
+        sent: NodeId,
+        model: str,
+        usage: Usage,
+        latency: float,
+        *,
+        error: str | None,
+        view: str,
+    ) -> CallRecord:
+        """A call made for the turn answering ``inbound``."""
+        return cls(
+            inbound.chat_id,
+            inbound.user_id,
+            inbound.message_id,
+            sent,
+            model,
+            usage,
+            latency,
+            error=error,
+            view=view,
+        )
 
 
 def utc_now() -> datetime:

@@ -35,6 +35,8 @@ SUMMARY_INSTRUCTIONS = (
     "{words} words. Keep facts, names, numbers, decisions, the user's preferences and "
     "open questions; drop small talk. Write only the summary, in the conversation's language."
 )
+#: The view recorded for summary calls (never the view of an answer call).
+SUMMARY_VIEW = "summary"
 #: Per-message overhead of the chat format, in tokens.
 MESSAGE_OVERHEAD = 4
 #: Below this share of the fold threshold, estimates alone decide (no usage lookup).
@@ -258,9 +260,19 @@ class ContextWindow:
         try:
             answer = await self.model.complete(request, max_tokens=self.summary_tokens)
         except ModelError as exc:
-            await self._account(inbound, part[-1].id, exc.usage, exc.latency, exc.kind)
+            await self.accounting.record(
+                CallRecord.of(
+                    inbound, part[-1].id, self.model.name, exc.usage, exc.latency,
+                    error=exc.kind, view=SUMMARY_VIEW,
+                )
+            )  # fmt: skip
             raise
-        await self._account(inbound, part[-1].id, answer.usage, answer.latency, None)
+        await self.accounting.record(
+            CallRecord.of(
+                inbound, part[-1].id, self.model.name, answer.usage, answer.latency,
+                error=None, view=SUMMARY_VIEW,
+            )
+        )  # fmt: skip
         if not answer.text.strip():
             raise ModelError("rejected", "the summary came back empty")
         log.info(
@@ -268,23 +280,6 @@ class ContextWindow:
             inbound.chat_id, part[-1].id, len(lines),
         )  # fmt: skip
         return ChatMessage("system", SUMMARY_PREFIX + answer.text.strip())
-
-    async def _account(
-        self, inbound: Inbound, sent: NodeId, usage: Usage, latency: float, error: str | None
-    ) -> None:
-        await self.accounting.record(
-            CallRecord(
-                chat_id=inbound.chat_id,
-                user_id=inbound.user_id,
-                message_id=inbound.message_id,
-                sent=sent,
-                model=self.model.name,
-                usage=usage,
-                latency=latency,
-                error=error,
-                view="summary",
-            )
-        )
 
     async def _fit(self, inbound: Inbound, nodes: list[Node], window: Window) -> Window:
         """Leave out the oldest whole nodes while the view is over the budget."""

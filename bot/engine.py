@@ -18,14 +18,26 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 
-from transcript import ChatMessage, Node, NodeId, RecordError, TranscriptStore
+from transcript import (
+    ChatMessage,
+    Node,
+    NodeId,
+    RecordError,
+    StoreUnavailableError,
+    TranscriptStore,
+)
 
 from .accounting import Accounting, CallRecord, next_reset
 from .answer import AnswerWriter
-from .context import ContextWindow, MessageTooLargeError, Window
+from .context import ContextWindow, MessageTooLargeError
 from .journal import Journal, TurnState, answer_idem, root_idem, user_idem
-from .model import ModelError, Usage
-from .telegram import AnswerRejectedError, ChatUnavailableError, TelegramOut
+from .model import ModelError
+from .telegram import (
+    AnswerRejectedError,
+    ChatUnavailableError,
+    TelegramOut,
+    TelegramUnavailableError,
+)
 from .turn import Inbound, Model
 
 log = logging.getLogger("replychain.engine")
@@ -61,6 +73,8 @@ TURN_GUARD_NOTICE = (
     "⚠️ I stopped trying to answer this message: it already used the most model calls "
     "or tokens one message may use. Please rephrase it in a new message."
 )
+#: Turns whose progress is carried in memory while Redis or Telegram is away.
+MAX_UNFINISHED = 10_000
 #: How long a reply to a part of an answer still being written waits for it.
 PART_WAIT = 120.0
 RECORD_NOTICE = (
@@ -119,6 +133,8 @@ class Engine:
         self.journal = journal
         self.accounting = accounting
         self.context = context
+        #: Turns that failed for want of Redis or Telegram, with what they had done.
+        self._unfinished: dict[tuple[int, int], TurnState] = {}
         self.system_prompt = system_prompt
         self.limits = limits
 
@@ -130,10 +146,18 @@ class Engine:
         """
         scope, message_id = inbound.scope, inbound.message_id
         state = await self.journal.load(scope, message_id)
+        carried = self._unfinished.pop((inbound.chat_id, message_id), None)
+        if carried is not None:
+            state.carry(carried)
         if state.done:
             return None
         try:
             return await self._turn(inbound, state)
+        except (StoreUnavailableError, TelegramUnavailableError):
+            # the runner retries this turn: keep what Redis could not take meanwhile
+            if len(self._unfinished) < MAX_UNFINISHED:
+                self._unfinished[(inbound.chat_id, message_id)] = state
+            raise
         except ChatUnavailableError as exc:
             log.info("chat %s is unavailable (%s); dropping its answer", inbound.chat_id, exc)
         except AnswerRejectedError as exc:
@@ -183,37 +207,12 @@ class Engine:
             answer_node = await self.store.node(state.answer)
             text = answer_node.messages[-1].content or ""
         else:
-            if len(inbound.text) > self.limits.max_input_chars:
-                notice = TOO_LONG_NOTICE.format(
-                    length=len(inbound.text), limit=self.limits.max_input_chars
-                )
-                ids = await writer.fail(notice)
-                # kept, but replying to the notice retries without the over-long message
-                parent = (await self.store.path(user_node.id))[-2]
-                return await self._end_without_answer(inbound, parent.id, ids)
-            refusal = await self._refusal(inbound, state)
-            if refusal is not None:
-                return await self._end_without_answer(
-                    inbound, user_node.id, await writer.fail(refusal)
-                )
-            writer.start()
-            try:
-                window = await self.context.prepare(inbound, user_node.id)
-            except MessageTooLargeError:
-                ids = await writer.fail(TOO_LARGE_NOTICE.format(budget=self.context.budget))
-                return await self._end_without_answer(inbound, user_node.id, ids)
-            await self.journal.count_call(scope, message_id)
-            try:
-                answer = await self.model.stream(window.messages, writer.update)
-            except ModelError as exc:
-                log.warning("model call for chat %s failed: %s", inbound.chat_id, exc)
-                await self._account(inbound, user_node.id, exc.usage, exc.latency, exc.kind, window)
-                notice = f"⚠️ {MODEL_ERROR_NOTICES[exc.kind]} {RETRY_HINT}"
-                ids = await writer.fail(notice)
-                return await self._end_without_answer(inbound, user_node.id, ids)
-            self.context.learn(window.messages, answer.usage)
-            await self._account(inbound, user_node.id, answer.usage, answer.latency, None, window)
-            text = answer.text
+            if state.answer_text is None:
+                ended = await self._ask(inbound, state, user_node, writer)
+                if ended is not None:
+                    return ended
+            await self.accounting.flush()
+            text = state.answer_text or ""
             answer_node = await self.store.append(
                 user_node.id, [ChatMessage("assistant", text)], idem=answer_idem(message_id)
             )
@@ -221,6 +220,52 @@ class Engine:
         await self.store.alias(scope, ids, answer_node.id)
         await self.journal.finish(scope, message_id, ids)
         return TurnResult(user_node.id, answer_node.id, answer_node.depth, tuple(ids))
+
+    async def _ask(
+        self, inbound: Inbound, state: TurnState, user_node: Node, writer: AnswerWriter
+    ) -> TurnResult | None:
+        """Ask the model (``state.answer_text``), or end the turn with a notice instead."""
+        if len(inbound.text) > self.limits.max_input_chars:
+            notice = TOO_LONG_NOTICE.format(
+                length=len(inbound.text), limit=self.limits.max_input_chars
+            )
+            ids = await writer.fail(notice)
+            # kept, but replying to the notice retries without the over-long message
+            parent = (await self.store.path(user_node.id))[-2]
+            return await self._end_without_answer(inbound, parent.id, ids)
+        refusal = await self._refusal(inbound, state)
+        if refusal is not None:
+            return await self._end_without_answer(inbound, user_node.id, await writer.fail(refusal))
+        writer.start()
+        try:
+            window = await self.context.prepare(inbound, user_node.id)
+        except MessageTooLargeError:
+            ids = await writer.fail(TOO_LARGE_NOTICE.format(budget=self.context.budget))
+            return await self._end_without_answer(inbound, user_node.id, ids)
+        await self.journal.count_call(inbound.scope, inbound.message_id)
+        try:
+            answer = await self.model.stream(window.messages, writer.update)
+        except ModelError as exc:
+            log.warning("model call for chat %s failed: %s", inbound.chat_id, exc)
+            await self.accounting.record(
+                CallRecord.of(
+                    inbound, user_node.id, self.model.name, exc.usage, exc.latency,
+                    error=exc.kind, view=window.view,
+                )
+            )  # fmt: skip
+            notice = f"⚠️ {MODEL_ERROR_NOTICES[exc.kind]} {RETRY_HINT}"
+            ids = await writer.fail(notice)
+            return await self._end_without_answer(inbound, user_node.id, ids)
+        # kept in memory first: if Redis fails from here on, a retry needs no new call
+        state.answer_text = answer.text
+        self.context.learn(window.messages, answer.usage)
+        await self.accounting.record(
+            CallRecord.of(
+                inbound, user_node.id, self.model.name, answer.usage, answer.latency,
+                error=None, view=window.view,
+            )
+        )  # fmt: skip
+        return None
 
     async def _refusal(self, inbound: Inbound, state: TurnState) -> str | None:
         """Why no model call may be made for this turn, or ``None``."""
@@ -243,29 +288,6 @@ class Engine:
                 limit=daily, reset=reset.strftime("%H:%M UTC"), wait=_duration(reset - now)
             )
         return None
-
-    async def _account(
-        self,
-        inbound: Inbound,
-        sent: NodeId,
-        usage: Usage,
-        latency: float,
-        error: str | None,
-        window: Window,
-    ) -> None:
-        await self.accounting.record(
-            CallRecord(
-                chat_id=inbound.chat_id,
-                user_id=inbound.user_id,
-                message_id=inbound.message_id,
-                sent=sent,
-                model=self.model.name,
-                usage=usage,
-                latency=latency,
-                error=error,
-                view=window.view,
-            )
-        )
 
     async def _store_user_message(self, inbound: Inbound) -> Node:
         scope = inbound.scope

@@ -45,6 +45,15 @@ class TurnState:
     parts: list[int] = field(default_factory=list)
     done: bool = False
     calls: int = 0  # model calls this turn has made so far
+    #: The model's answer, held in memory until Redis takes it (never persisted here).
+    answer_text: str | None = None
+
+    def carry(self, earlier: TurnState) -> None:
+        """Take over what an earlier, failed run of this turn did but could not journal."""
+        if len(earlier.parts) > len(self.parts):
+            self.parts = earlier.parts
+        if self.answer is None:
+            self.answer_text = earlier.answer_text
 
 
 class Journal:

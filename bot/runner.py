@@ -57,6 +57,8 @@ class TurnRunner:
         self.accepting = True
         #: Turns finished (answered, ended with a notice, or found done), for tests and stats.
         self.completed = 0
+        #: Turn attempts that failed for want of Redis or Telegram and will run again.
+        self.retried = 0
 
     @property
     def in_flight(self) -> int:
@@ -172,8 +174,10 @@ class TurnRunner:
                 return
             except StoreUnavailableError as exc:
                 self.intake.outage.failed(exc)
+                self.retried += 1
             except TelegramUnavailableError as exc:
                 self.telegram_outage.failed(exc)
+                self.retried += 1
             except Exception:
                 log.exception("turn in chat %s failed unexpectedly", inbound.chat_id)
                 await self._ack(entry)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import msgpack
-import pytest
 from redis.asyncio import Redis
 
 from bot.accounting import Accounting, CallRecord, Totals, utc_now
@@ -17,7 +17,17 @@ from transcript import NodeId
 
 from .fake_openai import FakeOpenAI
 from .fake_telegram import FakeTelegram
-from .harness import OTHER_USER, USER, BotFactory, answers_to, ask, running_bot, settings_for
+from .harness import (
+    OTHER_USER,
+    USER,
+    BotFactory,
+    BotProcess,
+    answers_to,
+    ask,
+    env_for,
+    running_bot,
+    settings_for,
+)
 from .redis_server import RedisServer
 
 
@@ -173,25 +183,20 @@ async def test_stats_is_for_owners_only(
 
 
 async def test_turn_guard_stops_a_loop_of_model_calls(
-    tg: FakeTelegram,
-    llm: FakeOpenAI,
-    private_redis: RedisServer,
-    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, redis_server: RedisServer, redis: Redis
 ) -> None:
-    """Redis fails after the model answered: the retry may not call the model again."""
+    """A message whose turn dies mid-call again and again may not call the model again."""
+    env = env_for(tg, llm, redis_server.url, TURN_MAX_MODEL_CALLS="1")
     llm.gate = asyncio.Event()
-    settings = settings_for(tg, llm, private_redis.url, turn_max_model_calls=1)
-    async with running_bot(settings) as app:
-        message = tg.send_user_message(USER, USER, "expensive")["message_id"]
-        await llm.wait_for(lambda: len(llm.requests) == 1)
-        private_redis.stop()
-        llm.gate.set()
-        await tg.wait_for(  # the turn failed for want of Redis and will run again
-            lambda: any("Redis is unreachable" in r.getMessage() for r in caplog.records),
-            timeout=30,
-        )
-        private_redis.start_same_port()
-        await tg.wait_for(lambda: app.runner.completed >= 1, timeout=60)
+    first = BotProcess(env, tmp_path)
+    await first.start()
+    message = tg.send_user_message(USER, USER, "expensive")["message_id"]
+    await llm.wait_for(lambda: len(llm.requests) == 1, timeout=30)
+    await first.kill()  # the call was made; the turn never finished
+    second = BotProcess(env, tmp_path)
+    await second.start()
+    await tg.wait_for(lambda: bool(answers_to(tg, USER, message)), timeout=30)
+    assert await second.terminate() == 0
     assert [m.text for m in answers_to(tg, USER, message)] == [TURN_GUARD_NOTICE]
     assert len(llm.requests) == 1
 
