@@ -90,6 +90,15 @@ def _mentions(message: Message, username: str) -> bool:
     return False
 
 
+def _command_for(message: Message, username: str) -> bool:
+    """``/command@thisbot`` (a bare ``/command`` in a group may be for any bot)."""
+    text = message.text or ""
+    if not text.startswith("/"):
+        return False
+    _, _, target = text.split(maxsplit=1)[0].partition("@")
+    return target.lower() == username.lower()
+
+
 class Addressed(Filter):
     """Private chats: always. Groups: replies to the bot, @mentions and commands."""
 
@@ -102,7 +111,8 @@ class Addressed(Filter):
         target = message.reply_to_message
         if target is not None and target.from_user is not None and target.from_user.id == me.id:
             return replied_id(message) is not None
-        return bool(me.username) and _mentions(message, me.username or "")
+        username = me.username or ""
+        return bool(username) and (_mentions(message, username) or _command_for(message, username))
 
 
 class AccessControl(BaseMiddleware):

@@ -10,7 +10,7 @@ import asyncio
 
 from redis.asyncio import Redis
 
-from bot.handlers import HELP_TEXT, REFUSAL_TEXT, UNSUPPORTED_TEXT
+from bot.handlers import HELP_TEXT, REFUSAL_TEXT, UNKNOWN_COMMAND_TEXT, UNSUPPORTED_TEXT
 from transcript import TranscriptStore
 
 from .fake_openai import FakeOpenAI
@@ -133,6 +133,9 @@ async def test_group_answers_only_when_addressed(
         assert text == "[depth:4] echo: and 3+3?"
         help_msg = tg.send_user_message(GROUP, USER, "/help")
         await tg.wait_for(lambda: bool(answers_to(tg, GROUP, help_msg["message_id"])))
+        unknown = tg.send_user_message(GROUP, USER, "/nosuch@replychain_bot")
+        await tg.wait_for(lambda: bool(answers_to(tg, GROUP, unknown["message_id"])))
+        assert answers_to(tg, GROUP, unknown["message_id"])[0].text == UNKNOWN_COMMAND_TEXT
         # a reply to a human's message is not addressed to the bot
         human_reply = tg.send_user_message(
             GROUP, OTHER_USER, "agreed", reply_to=ignored["message_id"]
