@@ -8,7 +8,9 @@ copies the whole transcript per branch.
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any, TypeVar
 
 import msgpack
 from redis.asyncio import Redis
@@ -17,6 +19,7 @@ from transcript import ChatMessage, NodeId, TranscriptStore, connect, keys
 
 from .common import median, redis_server, table
 
+R = TypeVar("R")
 DEPTHS = (10, 100, 1000)
 COLD_RUNS = 30
 HOT_RUNS = 300
@@ -64,51 +67,42 @@ async def _build(store: TranscriptStore, scope: str, depth: int) -> tuple[NodeId
     return node.id, content
 
 
+async def _timed(
+    make: Callable[[], R], read: Callable[[R], Awaitable[object]], cold_runs: int
+) -> tuple[float, float, R]:
+    """Median ms of reads by fresh readers (cold) and by the last one again (hot)."""
+    cold, hot = [], []
+    reader = make()
+    for _ in range(cold_runs):
+        reader = make()
+        started = time.perf_counter()
+        await read(reader)
+        cold.append(time.perf_counter() - started)
+    trips = getattr(reader, "round_trips", 0)
+    for _ in range(HOT_RUNS):
+        started = time.perf_counter()
+        await read(reader)
+        hot.append(time.perf_counter() - started)
+    setattr(reader, "round_trips", trips)  # noqa: B010 - report the cold reader's trips
+    return median(cold) * 1e3, median(hot) * 1e3, reader
+
+
 async def _assembly(redis: Redis) -> str:
-    rows = []
+    rows: list[tuple[object, ...]] = []
     for depth in DEPTHS:
-        writer = TranscriptStore(redis)
-        leaf, _ = await _build(writer, f"asm{depth}", depth)
+        leaf, _ = await _build(TranscriptStore(redis), f"asm{depth}", depth)
         naive = NaiveStore(redis)
         parent = None
         for i in range(depth + 1):
             await naive.put(f"{depth}.{i}", parent, _message(i))
             parent = f"{depth}.{i}"
-        cold, trips = [], 0
-        for _ in range(COLD_RUNS):
-            store = TranscriptStore(redis)
-            started = time.perf_counter()
-            await store.history(leaf)
-            cold.append(time.perf_counter() - started)
-            trips = store.round_trips
-        hot = []
-        for _ in range(HOT_RUNS):
-            started = time.perf_counter()
-            await store.history(leaf)
-            hot.append(time.perf_counter() - started)
-        naive_cold = []
-        for _ in range(5):
-            naive = NaiveStore(redis)
-            started = time.perf_counter()
-            await naive.history(f"{depth}.{depth}")
-            naive_cold.append(time.perf_counter() - started)
-        naive_trips = naive.round_trips
-        naive_hot = []
-        for _ in range(HOT_RUNS):
-            started = time.perf_counter()
-            await naive.history(f"{depth}.{depth}")
-            naive_hot.append(time.perf_counter() - started)
-        rows.append(
-            (
-                depth,
-                trips,
-                median(cold) * 1e3,
-                median(hot) * 1e3,
-                naive_trips,
-                median(naive_cold) * 1e3,
-                median(naive_hot) * 1e3,
-            )
+        cold, hot, store = await _timed(
+            lambda: TranscriptStore(redis), partial(TranscriptStore.history, leaf=leaf), COLD_RUNS
         )
+        naive_cold, naive_hot, naive = await _timed(
+            lambda: NaiveStore(redis), partial(NaiveStore.history, leaf=f"{depth}.{depth}"), 5
+        )
+        rows.append((depth, store.round_trips, cold, hot, naive.round_trips, naive_cold, naive_hot))
     # a branched chain: the leaf hangs three branch points below the trunk
     writer = TranscriptStore(redis)
     trunk, _ = await _build(writer, "asmbr", 990)
@@ -117,21 +111,11 @@ async def _assembly(redis: Redis) -> str:
         await writer.append(node.id, [_message(0)])  # takes the continuation slot
         node = await writer.append(node.id, [_message(i)])
     leaf = (await writer.append(node.id, [_message(1)])).id
-    cold = []
-    for _ in range(COLD_RUNS):
-        store = TranscriptStore(redis)
-        started = time.perf_counter()
-        transcript = await store.history(leaf)
-        cold.append(time.perf_counter() - started)
-    trips = store.round_trips
-    hot = []
-    for _ in range(HOT_RUNS):
-        started = time.perf_counter()
-        await store.history(leaf)
-        hot.append(time.perf_counter() - started)
-    rows.append(
-        (f"{transcript.depth} (4 segments)", trips, median(cold) * 1e3, median(hot) * 1e3, *"---")
+    cold, hot, store = await _timed(
+        lambda: TranscriptStore(redis), lambda s: s.history(leaf), COLD_RUNS
     )
+    depth = (await store.node(leaf)).depth
+    rows.append((f"{depth} (4 segments)", store.round_trips, cold, hot, *"---"))
     return table(
         "Transcript assembly (median ms; targets: cold depth 1000 <= 4 round trips and "
         "<= 15 ms, hot <= 0.5 ms)",
