@@ -119,6 +119,14 @@ def _classify(exc: Exception) -> ModelError:
     return ModelError("unavailable", f"unexpected failure ({type(exc).__name__})")
 
 
+class _ReaderFailedError(Exception):
+    """Carries an exception of the ``on_text`` callback past the stream's handlers."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class ModelClient:
     """Streams answers from an OpenAI-compatible endpoint with explicit timeouts."""
 
@@ -227,11 +235,21 @@ class ModelClient:
                 for choice in chunk.choices:
                     if choice.delta.content:
                         text += choice.delta.content
-                        on_text(text)
+                        try:
+                            on_text(text)
+                        except Exception as exc:
+                            raise _ReaderFailedError(exc) from exc
                     finish = choice.finish_reason or finish
+        except _ReaderFailedError as wrapped:
+            raise wrapped.error from None  # the reader's own failure, not the model's
         except openai.OpenAIError as exc:
             error = _classify(exc)
             raise ModelError(error.kind, error.detail, text) from exc
+        except Exception as exc:
+            # some SDK versions let transport errors of a broken stream through unwrapped
+            raise ModelError(
+                "unavailable", f"the stream broke ({type(exc).__name__})", text
+            ) from exc
         finally:
             await stream.close()
         if usage is None:
