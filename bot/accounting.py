@@ -327,10 +327,3 @@ class Accounting:
             day = day_of(today - timedelta(days=back))
             per_day.append((day, await self._totals(keys.usage_key("d", day))))
         return per_user, per_day
-
-    async def audit(self, chat_id: int, call_id: str) -> dict[str, Any] | None:
-        raw = await guarded(self._redis.get(keys.usage_key("a", chat_id, call_id)))
-        if raw is None:
-            return None
-        record: dict[str, Any] = msgpack.unpackb(raw)
-        return record

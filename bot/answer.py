@@ -210,7 +210,7 @@ class AnswerWriter:
                 self.parts.append(Part(await self._send(chunk), chunk))
                 await self._on_part(self.message_ids)
                 if len(self.parts) == 1:
-                    await self._stop_typing_soon()
+                    await self._stop_typing()
         await self._drop_extra(len(chunks))
         self._shown = text
 
@@ -225,8 +225,3 @@ class AnswerWriter:
             if part.chunk is None:
                 await self._out.delete(self._chat_id, part.message_id)
         self.parts[keep:] = [p for p in self.parts[keep:] if p.chunk is not None]
-
-    async def _stop_typing_soon(self) -> None:
-        # called from inside the pump: the typing task is separate, cancel it
-        if self._typing_task is not None and self._typing_task is not asyncio.current_task():
-            await self._stop_typing()

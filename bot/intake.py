@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -199,7 +198,3 @@ class Intake:
         if not fields or _FIELD not in fields:
             return None  # deleted or foreign entry
         return decode(fields[_FIELD])
-
-
-def describe(entries: Sequence[Entry]) -> str:
-    return ", ".join(e.id.decode() for e in entries)

@@ -320,17 +320,6 @@ async def test_over_long_input_gets_a_clear_answer_and_is_kept(
         assert text == "[depth:3] echo: short"
 
 
-async def test_blocked_chat_does_not_stop_the_bot(
-    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory
-) -> None:
-    tg.block_chat(OTHER_USER)
-    async with start_bot() as app:
-        tg.send_user_message(OTHER_USER, OTHER_USER, "hi then block")
-        await turns_done(tg, app, 1)
-        _, text = await ask(tg, app, USER, "still there?")
-        assert text == "[depth:2] echo: still there?"
-
-
 async def test_streaming_edits_stay_within_one_per_second(
     llm: FakeOpenAI, redis_server: RedisServer, redis: Redis
 ) -> None:

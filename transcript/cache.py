@@ -104,10 +104,6 @@ class RecordCache:
     def bytes_used(self) -> int:
         return int(self._lru.currsize)
 
-    @property
-    def max_bytes(self) -> int:
-        return int(self._lru.maxsize)
-
     def __len__(self) -> int:
         return len(self._lru)
 
