@@ -1,58 +1,125 @@
-"""``python -m bot``: start replychain with settings from the environment and .env."""
+"""``python -m bot``: start replychain with settings from the environment and .env.
+
+Settings are checked before anything heavy (aiogram, openai, redis) is imported,
+so a missing or invalid setting is reported in one line at once. ``--help`` lists
+the settings and exit codes. Commands are subcommands; ``run`` is the default.
+"""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
-import logging
 import sys
+from collections.abc import Callable
 
-from .app import StartupError, run
-from .settings import Settings, SettingsError, load_settings
+from .settings import SETTINGS_HELP, Settings, SettingsError, describe_value, load_settings
 
+#: Exit codes, as ``--help`` lists them.
+EXIT_OK = 0
+EXIT_STARTUP = 1
+EXIT_SETTINGS = 2
 
-class RedactSecrets(logging.Filter):
-    """Defence in depth: no log line ever shows the bot token or the model key."""
+DESCRIPTION = """\
+replychain: a self-hosted Telegram chat bot for any OpenAI-compatible model, in
+which every Telegram reply chain is its own conversation (stored in Redis).
 
-    def __init__(self, secrets: list[str]) -> None:
-        super().__init__()
-        self.secrets = [s for s in secrets if len(s) >= 8]
+Settings are read from the environment and from .env in the working directory
+(the environment wins); an empty value counts as not set. See README.md for more."""
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        redacted = message
-        for secret in self.secrets:
-            redacted = redacted.replace(secret, "<redacted>")
-        if redacted != message:
-            record.msg, record.args = redacted, None
-        return True
-
-
-def configure_logging(settings: Settings) -> None:
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    secrets = [settings.telegram_bot_token.get_secret_value()]
-    if settings.openai_api_key is not None:
-        secrets.append(settings.openai_api_key.get_secret_value())
-    handler.addFilter(RedactSecrets(secrets))
-    logging.basicConfig(level=settings.log_level, handlers=[handler], force=True)
-    # aiohttp's access-level chatter is not useful to an operator
-    logging.getLogger("aiogram.event").setLevel(logging.WARNING)
+EXIT_CODES = f"""\
+exit codes:
+  {EXIT_OK}  stopped cleanly (SIGTERM or SIGINT), or a command finished
+  {EXIT_STARTUP}  start-up failed: Telegram, Redis or the model refused or is unreachable
+  {EXIT_SETTINGS}  a setting is missing or invalid (one line names it), or bad usage"""
 
 
-def main() -> int:
+def _settings_list() -> str:
+    width = max(len(name) for name in SETTINGS_HELP) + 2
+    lines = [f"  {name.ljust(width)}{text}" for name, text in SETTINGS_HELP.items()]
+    return "settings (environment variables, also read from .env):\n" + "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: ``python -m bot [command]``; no command runs the bot."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bot",
+        usage="%(prog)s [-h] [command]",
+        description=DESCRIPTION,
+        epilog=f"{_settings_list()}\n\n{EXIT_CODES}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", title="commands (default: run)")
+    commands.add_parser(
+        "run",
+        help="run the bot (the default)",
+        description="Run the bot until SIGTERM or SIGINT.",
+    )
+    check = commands.add_parser(
+        "check-config",
+        help="check the settings and exit (0: fine, 2: one line says what is wrong)",
+        description="Load and check the settings without starting anything.",
+    )
+    check.add_argument(
+        "--redis-mode",
+        action="store_true",
+        help="print only 'local' (REDIS_URL not set: `make run` starts a local "
+        "redis-server) or 'external'",
+    )
+    return parser
+
+
+def _load() -> Settings | None:
     try:
-        settings = load_settings()
+        return load_settings()
     except SettingsError as exc:
         print(f"replychain: {exc}", file=sys.stderr)
-        return 2
+        return None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    settings = _load()
+    if settings is None:
+        return EXIT_SETTINGS
+    from .logs import configure_logging  # noqa: PLC0415
+
     configure_logging(settings)
+    # Imported only now: aiogram alone takes seconds to import, and a settings
+    # error must not wait for it.
+    from .app import StartupError, run  # noqa: PLC0415
+
     try:
         return asyncio.run(run(settings))
     except StartupError as exc:
         print(f"replychain: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_STARTUP
     except KeyboardInterrupt:
-        return 0
+        return EXIT_OK
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    settings = _load()
+    if settings is None:
+        return EXIT_SETTINGS
+    if args.redis_mode:
+        print("external" if settings.redis_url_is_set else "local")
+        return EXIT_OK
+    print("replychain: settings are fine")
+    for name in SETTINGS_HELP:
+        field = name.lower()
+        if field in settings.model_fields_set:
+            print(f"  {name}={describe_value(getattr(settings, field))}")
+    return EXIT_OK
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "run": cmd_run,
+    "check-config": cmd_check_config,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return COMMANDS[args.command or "run"](args)
 
 
 if __name__ == "__main__":

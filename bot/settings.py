@@ -2,16 +2,31 @@
 
 :func:`load_settings` turns every problem into one :class:`SettingsError` line
 that names the variable and says how to fix it; it never shows a secret.
+
+This module must stay light: ``python -m bot`` validates settings before aiogram,
+openai or redis are imported, so a bad ``.env`` gets its one line at once.
+An empty value (``TELEGRAM_BOT_TOKEN=`` as ``config/example.env`` ships it)
+counts as not set, for every setting.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import re
 import socket
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
+from urllib.parse import urlsplit
 
-from aiogram.utils.token import TokenValidationError, validate_token
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -20,19 +35,92 @@ FALLBACK_SYSTEM_PROMPT = "You are a helpful assistant chatting in Telegram."
 #: Where `make run` starts its local redis-server (config/redis.conf).
 LOCAL_REDIS_URL = "redis://127.0.0.1:6390/0"
 
+#: A bot token as @BotFather issues it: the bot's numeric id, a colon, and a
+#: URL-safe secret. Checked here rather than with aiogram so that a bad token is
+#: reported before aiogram (seconds to import) is loaded.
+_TOKEN = re.compile(r"[0-9]+:[A-Za-z0-9_-]+")
+
 _HINTS = {
     "telegram_bot_token": "create a bot with @BotFather (https://t.me/BotFather) and put "
     "TELEGRAM_BOT_TOKEN=<token> in .env",
     "openai_api_key": "put OPENAI_API_KEY=<key> in .env (keys: https://platform.openai.com/api-keys)"
-    ", or set OPENAI_BASE_URL to an endpoint that needs no key (Ollama, vLLM, llama.cpp)",
+    ", or set OPENAI_BASE_URL to a local endpoint that needs no key (Ollama, vLLM, llama.cpp)",
     "allowed_user_ids": "use comma-separated numeric Telegram user ids, "
     "e.g. ALLOWED_USER_IDS=1234,5678",
     "owner_user_ids": "use comma-separated numeric Telegram user ids, e.g. OWNER_USER_IDS=1234",
 }
 
+#: One line per setting, for ``python -m bot --help`` (the README's table says more).
+#: tests/test_first_run.py checks that this, :class:`Settings` and the README agree.
+SETTINGS_HELP: dict[str, str] = {
+    "TELEGRAM_BOT_TOKEN": "bot token from @BotFather (required)",
+    "TELEGRAM_API_URL": "Bot API server base URL (default https://api.telegram.org)",
+    "OPENAI_API_KEY": "key for the model endpoint (required unless OPENAI_BASE_URL is local)",
+    "OPENAI_BASE_URL": "any OpenAI-compatible endpoint (default: OpenAI)",
+    "OPENAI_MODEL": "model name (default gpt-4o-mini)",
+    "OPENAI_TIMEOUT": "seconds without progress before a model call is abandoned (60)",
+    "OPENAI_MAX_RETRIES": "retries of a model call on 429, 5xx, timeouts (2)",
+    "REDIS_URL": "Redis to use (unset: `make run` starts a local redis-server)",
+    "SYSTEM_PROMPT": "the root system prompt of new conversations",
+    "SYSTEM_PROMPT_FILE": "file holding it (default config/system_prompt.txt)",
+    "ALLOWED_USER_IDS": "comma-separated user ids allowed to talk to the bot (empty: everyone)",
+    "OWNER_USER_IDS": "comma-separated user ids allowed to use /stats",
+    "CONTEXT_TOKEN_BUDGET": "most prompt tokens one model call may use (32000)",
+    "CONTEXT_FOLD_AT": "summarise the older part past this many tokens (0: 75 % of budget)",
+    "CONTEXT_KEEP_RECENT": "tokens kept verbatim after a fold (0: 40 % of budget)",
+    "SUMMARY_MAX_TOKENS": "longest summary (0: 10 % of budget, at most 2000)",
+    "USER_DAILY_TOKEN_LIMIT": "tokens one user may spend per UTC day (0: unlimited)",
+    "TRANSCRIPT_CACHE_BYTES": "bytes of transcript records cached in memory (64 MiB)",
+    "TURN_MAX_MODEL_CALLS": "most answer calls one message may cause (3)",
+    "TURN_MAX_TOKENS": "most tokens one message may cause (0: no limit beyond the budget)",
+    "TURN_MAX_ATTEMPTS": "tries of a turn that fails unexpectedly before it is parked (3)",
+    "MAX_CONCURRENT_TURNS": "most turns answered at once by this process (256)",
+    "USER_MAX_CONCURRENT_TURNS": "most turns of one user answered at once (2)",
+    "FLOOD_WAIT_MAX": "longest Telegram flood-control wait, seconds, before an outage (600)",
+    "MODEL_AUDIT_DAYS": "days a per-call audit record is kept (7; 0: off)",
+    "PRICE_INPUT_PER_MTOK": "USD per million input tokens, for estimated costs (0: none)",
+    "PRICE_CACHED_INPUT_PER_MTOK": "USD per million cached input tokens (0: none)",
+    "PRICE_OUTPUT_PER_MTOK": "USD per million output tokens (0: none)",
+    "MAX_INPUT_CHARS": "longest user message sent to the model (16000)",
+    "SHUTDOWN_TIMEOUT": "seconds in-flight answers get to finish on SIGTERM (25)",
+    "BOT_INSTANCE": "this process's name on the message bus (default: the host name)",
+    "LOG_LEVEL": "DEBUG, INFO, WARNING or ERROR (INFO)",
+}
+
+#: Host name suffixes that name a machine on this host or the local network.
+_LOCAL_SUFFIXES = (".localhost", ".local", ".internal", ".lan", ".home.arpa")
+
 
 class SettingsError(Exception):
     """A setting is missing or invalid; the message is one line for the operator."""
+
+
+def is_local_endpoint(url: str | None) -> bool:
+    """True when *url* names a model server on this machine or a private network.
+
+    Such servers (Ollama, vLLM, llama.cpp) usually need no key. Local means: a
+    loopback or private address, ``localhost``, a ``.local``/``.internal`` name, or
+    a single-label host such as a compose service (``http://ollama:11434/v1``).
+    No URL means the SDK default, OpenAI itself, which is remote.
+    """
+    if not url:
+        return False
+    try:
+        host = urlsplit(url).hostname
+    except ValueError:
+        return False
+    if not host:
+        return False
+    host = host.rstrip(".").lower()
+    if host == "localhost" or host.endswith(_LOCAL_SUFFIXES):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return "." not in host
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback or address.is_private or address.is_link_local
 
 
 def _parse_ids(value: object) -> object:
@@ -48,7 +136,12 @@ class Settings(BaseSettings):
     """Every setting of the bot; see the README's settings table."""
 
     model_config = SettingsConfigDict(
-        env_file=".env", env_file_encoding="utf-8", extra="ignore", case_sensitive=False
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        case_sensitive=False,
+        # `NAME=` (as config/example.env ships it) is "not set", never an empty value.
+        env_ignore_empty=True,
     )
 
     telegram_bot_token: SecretStr
@@ -80,6 +173,16 @@ class Settings(BaseSettings):
     turn_max_model_calls: int = Field(3, ge=1, le=100)
     #: Most tokens one message may cause (0 = no limit besides the context budget).
     turn_max_tokens: int = Field(0, ge=0)
+    #: Times a turn that fails unexpectedly is tried before it is parked in the
+    #: dead-letter stream (logged, counted, replayable) instead of being retried again.
+    turn_max_attempts: int = Field(3, ge=1, le=100)
+    #: Most turns this process answers at once (all chats together).
+    max_concurrent_turns: int = Field(256, ge=1)
+    #: Most turns of one user answered at once; further messages wait their turn.
+    user_max_concurrent_turns: int = Field(2, ge=1)
+    #: Longest total time (seconds) a Telegram flood-control wait may last before it
+    #: counts as a Telegram outage.
+    flood_wait_max: float = Field(600.0, gt=0)
     #: Days a model-call audit record (node ids and usage, no message text) is kept; 0 = off.
     model_audit_days: int = Field(7, ge=0, le=3650)
     #: Prices in USD per million tokens, for estimated costs in /usage and /stats.
@@ -94,6 +197,18 @@ class Settings(BaseSettings):
     #: This process's name in the intake consumer group; unique per running bot process.
     bot_instance: str = Field(default_factory=socket.gethostname, min_length=1)
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: object, info: ValidationInfo) -> object:
+        """A value of only spaces counts as not set, like an empty one."""
+        if not (isinstance(value, str) and not value.strip()):
+            return value
+        name = info.field_name or ""
+        field = cls.model_fields[name]
+        if field.is_required():
+            raise PydanticCustomError("missing", "Field required")
+        return field.get_default(call_default_factory=True)
+
     @field_validator("allowed_user_ids", "owner_user_ids", mode="before")
     @classmethod
     def _split_ids(cls, value: object) -> object:
@@ -102,31 +217,33 @@ class Settings(BaseSettings):
     @field_validator("telegram_bot_token")
     @classmethod
     def _check_token(cls, value: SecretStr) -> SecretStr:
-        try:
-            validate_token(value.get_secret_value())
-        except TokenValidationError:
-            raise ValueError("does not look like a bot token (digits:letters)") from None
-        return value
+        token = value.get_secret_value().strip()
+        if not _TOKEN.fullmatch(token):
+            raise ValueError("does not look like a bot token (digits:letters)")
+        return SecretStr(token)
 
     @field_validator("telegram_api_url", "openai_base_url", "redis_url")
     @classmethod
     def _check_url(cls, value: str | None) -> str | None:
-        if value is not None and "://" not in value:
-            raise ValueError("must be a URL with a scheme, e.g. http://127.0.0.1:8081")
+        if value is not None:
+            value = value.strip()
+            if "://" not in value:
+                raise ValueError("must be a URL with a scheme, e.g. http://127.0.0.1:8081")
         return value.rstrip("/") if value and not value.startswith("redis") else value
 
     @field_validator("log_level")
     @classmethod
     def _check_level(cls, value: str) -> str:
-        level = value.upper()
+        level = value.strip().upper()
         if level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
             raise ValueError("must be one of DEBUG, INFO, WARNING, ERROR")
         return level
 
     @model_validator(mode="after")
     def _check_key(self) -> Settings:
-        if self.openai_api_key is None and self.openai_base_url is None:
-            raise ValueError("openai_api_key: is required when OPENAI_BASE_URL is not set")
+        if self.openai_api_key is None and not is_local_endpoint(self.openai_base_url):
+            where = self.openai_base_url or "OpenAI (OPENAI_BASE_URL is not set)"
+            raise ValueError(f"openai_api_key: is not set and the model endpoint {where} is remote")
         budget = self.context_token_budget
         fold_at = self.context_fold_at or budget * 3 // 4
         keep = self.context_keep_recent or budget * 2 // 5
@@ -136,6 +253,11 @@ class Settings(BaseSettings):
                 "CONTEXT_TOKEN_BUDGET"
             )
         return self
+
+    @property
+    def redis_url_is_set(self) -> bool:
+        """Whether REDIS_URL was given (else `make run` starts a local redis-server)."""
+        return "redis_url" in self.model_fields_set
 
     def resolved_system_prompt(self) -> str:
         """SYSTEM_PROMPT, else SYSTEM_PROMPT_FILE, else config/system_prompt.txt."""
@@ -172,14 +294,37 @@ def _describe(exc: ValidationError) -> str:
     lines = []
     for error in exc.errors():
         field = str(error["loc"][0]) if error["loc"] else ""
-        message = error["msg"]
-        if not field and message.startswith("Value error, openai_api_key"):
-            field, message = "openai_api_key", "is required when OPENAI_BASE_URL is not set"
+        message = error["msg"].removeprefix("Value error, ")
+        if not field and ":" in message:
+            # a model-level check names its field before the colon
+            prefix, _, rest = message.partition(":")
+            if prefix in Settings.model_fields:
+                field, message = prefix, rest.strip()
         name = field.upper()
         if error["type"] == "missing":
             text = f"{name} is not set"
+        elif field == "openai_api_key" and message.startswith("is not set"):
+            text = f"{name} {message}"
         else:
-            text = f"{name} is invalid: {message.removeprefix('Value error, ')}"
+            text = f"{name} is invalid: {message}"
         hint = _HINTS.get(field)
         lines.append(f"{text}; {hint}" if hint else text)
     return " | ".join(lines)
+
+
+def describe_value(value: Any) -> str:
+    """How ``check-config`` shows a setting: secrets are never shown."""
+    if isinstance(value, SecretStr):
+        return "<set>"
+    if isinstance(value, frozenset):
+        return ",".join(str(v) for v in sorted(value)) or "(empty)"
+    if value is None:
+        return "(unset)"
+    text = str(value)
+    if "://" in text and "@" in text:  # a URL with credentials, e.g. redis://:pw@host
+        parts = urlsplit(text)
+        if parts.password:
+            host = parts.netloc.rsplit("@", 1)[1]
+            user = parts.username or ""
+            text = parts._replace(netloc=f"{user}:<redacted>@{host}").geturl()
+    return text
