@@ -18,6 +18,14 @@ flood limits.  Every call is kept in :attr:`FakeTelegram.calls`; client misbehav
 Telegram would punish (ignoring ``retry_after``, two pollers at once, editing too fast) is
 recorded in :attr:`FakeTelegram.violations`.
 
+It can also behave like the servers people really run.  ``fail_next`` answers with a
+Telegram-shaped error status; ``misbehave_next(method, kind, ...)`` answers like a sloppy
+emulator, reverse proxy or newer server (a result missing a field aiogram requires, unknown
+extra fields, ``result: null``, a JSON body without ``ok``, an HTML error page, ``{"ok":
+false}`` alone), with or without applying the method; ``unsupported_methods=`` makes methods
+unknown to the server; ``flood_sends_per_second=``/``flood_edits_per_second=`` add per-chat
+and per-message flood limits.  Injected answers are marked in ``Call.fault``.
+
 Deliberately stricter than Telegram (real Telegram silently passes these through):
 a bare ``&`` that does not start ``&lt;``/``&gt;``/``&amp;``/``&quot;``/``&#NN;``/``&#xHH;``
 (``;`` included) and ``<a>`` without ``href`` are rejected.  Pass ``strict_html=False`` to get
@@ -43,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import http
 import inspect
 import json
 import math
@@ -50,15 +59,20 @@ import re
 import time
 import traceback
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from aiohttp import web
 
-__all__ = ["Call", "FakeTelegram", "StoredMessage"]
+__all__ = ["Call", "FakeTelegram", "Misbehaviour", "StoredMessage"]
 
 JSON = dict[str, Any]
+
+#: The ways :meth:`FakeTelegram.misbehave_next` breaks an answer (see its docstring).
+Misbehaviour = Literal[
+    "missing_field", "extra_fields", "null_result", "no_ok", "html", "bare_error"
+]
 
 _CONFLICT_POLL: Final = (
     "Conflict: terminated by other getUpdates request; "
@@ -73,6 +87,10 @@ _NOT_MODIFIED: Final = (
     "are exactly the same as a current content and reply markup of the message"
 )
 _MAX_TEXT_UNITS: Final = 4096
+_METHOD_NOT_FOUND: Final = "Not Found: method not found"  # telegram-bot-api's answer
+_NO_OK_BODY: Final = json.dumps({"error": "method not supported"})
+_JSON_TYPE: Final = "application/json"
+_FUTURE_FIELDS: Final = {"some_future_field": {"kind": "future", "since": "Bot API 99.0"}}
 _ADMIN_ID: Final = 1_000_000_001  # synthetic creator of forum topics
 
 _METHODS: Final = (
@@ -93,6 +111,12 @@ _METHODS: Final = (
     "getChat",
 )
 _CANONICAL: Final = {name.lower(): name for name in _METHODS}
+# Methods whose successful result is an object (so a field can be dropped or added).
+_OBJECT_RESULTS: Final = frozenset(
+    {"getMe", "getWebhookInfo", "getChat", "sendMessage", "editMessageText"}
+)
+_RESULT_KINDS: Final = frozenset({"missing_field", "extra_fields", "null_result"})
+_DEFAULT_FAULT_STATUS: Final = {"no_ok": 500, "html": 502, "bare_error": 400}
 
 # Methods whose flood limits are per chat: a 429 for one chat blocks them all for that chat.
 _CHAT_RATE_METHODS: Final = frozenset({"sendMessage", "editMessageText", "sendChatAction"})
@@ -250,6 +274,10 @@ class Call:
     status: int
     description: str | None = None  # error description when status != 200
     result: Any = None  # the ``result`` served when status == 200
+    #: What shaped this answer when the test injected it: a :data:`Misbehaviour` kind,
+    #: ``"unsupported"`` (a method in ``unsupported_methods``) or ``"fail_next"``; None
+    #: for a genuine answer (flood-control 429s included).
+    fault: str | None = None
 
 
 @dataclass
@@ -287,12 +315,14 @@ class _ApiError(Exception):
         *,
         retry_after: int | None = None,
         sets_cooldown: bool = True,
+        injected: bool = False,
     ) -> None:
         super().__init__(description)
         self.status = status
         self.description = description
         self.retry_after = retry_after
         self.sets_cooldown = sets_cooldown
+        self.injected = injected
 
 
 class _EntityError(Exception):
@@ -307,6 +337,48 @@ class _Fault:
     retry_after: int | None
     remaining: int
     chat_id: int | None
+
+
+@dataclass
+class _Misbehaving:
+    method: str
+    kind: Misbehaviour
+    status: int
+    applied: bool
+    remaining: int
+    chat_id: int | None
+    field: str | None
+    extra: JSON
+    body: str | None
+
+    def answer(self, result: Any) -> tuple[Any, web.Response]:
+        """The result as recorded in ``Call.result`` and the broken HTTP answer."""
+        if self.kind == "missing_field":
+            served = copy.deepcopy(result)
+            _drop_path(served, self.field or "")
+            return served, _json_response(self.status, {"ok": True, "result": served})
+        if self.kind == "extra_fields":
+            served = {**copy.deepcopy(result), **copy.deepcopy(self.extra)}
+            return served, _json_response(self.status, {"ok": True, "result": served})
+        if self.kind == "null_result":
+            return None, _json_response(self.status, {"ok": True, "result": None})
+        if self.kind == "bare_error":
+            return None, _json_response(self.status, {"ok": False})
+        if self.kind == "no_ok":
+            body = self.body if self.body is not None else _NO_OK_BODY
+            return None, web.Response(status=self.status, text=body, content_type=_JSON_TYPE)
+        body = self.body if self.body is not None else _html_page(self.status)
+        return None, web.Response(status=self.status, text=body, content_type="text/html")
+
+
+class _Broken(Exception):
+    """Answer this call with ``response`` (a misbehaving server), the method not applied."""
+
+    def __init__(self, status: int, fault: str, response: web.Response) -> None:
+        super().__init__(fault)
+        self.status = status
+        self.fault = fault
+        self.response = response
 
 
 @dataclass
@@ -1105,14 +1177,28 @@ class FakeTelegram:
         username: str = "replychain_bot",
         first_name: str = "replychain",
         flood_edits_per_second: float | None = None,
+        flood_sends_per_second: float | None = None,
         strict_html: bool = True,
+        unsupported_methods: Iterable[str] = (),
+        unsupported_answer: Literal["not_found", "no_ok"] = "not_found",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.token = token
         self.bot_id = bot_id
         self.username = username
         self.first_name = first_name
+        #: Edits of one message per second before a 429 (recorded as a violation).
         self.flood_edits_per_second = flood_edits_per_second
+        #: sendMessage calls to one chat per second before a 429 retry_after (not a
+        #: violation by itself: the bot cannot know a chat's limit; sending again before
+        #: retry_after elapsed is).
+        self.flood_sends_per_second = flood_sends_per_second
+        #: Methods this server does not implement at all (canonical names, e.g.
+        #: ``"setMyCommands"``), answered as ``unsupported_answer`` says: ``"not_found"`` like
+        #: telegram-bot-api (404 ``Not Found: method not found``) or ``"no_ok"`` like a
+        #: sloppy emulator (500 ``{"error": "method not supported"}``, no ``ok``).
+        self.unsupported_methods: set[str] = {_canonical(name) for name in unsupported_methods}
+        self.unsupported_answer: Literal["not_found", "no_ok"] = unsupported_answer
         self.strict_html = strict_html
         self.url = ""
         self.calls: list[Call] = []
@@ -1130,8 +1216,10 @@ class FakeTelegram:
         self._allowed_updates: frozenset[str] | None = None
         self._poll: _Poll | None = None
         self._faults: list[_Fault] = []
+        self._misbehaving: list[_Misbehaving] = []
         self._cooldowns: dict[tuple[str, int | str], float] = {}
         self._edit_windows: dict[tuple[int, int], deque[float]] = {}
+        self._send_windows: dict[int, deque[float]] = {}
         self._changed = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self._port = 0
@@ -1376,14 +1464,81 @@ class FakeTelegram:
         chat_id: int | None = None,
     ) -> None:
         """The next ``count`` calls of ``method`` (for ``chat_id`` if given) get ``status``."""
-        canonical = _CANONICAL.get(method.lower())
-        if canonical is None:
-            raise ValueError(f"unknown Bot API method {method!r}")
+        canonical = _canonical(method)
         if status == 429 and retry_after is None:
             retry_after = 1
         if description is None:
             description = _default_description(status, retry_after)
         self._faults.append(_Fault(canonical, status, description, retry_after, count, chat_id))
+
+    def misbehave_next(
+        self,
+        method: str,
+        kind: Misbehaviour,
+        *,
+        count: int = 1,
+        chat_id: int | None = None,
+        field: str | None = None,
+        extra: dict[str, Any] | None = None,
+        status: int | None = None,
+        applied: bool | None = None,
+        body: str | None = None,
+    ) -> None:
+        """Answer the next ``count`` calls of ``method`` (for ``chat_id`` if given) like a
+        sloppy Bot API server, reverse proxy or newer server would.  ``kind``:
+
+        * ``"missing_field"``: 200, the result lacks ``field`` (a dotted path, e.g.
+          ``"is_bot"``, ``"chat"``, ``"from.is_bot"``).  Applied.
+        * ``"extra_fields"``: 200, the result carries ``extra`` too (by default an unknown
+          ``some_future_field`` object, as a newer server would send).  Applied.
+        * ``"null_result"``: 200 ``{"ok": true, "result": null}``.  Applied unless
+          ``applied=False``.
+        * ``"no_ok"``: ``status`` (500) with a JSON body without ``ok`` (``body``, by default
+          ``{"error": "method not supported"}``).
+        * ``"html"``: ``status`` (502) with a ``text/html`` error page (``body``, by default
+          nginx's page; for ``status=200`` a captive portal's sign-in page).
+        * ``"bare_error"``: ``status`` (400) with ``{"ok": false}`` and nothing else.
+
+        The last three are answered without applying the method (a proxy or an emulator
+        that never ran it), unless ``applied=True`` (the method ran, then the answer broke).
+        A kind that applies the method is used up only by a call that succeeds: a call
+        that fails for real (400, 403, flood 429...) gets its genuine error and the
+        misbehaviour waits for the next call.  Flood-control cooldowns and ``fail_next``
+        come first.  Each broken answer is recorded in :attr:`calls` with ``fault=kind``,
+        the status sent and, for the first three kinds, the result as served.
+        """
+        canonical = _canonical(method)
+        result_kind = kind in _RESULT_KINDS
+        if kind not in _RESULT_KINDS and kind not in _DEFAULT_FAULT_STATUS:
+            raise ValueError(f"unknown misbehaviour {kind!r}")
+        if count < 1:
+            raise ValueError("count must be at least 1")
+        if (field is not None) != (kind == "missing_field") or field == "":
+            raise ValueError('field= names the field to drop, for kind="missing_field" only')
+        if extra is not None and kind != "extra_fields":
+            raise ValueError('extra= is for kind="extra_fields" only')
+        if kind in ("missing_field", "extra_fields"):
+            if canonical not in _OBJECT_RESULTS:
+                raise ValueError(f"{canonical} does not answer with an object")
+            if applied is False:
+                raise ValueError(f"{kind} changes a result, so the method is always applied")
+        if result_kind and status is not None:
+            raise ValueError(f"{kind} is answered with 200; status= is for error kinds")
+        if body is not None and kind not in ("no_ok", "html"):
+            raise ValueError('body= is for kind="no_ok" or kind="html" only')
+        self._misbehaving.append(
+            _Misbehaving(
+                method=canonical,
+                kind=kind,
+                status=_DEFAULT_FAULT_STATUS.get(kind, 200) if status is None else status,
+                applied=result_kind if applied is None else applied,
+                remaining=count,
+                chat_id=chat_id,
+                field=field,
+                extra=copy.deepcopy(_FUTURE_FIELDS if extra is None else extra),
+                body=body,
+            )
+        )
 
     # ----------------------------------------------------------------- inspection
 
@@ -1467,29 +1622,40 @@ class FakeTelegram:
                 raise _ApiError(401, "Unauthorized")
             if canonical is None:
                 raise _ApiError(404, "Not Found")
-            self._preflight(canonical, params)
+            self._check_supported(canonical)
+            misbehaving = self._preflight(canonical, params)
             if canonical == "getUpdates":
                 result = await self._get_updates(params, request)
             else:
                 result = self._handlers[canonical](params)
+            if misbehaving is not None and self._use_up(misbehaving):
+                served, response = misbehaving.answer(result)
+                status, fault = misbehaving.status, misbehaving.kind
+                call = Call(method, params, started, status, result=served, fault=fault)
+            else:
+                response = _json_response(200, {"ok": True, "result": result})
+                call = Call(method, params, started, 200, None, copy.deepcopy(result))
         except _ApiError as exc:
             if exc.status == 429 and exc.retry_after and exc.sets_cooldown:
                 self._cooldowns[self._cooldown_key(method, params)] = (
                     self._clock() + exc.retry_after
                 )
-            self._record(Call(method, params, started, exc.status, exc.description))
+            injected = "fail_next" if exc.injected else None
+            self._record(Call(method, params, started, exc.status, exc.description, fault=injected))
             return _error_response(exc)
+        except _Broken as broken:
+            self._record(Call(method, params, started, broken.status, fault=broken.fault))
+            return broken.response
         except Exception as exc:  # a bug in the fake: answer like Telegram's 500, keep the trace
             self.server_errors.append("".join(traceback.format_exception(exc)))
             failure = _ApiError(500, f"Internal Server Error: FakeTelegram bug: {exc!r}")
             self._record(Call(method, params, started, 500, failure.description))
             return _error_response(failure)
-        call = Call(method, params, started, 200, None, copy.deepcopy(result))
         self._record(call)
         if self.after_call is not None:
             # applied but not yet answered: a test may kill the client right here
             await self.after_call(call)
-        return _json_response(200, {"ok": True, "result": result})
+        return response
 
     def _record(self, call: Call) -> None:
         self.calls.append(call)
@@ -1501,8 +1667,29 @@ class FakeTelegram:
             return ("chat", chat_id)
         return ("method", method)
 
-    def _preflight(self, method: str, params: JSON) -> None:
-        """Flood control and injected faults, checked before the method runs."""
+    def _check_supported(self, method: str) -> None:
+        unsupported = {name.lower() for name in self.unsupported_methods}
+        if method.lower() not in unsupported:
+            return
+        if self.unsupported_answer == "no_ok":
+            response = web.Response(status=500, text=_NO_OK_BODY, content_type=_JSON_TYPE)
+            raise _Broken(500, "unsupported", response)
+        raise _Broken(404, "unsupported", _error_response(_ApiError(404, _METHOD_NOT_FOUND)))
+
+    def _use_up(self, misbehaving: _Misbehaving) -> bool:
+        """Count one broken answer; False when concurrent calls have used it up already."""
+        if misbehaving not in self._misbehaving:
+            return False
+        misbehaving.remaining -= 1
+        if misbehaving.remaining <= 0:
+            self._misbehaving.remove(misbehaving)
+        return True
+
+    def _preflight(self, method: str, params: JSON) -> _Misbehaving | None:
+        """Flood control and injected faults, checked before the method runs.
+
+        Returns the misbehaviour that will break the answer once the method has run.
+        """
         now = self._clock()
         key = self._cooldown_key(method, params)
         deadline = self._cooldowns.get(key)
@@ -1525,9 +1712,40 @@ class FakeTelegram:
                 fault.remaining -= 1
                 if fault.remaining <= 0:
                     self._faults.remove(fault)
-                raise _ApiError(fault.status, fault.description, retry_after=fault.retry_after)
+                raise _ApiError(
+                    fault.status, fault.description, retry_after=fault.retry_after, injected=True
+                )
+        misbehaving = next(
+            (
+                candidate
+                for candidate in self._misbehaving
+                if candidate.method == method and candidate.chat_id in (None, chat_id)
+            ),
+            None,
+        )
+        if misbehaving is not None and not misbehaving.applied:
+            self._use_up(misbehaving)
+            _served, response = misbehaving.answer(None)
+            raise _Broken(misbehaving.status, misbehaving.kind, response)
         if method == "editMessageText":
             self._check_edit_flood(params, now)
+        if method == "sendMessage":
+            self._check_send_flood(chat_id, now)
+        return misbehaving
+
+    def _check_send_flood(self, chat_id: int | None, now: float) -> None:
+        rate = self.flood_sends_per_second
+        if rate is None or chat_id is None:
+            return
+        burst = max(1, math.floor(rate))
+        span = burst / rate  # ``burst`` sends per ``span`` seconds: 1 per 2 s for rate 0.5
+        window = self._send_windows.setdefault(chat_id, deque())
+        while window and now - window[0] >= span:
+            window.popleft()
+        if len(window) >= burst:
+            wait = max(1, math.ceil(window[0] + span - now))
+            raise _ApiError(429, f"Too Many Requests: retry after {wait}", retry_after=wait)
+        window.append(now)
 
     def _check_edit_flood(self, params: JSON, now: float) -> None:
         limit = self.flood_edits_per_second
@@ -1991,6 +2209,8 @@ class FakeTelegram:
             if isinstance(text, str):
                 shown["text"] = text if len(text) <= 80 else text[:77] + "..."
             outcome = "ok" if call.status == 200 else f"{call.status} {call.description}"
+            if call.fault is not None:
+                outcome += f" [injected: {call.fault}]"
             lines.append(f"  {call.method} {shown} -> {outcome}")
         for chat_id, chat in self._chats.items():
             recent = sorted(chat.messages.values(), key=lambda m: m.message_id)[-3:]
@@ -2031,11 +2251,46 @@ def _default_description(status: int, retry_after: int | None) -> str:
     }.get(status, f"Error {status}: injected failure")
 
 
+def _canonical(method: str) -> str:
+    canonical = _CANONICAL.get(method.lower())
+    if canonical is None:
+        raise ValueError(f"unknown Bot API method {method!r}")
+    return canonical
+
+
+def _drop_path(result: Any, path: str) -> None:
+    """Remove the field at a dotted ``path`` ("chat", "from.is_bot") from a result object."""
+    *parents, name = path.split(".")
+    target = result
+    for part in parents:
+        target = target.get(part) if isinstance(target, dict) else None
+    if not isinstance(target, dict) or name not in target:
+        raise ValueError(f"misbehave_next: the result has no field {path!r} to drop")
+    del target[name]
+
+
+def _html_page(status: int) -> str:
+    """What a reverse proxy (nginx) or, for 200, a captive portal answers instead of JSON."""
+    if status == 200:
+        return (
+            "<html><head><title>Sign in</title></head><body><h1>Sign in to the network</h1>"
+            '<form method="post"><input name="accept" type="submit"></form></body></html>'
+        )
+    try:
+        phrase = http.HTTPStatus(status).phrase
+    except ValueError:
+        phrase = "Error"
+    return (
+        f"<html><head><title>{status} {phrase}</title></head><body>"
+        f"<center><h1>{status} {phrase}</h1></center><hr><center>nginx</center></body></html>"
+    )
+
+
 def _json_response(status: int, body: JSON) -> web.Response:
     return web.Response(
         status=status,
         text=json.dumps(body, ensure_ascii=False),
-        content_type="application/json",
+        content_type=_JSON_TYPE,
     )
 
 

@@ -15,6 +15,7 @@ from aiogram import Bot, Dispatcher
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.exceptions import (
+    ClientDecodeError,
     TelegramAPIError,
     TelegramBadRequest,
     TelegramConflictError,
@@ -32,6 +33,7 @@ from aiogram.types import (
     MessageEntity,
     ReplyParameters,
 )
+from pydantic import ValidationError
 
 from .fake_telegram import FakeTelegram
 
@@ -771,6 +773,259 @@ async def test_injected_429_without_chat_blocks_the_method() -> None:
         assert await bot.get_updates() == []
 
 
+async def test_send_flood_limit_per_chat() -> None:
+    clock = ManualClock()
+    async with running(clock=clock, flood_sends_per_second=1) as (fake, bot):
+        fake.add_private_chat(1)
+        fake.add_private_chat(2)
+        await bot.send_message(1, "first")
+        clock.now += 0.5
+        with pytest.raises(TelegramRetryAfter) as flood:
+            await bot.send_message(1, "too soon")
+        assert flood.value.retry_after == 1
+        assert fake.violations == []  # hitting a chat's limit is not the bot's fault...
+        await bot.send_message(2, "other chats are unaffected")
+        clock.now += 0.5
+        with pytest.raises(TelegramRetryAfter):
+            await bot.send_message(1, "retry_after ignored")
+        assert len(fake.violations) == 1  # ... ignoring retry_after is
+        assert "chat 1" in fake.violations[0]
+        clock.now += 0.6
+        await bot.send_message(1, "patient")
+        assert [m.text for m in fake.bot_messages(1)] == ["first", "patient"]
+        assert [call.fault for call in fake.calls] == [None] * 5
+
+
+async def test_fractional_send_rate_spaces_sends_out() -> None:
+    clock = ManualClock()
+    async with running(clock=clock, flood_sends_per_second=0.5) as (fake, bot):
+        fake.add_private_chat(1)
+        await bot.send_message(1, "one")
+        clock.now += 0.5
+        with pytest.raises(TelegramRetryAfter) as flood:
+            await bot.send_message(1, "two")
+        assert flood.value.retry_after == 2
+        clock.now += 2
+        await bot.send_message(1, "two")
+        assert fake.violations == []
+
+
+# --------------------------------------------------------------------------- sloppy servers
+
+
+async def test_missing_field_fails_to_decode_but_the_method_is_applied(
+    fake: FakeTelegram, bot: Bot
+) -> None:
+    fake.misbehave_next("getMe", "missing_field", field="is_bot")
+    with pytest.raises(ClientDecodeError) as get_me:
+        await bot.get_me()
+    assert get_me.value.message == "Failed to deserialize object"
+    assert isinstance(get_me.value.original, ValidationError)
+    assert not isinstance(get_me.value, TelegramAPIError)  # `except TelegramAPIError` misses it
+    assert "is_bot" not in get_me.value.data["result"]
+    assert (await bot.get_me()).is_bot is True  # one call only
+
+    fake.add_private_chat(1)
+    fake.misbehave_next("sendMessage", "missing_field", field="chat")
+    with pytest.raises(ClientDecodeError) as send:
+        await bot.send_message(1, "sent, but the answer is broken")
+    served = send.value.data["result"]
+    assert "chat" not in served
+    stored = fake.bot_messages(1)
+    assert [(m.message_id, m.text) for m in stored] == [
+        (served["message_id"], "sent, but the answer is broken")
+    ]
+    call = fake.calls[-1]
+    assert (call.status, call.fault, call.result) == (200, "missing_field", served)
+
+    fake.misbehave_next("sendMessage", "missing_field", field="from.is_bot")
+    with pytest.raises(ClientDecodeError, match=r"from\.is_bot"):
+        await bot.send_message(1, "nested")
+    assert len(fake.bot_messages(1)) == 2
+
+
+async def test_extra_unknown_fields_still_decode(fake: FakeTelegram, bot: Bot) -> None:
+    fake.add_private_chat(1)
+    fake.misbehave_next("getMe", "extra_fields", extra={"can_fly": True})
+    me = await bot.get_me()
+    assert (me.id, me.model_extra) == (fake.bot_id, {"can_fly": True})
+    fake.misbehave_next("sendMessage", "extra_fields")
+    sent = await bot.send_message(1, "from the future")
+    assert sent.text == "from the future"
+    assert sent.model_extra is not None
+    assert set(sent.model_extra) == {"some_future_field"}
+    assert fake.calls[-1].result["some_future_field"] == sent.model_extra["some_future_field"]
+    assert fake.calls[-1].fault == "extra_fields"
+    assert [m.message_id for m in fake.bot_messages(1)] == [sent.message_id]
+
+
+async def test_json_without_ok_is_not_applied(fake: FakeTelegram, bot: Bot) -> None:
+    fake.add_private_chat(1)
+    fake.misbehave_next("setMyCommands", "no_ok")
+    with pytest.raises(ClientDecodeError) as error:
+        await bot.set_my_commands([BotCommand(command="help", description="Help")])
+    assert error.value.message == "Failed to deserialize object"
+    assert isinstance(error.value.original, ValidationError)
+    assert error.value.data == {"error": "method not supported"}
+    assert fake.commands == {}
+    assert (fake.calls[-1].status, fake.calls[-1].fault) == (500, "no_ok")
+
+    fake.misbehave_next("sendMessage", "no_ok", status=501, body='{"message": "nope"}')
+    with pytest.raises(ClientDecodeError) as send:
+        await bot.send_message(1, "lost")
+    assert send.value.data == {"message": "nope"}
+    assert fake.bot_messages(1) == []
+    assert fake.calls[-1].status == 501
+
+
+async def test_html_error_pages(fake: FakeTelegram, bot: Bot) -> None:
+    fake.add_private_chat(1)
+    fake.misbehave_next("sendMessage", "html")
+    with pytest.raises(ClientDecodeError) as proxy:
+        await bot.send_message(1, "never reached Telegram")
+    assert proxy.value.message == "Failed to decode object"
+    assert isinstance(proxy.value.original, json.JSONDecodeError)
+    assert "<h1>502 Bad Gateway</h1>" in proxy.value.data
+    assert fake.bot_messages(1) == []
+    assert (fake.calls[-1].status, fake.calls[-1].fault) == (502, "html")
+
+    fake.misbehave_next("getMe", "html", status=200)  # a captive portal
+    with pytest.raises(ClientDecodeError, match="Sign in"):
+        await bot.get_me()
+
+    fake.misbehave_next("sendMessage", "html", status=504, applied=True)  # proxy timed out late
+    with pytest.raises(ClientDecodeError, match="<h1>504 Gateway Timeout</h1>"):
+        await bot.send_message(1, "delivered anyway")
+    assert [m.text for m in fake.bot_messages(1)] == ["delivered anyway"]
+
+    fake.misbehave_next("getMe", "html", body="<p>oops</p>")
+    url = f"{fake.url}/bot{fake.token}/getMe"
+    async with aiohttp.ClientSession() as http, http.post(url) as response:
+        assert (response.status, response.content_type) == (502, "text/html")
+        assert await response.text() == "<p>oops</p>"
+
+
+@pytest.mark.parametrize(
+    ("status", "exception"),
+    [
+        (400, TelegramBadRequest),
+        (403, TelegramForbiddenError),
+        (200, TelegramAPIError),
+        (429, TelegramAPIError),  # no ``parameters``, so no TelegramRetryAfter
+    ],
+)
+async def test_ok_false_without_description(
+    fake: FakeTelegram, bot: Bot, status: int, exception: type[TelegramAPIError]
+) -> None:
+    fake.add_private_chat(1)
+    fake.misbehave_next("sendMessage", "bare_error", status=status)
+    with pytest.raises(exception) as error:
+        await bot.send_message(1, "x")
+    assert type(error.value) is exception
+    message: object = error.value.message  # typed str, but None here
+    assert message is None
+    assert str(error.value) == "Telegram server says - None"
+    assert fake.bot_messages(1) == []
+    assert (fake.calls[-1].status, fake.calls[-1].fault) == (status, "bare_error")
+
+
+async def test_ok_false_without_description_on_5xx_breaks_aiogram(
+    fake: FakeTelegram, bot: Bot
+) -> None:
+    # aiogram evaluates ``"restart" in description`` for 5xx: with no description that is a
+    # TypeError, not an aiogram exception at all.
+    fake.misbehave_next("getMe", "bare_error", status=500)
+    with pytest.raises(TypeError, match="NoneType"):
+        await bot.get_me()
+    status, body = await raw_call(fake, "getMe")
+    assert (status, body["ok"]) == (200, True)
+
+
+async def test_null_result_where_a_message_was_expected(fake: FakeTelegram, bot: Bot) -> None:
+    fake.add_private_chat(1)
+    fake.misbehave_next("sendMessage", "null_result")
+    assert await bot.send_message(1, "sent, id unknown") is None
+    assert [m.text for m in fake.bot_messages(1)] == ["sent, id unknown"]
+    assert (fake.calls[-1].status, fake.calls[-1].result) == (200, None)
+    assert fake.calls[-1].fault == "null_result"
+    fake.misbehave_next("sendMessage", "null_result", applied=False)
+    assert await bot.send_message(1, "not sent at all") is None
+    assert len(fake.bot_messages(1)) == 1
+    fake.misbehave_next("getMe", "null_result")
+    assert await bot.get_me() is None
+
+
+async def test_unsupported_methods() -> None:
+    async with running(unsupported_methods={"setmycommands"}) as (fake, bot):
+        assert fake.unsupported_methods == {"setMyCommands"}
+        command = BotCommand(command="help", description="Help")
+        with pytest.raises(TelegramNotFound) as missing:
+            await bot.set_my_commands([command])
+        assert missing.value.message == "Not Found: method not found"
+        status, body = await raw_call(fake, "setMyCommands")
+        assert (status, body) == (
+            404,
+            {"ok": False, "error_code": 404, "description": "Not Found: method not found"},
+        )
+        fake.unsupported_answer = "no_ok"
+        with pytest.raises(ClientDecodeError) as no_ok:
+            await bot.set_my_commands([command])
+        assert no_ok.value.data == {"error": "method not supported"}
+        assert fake.commands == {}
+        assert [(c.status, c.fault) for c in fake.calls] == [(404, "unsupported")] * 2 + [
+            (500, "unsupported")
+        ]
+        fake.unsupported_methods.clear()
+        assert await bot.set_my_commands([command]) is True
+        assert (await bot.get_me()).id == fake.bot_id
+
+
+async def test_misbehaviour_scope_count_and_order(fake: FakeTelegram, bot: Bot) -> None:
+    fake.add_private_chat(1)
+    fake.add_private_chat(2)
+    fake.misbehave_next("sendMessage", "missing_field", field="date", count=2, chat_id=1)
+    await bot.send_message(2, "other chat: a genuine answer")
+    fake.block_chat(1)
+    with pytest.raises(TelegramForbiddenError):
+        await bot.send_message(1, "a genuine error does not use it up")
+    fake.unblock_chat(1)
+    fake.fail_next("sendMessage", status=400, chat_id=1)
+    with pytest.raises(TelegramBadRequest, match="injected failure"):
+        await bot.send_message(1, "fail_next first")
+    for text in ("broken one", "broken two"):
+        with pytest.raises(ClientDecodeError):
+            await bot.send_message(1, text)
+    assert (await bot.send_message(1, "healed")).text == "healed"
+    assert [(c.status, c.fault) for c in fake.calls] == [
+        (200, None),
+        (403, None),
+        (400, "fail_next"),
+        (200, "missing_field"),
+        (200, "missing_field"),
+        (200, None),
+    ]
+    assert [m.text for m in fake.bot_messages(1)] == ["broken one", "broken two", "healed"]
+    with pytest.raises(AssertionError, match=r"\[injected: missing_field\]"):
+        await fake.wait_for(lambda: False, timeout=0.05)
+
+
+async def test_cooldown_still_applies_to_misbehaving_calls() -> None:
+    clock = ManualClock()
+    async with running(clock=clock) as (fake, bot):
+        fake.add_private_chat(1)
+        fake.fail_next("sendMessage", retry_after=2, chat_id=1)
+        fake.misbehave_next("sendMessage", "html")
+        with pytest.raises(TelegramRetryAfter):
+            await bot.send_message(1, "limited")
+        with pytest.raises(TelegramRetryAfter):
+            await bot.send_message(1, "too early: still 429, the html answer waits")
+        assert len(fake.violations) == 1
+        clock.now += 2
+        with pytest.raises(ClientDecodeError):
+            await bot.send_message(1, "proxy error")
+        assert fake.bot_messages(1) == []
+
+
 # --------------------------------------------------------------------------- chats
 
 
@@ -892,6 +1147,30 @@ def test_invalid_injections_are_refused() -> None:
         fake.send_user_message(3, 3, "x")
     with pytest.raises(ValueError, match="unknown Bot API method"):
         fake.fail_next("sendCarrierPigeon")
+    with pytest.raises(ValueError, match="unknown Bot API method"):
+        FakeTelegram(unsupported_methods={"sendCarrierPigeon"})
+
+
+@pytest.mark.parametrize(
+    ("method", "kind", "options", "reason"),
+    [
+        ("sendCarrierPigeon", "html", {}, "unknown Bot API method"),
+        ("getMe", "teapot", {}, "unknown misbehaviour"),
+        ("getMe", "html", {"count": 0}, "count"),
+        ("getMe", "missing_field", {}, "field="),
+        ("getMe", "html", {"field": "id"}, "field="),
+        ("setMyCommands", "missing_field", {"field": "x"}, "does not answer with an object"),
+        ("getMe", "extra_fields", {"applied": False}, "always applied"),
+        ("getMe", "null_result", {"status": 500}, "status="),
+        ("getMe", "bare_error", {"body": "{}"}, "body="),
+        ("getMe", "no_ok", {"extra": {}}, "extra="),
+    ],
+)
+def test_invalid_misbehaviours_are_refused(
+    method: str, kind: Any, options: dict[str, Any], reason: str
+) -> None:
+    with pytest.raises(ValueError, match=reason):
+        FakeTelegram().misbehave_next(method, kind, **options)
 
 
 # --------------------------------------------------------------------------- waiting
