@@ -1,0 +1,349 @@
+"""The checks of the chaos soak (``bench/soak.py``): pure functions over what was sent,
+what the Bot API test server holds at the end, and what the model was asked.
+
+See the docstring of ``bench/soak.py`` for the rules; this module implements them.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tests.fake_telegram import StoredMessage
+
+#: Every user text carries one marker ``c<chat index>m<number>``; model replies echo it.
+MARKER_RE = re.compile(r"\bc(\d+)m(\d+)\b")
+DEPTH_RE = re.compile(r"^\[depth:(\d+)\]")
+NOTICE = "⚠️"
+LONG_EVERY = 40  # about one reply in 40 is long enough to be split in two messages
+
+Kind = Literal["new", "part", "own"]
+
+
+def chat_of(marker: str) -> int:
+    """The chat index a marker belongs to."""
+    match = MARKER_RE.fullmatch(marker)
+    if match is None:
+        raise ValueError(f"not a marker: {marker!r}")
+    return int(match.group(1))
+
+
+def reply_text(key: str, seed: int) -> str:
+    """The model's (deterministic) reply to the user message carrying ``key``."""
+    h = zlib.crc32(f"{seed}:{key}".encode())
+    words = 1000 if h % LONG_EVERY == 0 else 4 + (h >> 8) % 40
+    return f"echo {key} " + " ".join(f"w{(h >> 16) % 50 + i}" for i in range(words))
+
+
+def squash(text: str) -> str:
+    return "".join(text.split())
+
+
+@dataclass
+class Sent:
+    """One user message of the soak (every one is addressed to the bot)."""
+
+    key: str
+    chat_idx: int
+    chat_id: int
+    message_id: int
+    user_id: int
+    at: float  # seconds since the soak started
+    kind: Kind  # new conversation, reply to a bot answer part, reply to the user's own message
+    target: int | None = None  # the message id replied to
+    target_live: bool = False  # the replied-to answer was still being written
+    redeliveries: int = 0
+
+
+@dataclass
+class Copy:
+    """One answer the bot gave to a user message (its parts, in message id order)."""
+
+    parts: list[StoredMessage]
+
+    @property
+    def text(self) -> str:
+        return "\n".join(p.text or "" for p in self.parts)
+
+    @property
+    def notice(self) -> bool:
+        return NOTICE in self.text
+
+    @property
+    def depth(self) -> int | None:
+        match = DEPTH_RE.match(self.parts[0].text or "")
+        return int(match.group(1)) if match else None
+
+    def complete(self, reply: str) -> bool:
+        """Finished: a notice, or the whole reply is shown."""
+        return self.notice or squash(self.text).endswith(squash(reply))
+
+
+def starts_answer(message: StoredMessage, seen_depth: bool) -> bool:
+    text = message.text or ""
+    return text.startswith("[depth:") or (text.startswith(NOTICE) and not seen_depth)
+
+
+def copies(parts: Iterable[StoredMessage]) -> tuple[list[Copy], list[StoredMessage]]:
+    """Group the bot's live replies to one message into answers; also the unexpected ones."""
+    found: list[Copy] = []
+    other: list[StoredMessage] = []
+    seen_depth = False
+    for part in sorted(parts, key=lambda m: m.message_id):
+        if part.deleted:
+            continue
+        if starts_answer(part, seen_depth):
+            seen_depth = seen_depth or (part.text or "").startswith("[depth:")
+            found.append(Copy([part]))
+        elif found:
+            found[-1].parts.append(part)
+        else:
+            other.append(part)
+    return found, other
+
+
+@dataclass(frozen=True)
+class Observed:
+    """A model request reduced to what the checks need: (role, marker, assistant text ok)."""
+
+    key: str  # the marker of the last user message: the message being answered
+    items: tuple[tuple[str, str | None, bool], ...]
+    foreign: tuple[str, ...]  # markers of other chats
+
+
+def observe(messages: Sequence[dict[str, Any]], seed: int) -> Observed | None:
+    """None for requests that do not end with a soak user message (e.g. summaries)."""
+    items: list[tuple[str, str | None, bool]] = []
+    markers: list[str] = []
+    for i, message in enumerate(messages):
+        role = str(message.get("role"))
+        content = message.get("content")
+        text = content if isinstance(content, str) else str(content)
+        found = [m.group(0) for m in MARKER_RE.finditer(text)]
+        markers += found
+        if role == "system" and i == 0:
+            continue
+        marker = found[0] if found else None
+        ok = len(found) <= 1
+        if role == "assistant" and marker is not None:
+            ok = ok and text.strip() == reply_text(marker, seed).strip()
+        items.append((role, marker, ok))
+    if not items or items[-1][0] != "user" or items[-1][1] is None:
+        return None
+    key = items[-1][1]
+    chat = chat_of(key)
+    foreign = tuple(sorted({m for m in markers if chat_of(m) != chat}))
+    return Observed(key, tuple(items), foreign)
+
+
+@dataclass
+class Problem:
+    key: str
+    chat_id: int
+    message_id: int
+    at: float
+    what: str
+
+
+@dataclass
+class Result:
+    sent: int = 0
+    once: int = 0
+    once_notice: int = 0
+    duplicated: int = 0
+    lost: int = 0
+    wrong_depth: int = 0
+    wrong_history: int = 0
+    wrong_content: int = 0
+    wrong_chat_messages: int = 0
+    wrong_chat_requests: int = 0
+    unknown_chain: int = 0
+    unexpected_replies: int = 0
+    stray_bot_messages: int = 0
+    live_targets: int = 0
+    redelivered: int = 0
+    requests_checked: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def mixed(self) -> int:
+        return (
+            self.wrong_depth
+            + self.wrong_history
+            + self.wrong_content
+            + self.wrong_chat_messages
+            + self.wrong_chat_requests
+        )
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.lost or self.duplicated or self.mixed)
+
+
+Chain = list[tuple[str, bool]]  # (marker, answered) of the ancestors' user messages
+
+
+class Checker:
+    """Everything the soak checks, from the final state of the servers."""
+
+    def __init__(
+        self,
+        sent: Sequence[Sent],
+        bot_messages: dict[int, list[StoredMessage]],
+        observed: Sequence[Observed],
+        seed: int,
+    ) -> None:
+        self.sent = sent
+        self.seed = seed
+        self.observed = observed
+        self.by_id = {(s.chat_id, s.message_id): s for s in sent}
+        self.by_key = {s.key: s for s in sent}
+        self.bot_messages = bot_messages
+        self.replies: dict[tuple[int, int], list[StoredMessage]] = {}
+        self.bot_by_id: dict[tuple[int, int], StoredMessage] = {}
+        for chat_id, messages in bot_messages.items():
+            for message in messages:
+                self.bot_by_id[(chat_id, message.message_id)] = message
+                if message.reply_to is not None:
+                    self.replies.setdefault((chat_id, message.reply_to), []).append(message)
+        self.result = Result(sent=len(sent))
+
+    def answers(self, s: Sent) -> list[Copy]:
+        return copies(self.replies.get((s.chat_id, s.message_id), []))[0]
+
+    def _parent(self, s: Sent) -> tuple[Sent, bool] | None:
+        """The message whose node ``s`` continues and whether it was answered."""
+        if s.target is None:
+            return None
+        if s.kind == "own":
+            return self.by_id[(s.chat_id, s.target)], False
+        part = self.bot_by_id.get((s.chat_id, s.target))
+        if part is None or part.reply_to is None:
+            raise LookupError(f"the replied-to message {s.target} is not an answer")
+        parent = self.by_id.get((s.chat_id, part.reply_to))
+        if parent is None:
+            raise LookupError(f"message {s.target} answers no soak message")
+        for copy in self.answers(parent):
+            if any(p.message_id == part.message_id for p in copy.parts):
+                if not copy.complete(reply_text(parent.key, self.seed)):
+                    raise LookupError(f"the answer {s.target} replied to never finished")
+                return parent, not copy.notice
+        raise LookupError(f"message {s.target} belongs to no answer of {parent.key}")
+
+    def chain(self, s: Sent) -> Chain:
+        """(marker, answered) of every earlier user message on the chain of ``s``."""
+        entries: Chain = []
+        current = s
+        while (step := self._parent(current)) is not None:
+            parent, answered = step
+            entries.append((parent.key, answered))
+            current = parent
+            if len(entries) > len(self.sent):
+                raise LookupError("the reply chain loops")
+        entries.reverse()
+        return entries
+
+    def run(self) -> Result:
+        for s in self.sent:
+            self._check_message(s)
+        self._check_requests()
+        self._check_chats()
+        return self.result
+
+    def _problem(self, s: Sent, what: str) -> None:
+        self.result.problems.append(Problem(s.key, s.chat_id, s.message_id, s.at, what))
+
+    def _check_message(self, s: Sent) -> None:
+        result = self.result
+        result.live_targets += s.target_live
+        result.redelivered += s.redeliveries
+        found, other = copies(self.replies.get((s.chat_id, s.message_id), []))
+        result.unexpected_replies += len(other)
+        if not found:
+            result.lost += 1
+            self._problem(s, "lost: never answered")
+            return
+        if len(found) > 1:
+            result.duplicated += 1
+            texts = [c.text[:60] for c in found]
+            self._problem(s, f"duplicated: {len(found)} answers {texts}")
+            return
+        [copy] = found
+        result.once += 1
+        result.once_notice += copy.notice
+        reply = reply_text(s.key, self.seed)
+        if not copy.complete(reply) or any(
+            m.group(0) != s.key for m in MARKER_RE.finditer(copy.text)
+        ):
+            result.wrong_content += 1
+            self._problem(s, f"wrong content: {copy.text[:100]!r}")
+        if copy.depth is None:
+            return
+        try:
+            chain = self.chain(s)
+        except LookupError as exc:
+            result.unknown_chain += 1
+            self._problem(s, f"(not checkable: {exc})")
+            return
+        expected = sum(2 if answered else 1 for _, answered in chain) + 2
+        if copy.depth != expected:
+            result.wrong_depth += 1
+            live = " (replied while the target was still being written)" if s.target_live else ""
+            self._problem(
+                s, f"wrong chain: [depth:{copy.depth}], expected [depth:{expected}]{live}"
+            )
+
+    def expected_items(self, s: Sent) -> list[tuple[str, str]]:
+        items: list[tuple[str, str]] = []
+        for key, answered in self.chain(s):
+            items.append(("user", key))
+            if answered:
+                items.append(("assistant", key))
+        items.append(("user", s.key))
+        return items
+
+    def _check_requests(self) -> None:
+        result = self.result
+        flagged: set[str] = set()
+        for obs in self.observed:
+            s = self.by_key.get(obs.key)
+            if s is None:
+                continue
+            if obs.foreign:
+                result.wrong_chat_requests += 1
+                self._problem(s, f"model request holds other chats' messages {obs.foreign}")
+                continue
+            try:
+                expected = self.expected_items(s)
+            except LookupError:
+                continue
+            result.requests_checked += 1
+            seen = [(role, marker or "?") for role, marker, _ in obs.items]
+            wrong = seen != expected or not all(ok for _, _, ok in obs.items)
+            if wrong and obs.key not in flagged:
+                flagged.add(obs.key)
+                result.wrong_history += 1
+                self._problem(s, f"model history {_short(seen)}, expected {_short(expected)}")
+
+    def _check_chats(self) -> None:
+        by_chat_idx = {s.chat_id: s.chat_idx for s in self.sent}
+        for chat_id, messages in self.bot_messages.items():
+            idx = by_chat_idx.get(chat_id)
+            for message in messages:
+                if message.deleted:
+                    continue
+                owner = self.by_id.get((chat_id, message.reply_to or 0))
+                if owner is None:
+                    self.result.stray_bot_messages += 1
+                markers = {m.group(0) for m in MARKER_RE.finditer(message.text or "")}
+                if idx is not None and any(chat_of(m) != idx for m in markers):
+                    self.result.wrong_chat_messages += 1
+                    s = owner or Sent("?", idx, chat_id, message.message_id, 0, 0.0, "new")
+                    self._problem(s, f"bot message {message.message_id} shows {sorted(markers)}")
+
+
+def _short(items: Sequence[tuple[str, str]]) -> str:
+    return " ".join(("U" if role == "user" else "A") + ":" + marker for role, marker in items)
