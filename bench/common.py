@@ -1,14 +1,41 @@
-"""Helpers shared by the benchmarks: a throwaway redis-server and table printing."""
+"""Helpers shared by the benchmarks: a throwaway redis-server, table printing, and the
+quick/full switch with progress lines.
+
+``python -m bench`` runs quick sizes (tens of seconds) unless given ``--full``; a bench
+reads the choice as :data:`FULL` (or picks a size with :func:`sized`) at run time, and
+may report how far it got with :func:`progress`.
+"""
 
 from __future__ import annotations
 
 import statistics
+import sys
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from tests.redis_server import RedisServer
+
+T = TypeVar("T")
+
+#: True for ``python -m bench --full`` (``make bench FULL=1``): the sizes the targets
+#: in DESIGN.md are stated for. False (the default) for a quick run.
+FULL = False
+
+_STARTED = time.perf_counter()
+
+
+def sized(quick: T, full: T) -> T:
+    """*full* in a full run, *quick* otherwise; read it when the bench runs, not at import."""
+    return full if FULL else quick
+
+
+def progress(message: str) -> None:
+    """One progress line on stderr (the tables go to stdout), with the time so far."""
+    print(f"[{time.perf_counter() - _STARTED:6.1f}s] {message}", file=sys.stderr, flush=True)
 
 
 @contextmanager

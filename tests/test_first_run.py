@@ -7,6 +7,7 @@ variables removed, so only what the test gives is seen.
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import shutil
@@ -464,3 +465,32 @@ def test_dockerfile_is_slim_non_root_and_installs_the_runtime_lock() -> None:
     assert lines[-1] == 'CMD ["python", "-m", "bot"]'
     ignored = (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
     assert ".env" in ignored
+
+
+# --- make bench -------------------------------------------------------------------------
+
+
+@needs_make
+@pytest.mark.parametrize(("values", "full"), [({}, False), ({"FULL": "1"}, True)])
+def test_make_bench_is_quick_unless_full(values: dict[str, str], full: bool) -> None:
+    args = [f"{key}={value}" for key, value in values.items()]
+    result = subprocess.run(
+        ["make", "-n", "-o", ".venv/.dev-stamp", "-o", "redis-server", "bench", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    [command] = [line for line in result.stdout.splitlines() if "-m bench" in line]
+    assert command.rstrip().endswith("--full") is full
+
+
+def test_quick_bench_sizes_name_constants_the_benches_have() -> None:
+    from bench.__main__ import BENCHES, QUICK  # noqa: PLC0415
+
+    for name, sizes in QUICK.items():
+        module = importlib.import_module(BENCHES[name])
+        missing = [attr for attr in sizes if not hasattr(module, attr)]
+        assert not missing, f"bench {name} lost {missing}: update QUICK in bench/__main__.py"
