@@ -436,6 +436,7 @@ def test_compose_runs_the_bot_with_a_durable_redis() -> None:
     url = bot["environment"]["REDIS_URL"]
     assert "redis://redis:6379" in url
     assert "redis" in bot["depends_on"]
+    assert bot["hostname"], "BOT_INSTANCE must not change when the container is recreated"
 
 
 def test_compose_passes_every_documented_setting_to_the_bot() -> None:
