@@ -67,6 +67,7 @@ import argparse
 import asyncio
 import contextlib
 import random
+import re
 import sys
 import time
 from collections.abc import Callable, Coroutine
@@ -92,6 +93,7 @@ from .soak_check import (
     reply_text,
 )
 
+EXCEPTION_RE = re.compile(r"^\s*[\d.]+ g\d+ \w+(Error|Exception): ")
 BOT_NAME = "replychain_bot"  # FakeTelegram's default username
 PROGRESS_EVERY = 30.0
 OUT_METHODS = frozenset({"sendMessage", "editMessageText"})
@@ -313,6 +315,10 @@ class Soak:
             if own:
                 self.send(spec, "own", self.pick(own).message_id)
                 return
+        self.fan_out(spec, self.rng.randint(2, 5) if action == "fanout" else 1)
+
+    def fan_out(self, spec: ChatSpec, count: int) -> None:
+        """``count`` replies at once to one bot answer part (a new message if none)."""
         parts = self.bot_parts(spec)
         if not parts:
             self.send(spec, "new", None)
@@ -320,7 +326,7 @@ class Soak:
         part: StoredMessage = self.pick(parts)
         found = self.copy_of(part)
         live = found is None or not found[1].complete(reply_text(found[0].key, self.seed))
-        for _ in range(self.rng.randint(2, 5) if action == "fanout" else 1):
+        for _ in range(count):
             self.send(spec, "part", part.message_id, live=live)
 
     def finished(self, s: Sent) -> Copy | None:
@@ -393,6 +399,12 @@ class Soak:
 
     def tg_fault(self, spec: ChatSpec, roll: float) -> None:
         chat = spec.chat_id
+        if roll < 0.12:  # issue 12 #2: several answers at once into a chat under flood control
+            self.tg.fail_next("sendMessage", retry_after=1, count=6, chat_id=chat)
+            self.note(f"SOAK telegram fault: sendMessage 429 x6 retry_after 1 in chat {chat}")
+            self.faults["telegram"] += 1
+            self.fan_out(spec, 6)
+            return
         if roll < 0.35:
             wait, count = self.rng.randint(1, 3), self.rng.randint(1, 2)
             self.tg.fail_next("sendMessage", retry_after=wait, count=count, chat_id=chat)
@@ -455,7 +467,10 @@ class Soak:
                 await self.bot.kill()
                 self.kills += 1
                 self.note(f"SOAK SIGKILL bot generation {self.generation}")
-                await asyncio.sleep(self.sched.uniform(0.2, 2.5))
+                await asyncio.sleep(self.sched.uniform(0.2, 1.0))
+                # issue 12 #1: replies to one chain that wait while the bot is down
+                self.fan_out(self.specs[self.rng.randrange(len(self.specs))], 4)
+                await asyncio.sleep(self.sched.uniform(0.2, 1.5))
                 await self.start_bot()
 
     async def redis_chaos(self) -> None:
@@ -643,6 +658,7 @@ class Soak:
                 "unexpected bot replies / bot messages replying to nothing",
                 f"{result.unexpected_replies} / {result.stray_bot_messages}",
             ),
+            ("deepest answer checked ([depth:N])", result.deepest),
             ("replies sent while the target was still streaming", result.live_targets),
             ("updates redelivered", result.redelivered),
             ("model calls (requests checked)", f"{self.model_calls} ({result.requests_checked})"),
@@ -650,7 +666,7 @@ class Soak:
                 "model faults / Telegram faults / gate closures",
                 f"{self.faults['model']} / {self.faults['telegram']} / {self.faults['gate']}",
             ),
-            ("Telegram retry_after violations by the bot", len(self.tg.violations)),
+            ("Telegram calls inside a retry_after window", len(self.tg.violations)),
             ("bot SIGKILLs / exits by itself", f"{self.kills} / {self.self_exits}"),
             ("Redis restarts", self.redis_restarts),
             ("drain (s)", f"{drained:.0f}"),
@@ -662,6 +678,8 @@ class Soak:
         print(f"{'-' * width}  -----")
         for name, value in rows:
             print(f"{name:<{width}}  {value}")
+        for violation in self.tg.violations[:3]:
+            print(f"Telegram violation (e.g.): {violation}")
         if self.sigterm_note:
             print(f"shutdown: {self.sigterm_note}")
         print(f"verdict: {'FAIL' if result.failed else 'ok'}; bot log {self.log_path}")
@@ -697,7 +715,7 @@ class Soak:
             if not problem.at - 1 <= at <= problem.at + 60:
                 continue
             interesting = any(n in line for n in needles) or "SOAK SIGKILL" in line
-            errors = "ERROR" in line or "Traceback" in line or "redis" in line.lower()
+            errors = "ERROR" in line or "redis" in line.lower() or EXCEPTION_RE.search(line)
             if interesting or errors:
                 picked.append(line)
         return picked

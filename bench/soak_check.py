@@ -166,6 +166,7 @@ class Result:
     live_targets: int = 0
     redelivered: int = 0
     requests_checked: int = 0
+    deepest: int = 0
     problems: list[Problem] = field(default_factory=list)
 
     @property
@@ -289,6 +290,7 @@ class Checker:
             self._problem(s, f"(not checkable: {exc})")
             return
         expected = sum(2 if answered else 1 for _, answered in chain) + 2
+        result.deepest = max(result.deepest, copy.depth)
         if copy.depth != expected:
             result.wrong_depth += 1
             live = " (replied while the target was still being written)" if s.target_live else ""
