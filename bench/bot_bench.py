@@ -10,23 +10,28 @@ that depth. Baseline in the same run: one flat msgpack list per chat in Redis
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import msgpack
 from redis.asyncio import Redis
 
-from bot.accounting import Accounting, utc_now
-from bot.context import ContextWindow
-from bot.engine import Engine, Limits
-from bot.format import Chunk, render_chunks
-from bot.journal import Journal
+from bot.bus.inbound import Inbound
+from bot.bus.runner import InFlight
+from bot.data.connection import connect
 from bot.model import Answer, Usage
-from bot.telegram import TelegramOut
-from bot.turn import Inbound
-from transcript import ChatMessage, TranscriptStore, connect
+from bot.retry import Outage
+from bot.telegram.format import Chunk, render_chunks
+from bot.telegram.out import TelegramOut
+from bot.turn.context import ContextWindow
+from bot.turn.engine import Engine, Limits
+from bot.turn.state import TurnStates
+from bot.usage.accounting import Accounting, utc_now
+from transcript import ChatMessage, TranscriptStore
 
 from .common import median, percentile, redis_server, table
 
@@ -53,10 +58,14 @@ class InstantModel:
 
 
 class InstantTelegram(TelegramOut):
-    """Accepts every message at once, numbering them per chat like Telegram."""
+    """Accepts every message at once, numbering them per chat like Telegram.
+
+    ``last[chat]`` is the id and the depth of the last answer part sent there.
+    """
 
     def __init__(self) -> None:
         self.ids: dict[int, itertools.count[int]] = {}
+        self.last: dict[int, tuple[int, int]] = {}
 
     def next_id(self, chat_id: int) -> int:
         return next(self.ids.setdefault(chat_id, itertools.count(1)))
@@ -64,12 +73,17 @@ class InstantTelegram(TelegramOut):
     async def send(
         self, chat_id: int, chunk: Chunk, *, reply_to: int | None, thread_id: int | None
     ) -> int:
-        return self.next_id(chat_id)
+        message_id = self.next_id(chat_id)
+        depth = chunk.plain.removeprefix("[depth:").partition("]")[0]
+        self.last[chat_id] = (message_id, int(depth) if depth.isdigit() else 0)
+        return message_id
+
+    def typing(
+        self, chat_id: int, thread_id: int | None, interval: float
+    ) -> AbstractAsyncContextManager[object]:
+        return contextlib.nullcontext()
 
     async def edit(self, chat_id: int, message_id: int, chunk: Chunk) -> None:
-        return None
-
-    async def typing(self, chat_id: int, thread_id: int | None) -> None:
         return None
 
 
@@ -80,12 +94,20 @@ def _engine(redis: Redis, telegram: InstantTelegram) -> Engine:
         store,
         model,
         telegram,
-        Journal(redis),
+        TurnStates(redis, "bench"),
         accounting,
         ContextWindow.for_budget(store, model, accounting, budget=32000),
+        in_flight=InFlight(),
+        redis_outage=Outage("Redis", ""),
         system_prompt="You are a benchmark.",
         limits=Limits(),
     )
+
+
+async def turn(engine: Engine, telegram: InstantTelegram, inbound: Inbound) -> tuple[int, int]:
+    """One turn; returns the id and the depth of its (last) answer part."""
+    await engine.run(inbound)
+    return telegram.last[inbound.chat_id]
 
 
 async def _grow(engine: Engine, telegram: InstantTelegram, chat: int, depth: int) -> int:
@@ -93,10 +115,8 @@ async def _grow(engine: Engine, telegram: InstantTelegram, chat: int, depth: int
     reply_to: int | None = None
     while True:
         inbound = Inbound(chat, telegram.next_id(chat), chat, QUESTION, reply_to=reply_to)
-        result = await engine.turn(inbound)
-        assert result is not None
-        reply_to = result.message_ids[-1]
-        if result.depth >= depth:
+        reply_to, reached = await turn(engine, telegram, inbound)
+        if reached >= depth:
             return reply_to
 
 
@@ -110,7 +130,7 @@ async def _measure_engine(redis: Redis, depth: int) -> tuple[list[float], float]
     for _ in range(TURNS):
         inbound = Inbound(chat, telegram.next_id(chat), chat, QUESTION, reply_to=tip)
         started = time.perf_counter()
-        await engine.turn(inbound)
+        await engine.run(inbound)
         times.append(time.perf_counter() - started)
     return times, TURNS / (time.perf_counter() - started_all)
 
@@ -156,11 +176,8 @@ async def _concurrent(redis: Redis) -> float:
     async def chat(n: int) -> None:
         reply_to: int | None = None
         for _ in range(10):
-            result = await engine.turn(
-                Inbound(n, telegram.next_id(n), n, QUESTION, reply_to=reply_to)
-            )
-            assert result is not None
-            reply_to = result.message_ids[-1]
+            inbound = Inbound(n, telegram.next_id(n), n, QUESTION, reply_to=reply_to)
+            reply_to, _ = await turn(engine, telegram, inbound)
 
     started = time.perf_counter()
     await asyncio.gather(*(chat(30_000 + n) for n in range(CONCURRENT_CHATS)))

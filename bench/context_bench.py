@@ -15,16 +15,19 @@ import time
 import tracemalloc
 from typing import Any
 
-from bot.accounting import Accounting, utc_now
-from bot.context import ContextWindow
-from bot.engine import Engine, Limits
-from bot.journal import Journal
+from bot.bus.inbound import Inbound
+from bot.bus.runner import InFlight
+from bot.data.connection import connect
 from bot.model import ModelClient
-from bot.turn import Inbound
+from bot.retry import Outage
+from bot.turn.context import ContextWindow
+from bot.turn.engine import Engine, Limits
+from bot.turn.state import TurnStates
+from bot.usage.accounting import Accounting, utc_now
 from tests.fake_openai import FakeOpenAI
-from transcript import TranscriptStore, connect
+from transcript import TranscriptStore
 
-from .bot_bench import InstantTelegram
+from .bot_bench import InstantTelegram, turn
 from .common import redis_server, table
 
 TURNS = 1000
@@ -98,9 +101,11 @@ async def run() -> str:
                 store,
                 model,
                 telegram,
-                Journal(redis),
+                TurnStates(redis, "bench"),
                 accounting,
                 ContextWindow.for_budget(store, model, accounting, budget=BUDGET),
+                in_flight=InFlight(),
+                redis_outage=Outage("Redis", ""),
                 system_prompt="You are a storyteller.",
                 limits=Limits(max_calls_per_turn=10),
             )
@@ -110,11 +115,9 @@ async def run() -> str:
             started = time.perf_counter()
             answers: list[tuple[int, int]] = []  # (prompt, cached) of each answer call
             summaries = all_prompt = 0
-            for turn in range(1, TURNS + 1):
+            for number in range(1, TURNS + 1):
                 inbound = Inbound(1, telegram.next_id(1), 1, QUESTION, reply_to=reply_to)
-                result = await engine.turn(inbound)
-                assert result is not None and result.answer_node is not None
-                reply_to = result.message_ids[-1]
+                reply_to, _ = await turn(engine, telegram, inbound)
                 baseline.turn(QUESTION)
                 for request in llm.requests:  # keep numbers, not the test server's copies
                     assert request.usage is not None
@@ -125,11 +128,11 @@ async def run() -> str:
                         answers.append((request.usage.prompt_tokens, request.usage.cached_tokens))
                 llm.requests.clear()
                 llm.usages.clear()
-                if turn in CHECKPOINTS:
+                if number in CHECKPOINTS:
                     prompt = sum(p for p, _ in answers)
                     rows.append(
                         (
-                            turn,
+                            number,
                             answers[-1][0],
                             max(p for p, _ in answers),
                             100 * sum(c for _, c in answers) / prompt,

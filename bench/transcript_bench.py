@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 import msgpack
 from redis.asyncio import Redis
 
-from transcript import ChatMessage, NodeId, TranscriptStore, connect, keys
+from bot.data.connection import connect
+from transcript import ChatMessage, NodeId, TranscriptStore, keys
 
 from .common import median, redis_server, table
 

@@ -1,7 +1,11 @@
 """Wiring and lifecycle: build the parts, poll Telegram, shut down gracefully.
 
-On SIGTERM or SIGINT the bot stops taking updates, gives in-flight answers
-``SHUTDOWN_TIMEOUT`` seconds to finish, closes its connections and exits 0.
+The parts, bottom up: the Redis client and the transcript store; the edges
+(Telegram session and sending, the model client); the message bus (intake
+stream, turn runner); usage accounting; the turn engine, which the runner
+drives. On SIGTERM or SIGINT the bot stops taking updates, gives in-flight
+answers ``SHUTDOWN_TIMEOUT`` seconds to finish, closes its connections and
+exits 0: whatever is in flight, shutdown never takes much longer than that.
 """
 
 from __future__ import annotations
@@ -10,29 +14,35 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
 from aiogram import Bot, Dispatcher
+from aiogram.client.default import DefaultBotProperties
 from aiogram.client.telegram import TelegramAPIServer
+from aiogram.enums import ParseMode
 from aiogram.exceptions import (
-    TelegramAPIError,
     TelegramNetworkError,
+    TelegramServerError,
     TelegramUnauthorizedError,
 )
 from redis.asyncio import Redis
 
-from transcript import StoreUnavailableError, TranscriptStore, connect
+from transcript import StoreUnavailableError, TranscriptStore
 
-from .accounting import Accounting, Clock, Prices, utc_now
-from .context import ContextWindow
-from .engine import Engine, Limits
-from .handlers import COMMANDS, build_router
-from .intake import Intake, Outage
-from .journal import Journal
+from .bus.intake import Intake
+from .bus.runner import InFlight, TurnRunner
+from .data.connection import connect, guarded
 from .model import ModelClient
-from .runner import TurnRunner
+from .retry import Outage, retrying
 from .settings import Settings
-from .telegram import FloodControl, LenientSession, SkipUnknownUpdates, TelegramOut
+from .telegram.out import Notifier, TelegramOut, TelegramUnavailableError
+from .telegram.routers import COMMANDS, SkipUnknownUpdates, build_router
+from .telegram.session import BadResponseError, BotApiSession, FloodControl, UnreadableResultError
+from .turn.context import ContextWindow
+from .turn.engine import Engine, Limits
+from .turn.state import TurnStates
+from .usage.accounting import Accounting, Clock, Prices, utc_now
 
 log = logging.getLogger("replychain")
 
@@ -49,29 +59,21 @@ def redis_location(url: str) -> str:
     return f"{parts.hostname or 'localhost'}:{parts.port or 6379}"
 
 
-async def _retrying(what: str, attempt_once: object) -> None:
-    assert callable(attempt_once)
-    for attempt in range(1, STARTUP_ATTEMPTS + 1):
-        try:
-            await attempt_once()
-            return
-        except (StoreUnavailableError, TelegramNetworkError) as exc:
-            if attempt == STARTUP_ATTEMPTS:
-                raise StartupError(f"{what}: {exc}") from None
-            log.warning("%s (attempt %d of %d); retrying", what, attempt, STARTUP_ATTEMPTS)
-            await asyncio.sleep(float(attempt))
-
-
 class App:
     """Every long-lived part of a running bot."""
 
     def __init__(self, settings: Settings, *, clock: Clock = utc_now) -> None:
         self.settings = settings
-        session = LenientSession(api=TelegramAPIServer.from_base(settings.telegram_api_url))
-        self.flood = FloodControl()
-        session.middleware(self.flood)
-        self.bot = Bot(settings.telegram_bot_token.get_secret_value(), session=session)
-        self.redis: Redis = connect(settings.redis_url)
+        session = BotApiSession(api=TelegramAPIServer.from_base(settings.telegram_api_url))
+        session.middleware(FloodControl(max_wait=settings.flood_wait_max))
+        self.bot = Bot(
+            settings.telegram_bot_token.get_secret_value(),
+            session=session,
+            default=DefaultBotProperties(parse_mode=ParseMode.HTML, link_preview_is_disabled=True),
+        )
+        self.redis: Redis = connect(
+            settings.redis_url, max_connections=max(64, settings.max_concurrent_turns)
+        )
         self.store = TranscriptStore(self.redis, cache_bytes=settings.transcript_cache_bytes)
         self.model = ModelClient(
             api_key=settings.api_key(),
@@ -81,10 +83,12 @@ class App:
             max_retries=settings.openai_max_retries,
         )
         self.out = TelegramOut(self.bot)
-        self.journal = Journal(self.redis)
+        self.notifier = Notifier(self.out)
+        self.intake = Intake(self.redis, settings.bot_instance)
         self.accounting = Accounting(
             self.redis,
             clock=clock,
+            outage=self.intake.outage,
             audit_days=settings.model_audit_days,
             prices=Prices(
                 settings.price_input_per_mtok,
@@ -101,13 +105,16 @@ class App:
             keep_recent=settings.context_keep_recent,
             summary_tokens=settings.summary_max_tokens,
         )
+        in_flight = InFlight()
         self.engine = Engine(
             self.store,
             self.model,
             self.out,
-            self.journal,
+            TurnStates(self.redis, settings.bot_instance),
             self.accounting,
             self.context,
+            in_flight=in_flight,
+            redis_outage=self.intake.outage,
             system_prompt=settings.resolved_system_prompt(),
             limits=Limits(
                 max_input_chars=settings.max_input_chars,
@@ -116,49 +123,72 @@ class App:
                 max_tokens_per_turn=settings.turn_max_tokens,
             ),
         )
-        self.intake = Intake(self.redis, settings.bot_instance, Outage())
-        self.runner = TurnRunner(self.engine, self.intake, self.journal)
+        telegram_outage = Outage(
+            "Telegram", "Answers being written are kept and finished when it is back."
+        )
+        self.runner = TurnRunner(
+            self.engine,
+            self.intake,
+            outages={
+                StoreUnavailableError: self.intake.outage,
+                TelegramUnavailableError: telegram_outage,
+            },
+            in_flight=in_flight,
+            max_concurrent=settings.max_concurrent_turns,
+            max_attempts=settings.turn_max_attempts,
+        )
+        self.stopping = asyncio.Event()
         self.dispatcher = Dispatcher()
         self.dispatcher.update.outer_middleware(SkipUnknownUpdates())
         self.dispatcher.include_router(build_router(settings.allowed_user_ids))
-        self.dispatcher["runner"] = self.runner
+        self.dispatcher["notifier"] = self.notifier
         self.dispatcher["intake"] = self.intake
-        self.dispatcher["out"] = self.out
+        self.dispatcher["stopping"] = self.stopping
         self.dispatcher["accounting"] = self.accounting
         self.dispatcher["store"] = self.store
         self.dispatcher["settings"] = settings
-        self.stopping = asyncio.Event()
 
     async def check(self) -> None:
-        """Reach Redis and Telegram before polling; clear errors when they are wrong."""
+        """Reach Redis and Telegram before polling; one clear line when they are wrong."""
         where = redis_location(self.settings.redis_url)
-
-        async def ping_redis() -> None:
-            try:
-                await self.redis.ping()
-            except Exception as exc:
-                raise StoreUnavailableError(type(exc).__name__) from None
-
-        await _retrying(
+        server = self.settings.telegram_api_url
+        await self._startup_step(
             f"cannot reach Redis at {where}: start it (`make run` starts a local one) "
             "or set REDIS_URL",
-            ping_redis,
+            lambda: guarded(self.redis.ping()),
+            (StoreUnavailableError,),
         )
-
-        async def get_me() -> None:
-            try:
-                await self.bot.get_me()
-            except TelegramUnauthorizedError:
-                raise StartupError(
-                    "TELEGRAM_BOT_TOKEN was rejected by Telegram (401 Unauthorized): "
-                    "copy the token again from @BotFather"
-                ) from None
-
-        await _retrying(
-            f"cannot reach the Telegram Bot API at {self.settings.telegram_api_url}", get_me
-        )
+        try:
+            await self._startup_step(
+                f"cannot reach the Telegram Bot API at {server}",
+                self.bot.get_me,
+                (TelegramNetworkError, TelegramServerError),
+            )
+        except TelegramUnauthorizedError:
+            raise StartupError(
+                "TELEGRAM_BOT_TOKEN was rejected by Telegram (401 Unauthorized): "
+                "copy the token again from @BotFather"
+            ) from None
+        except (BadResponseError, UnreadableResultError) as exc:
+            raise StartupError(
+                f"the Bot API server at {server} answered getMe with something this bot "
+                f"cannot read: {exc.message}; check TELEGRAM_API_URL"
+            ) from None
         me = await self.bot.me()
         log.info("connected as @%s; Redis at %s; model %s", me.username, where, self.model.model)
+
+    @staticmethod
+    async def _startup_step(
+        what: str, call: Callable[[], Awaitable[object]], transient: tuple[type[Exception], ...]
+    ) -> None:
+        def warn(exc: BaseException) -> None:
+            log.warning("%s (%s); retrying", what, type(exc).__name__)
+
+        try:
+            await retrying(call, on=transient, attempts=STARTUP_ATTEMPTS, on_retry=warn)
+        except transient as exc:
+            detail = getattr(exc, "message", None) or str(exc)
+            raise StartupError(f"{what}: {detail}") from None
 
     async def run(self, *, install_signals: bool = True) -> int:
         loop = asyncio.get_running_loop()
@@ -183,11 +213,11 @@ class App:
             stop = asyncio.create_task(self.stopping.wait())
             done, _ = await asyncio.wait({polling, stop}, return_when=asyncio.FIRST_COMPLETED)
             if polling in done:
+                stop.cancel()
                 polling.result()  # polling ended on its own: surface why
-            with contextlib.suppress(RuntimeError):
-                await self.dispatcher.stop_polling()
-            await polling
+            await self._stop_polling(polling)
             await self.runner.drain(self.settings.shutdown_timeout)
+            await self.notifier.drain(1.0)
             log.info("stopped cleanly")
             return 0
         finally:
@@ -196,24 +226,36 @@ class App:
                     loop.remove_signal_handler(sig)
             await self.close()
 
+    async def _stop_polling(self, polling: asyncio.Task[None]) -> None:
+        """Stop polling; a handler waiting on Redis (its update unconfirmed) is cut off."""
+        with contextlib.suppress(RuntimeError):
+            await self.dispatcher.stop_polling()
+        try:
+            await asyncio.wait_for(asyncio.shield(polling), self.settings.shutdown_timeout)
+        except TimeoutError:
+            polling.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await polling
+
     async def _prepare_polling(self) -> None:
         """Drop a webhook (polling needs none) and register the commands menu.
 
-        Neither is needed to answer messages, so a failure is only logged.
+        Neither is needed to answer messages, so any failure is only logged.
         """
-        for what, call in (
-            ("delete the webhook", self.bot.delete_webhook(drop_pending_updates=False)),
-            ("register the commands", self.bot.set_my_commands(COMMANDS)),
-        ):
+        steps: list[tuple[str, Callable[[], Awaitable[object]]]] = [
+            ("delete the webhook", lambda: self.bot.delete_webhook(drop_pending_updates=False)),
+            ("register the commands", lambda: self.bot.set_my_commands(COMMANDS)),
+        ]
+        for what, call in steps:
             try:
-                await call
-            except TelegramAPIError as exc:
-                log.warning("could not %s: %s", what, exc.message)
+                await call()
+            except Exception as exc:
+                detail = getattr(exc, "message", None) or type(exc).__name__
+                log.warning("could not %s: %s", what, detail)
 
     def stop(self, reason: str = "stop") -> None:
         """Begin a graceful shutdown (what SIGTERM does)."""
         log.info("%s: finishing answers in flight, taking no new messages", reason)
-        self.runner.accepting = False
         self.stopping.set()
 
     async def close(self) -> None:

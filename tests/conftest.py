@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from bot.accounting import Clock, utc_now
 from bot.app import App
-from transcript import TranscriptStore, connect
+from bot.data.connection import connect
+from bot.usage.accounting import Clock, utc_now
+from transcript import TranscriptStore
 
 from .fake_openai import FakeOpenAI
 from .fake_telegram import FakeTelegram

@@ -12,9 +12,9 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
-from bot.accounting import Clock, utc_now
 from bot.app import App
 from bot.settings import Settings
+from bot.usage.accounting import Clock, utc_now
 
 from .fake_openai import FakeOpenAI
 from .fake_telegram import FakeTelegram, StoredMessage

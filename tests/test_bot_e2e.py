@@ -10,7 +10,7 @@ import asyncio
 
 from redis.asyncio import Redis
 
-from bot.handlers import HELP_TEXT, REFUSAL_TEXT, UNKNOWN_COMMAND_TEXT, UNSUPPORTED_TEXT
+from bot.telegram.routers import HELP_TEXT, REFUSAL_TEXT, UNKNOWN_COMMAND_TEXT, UNSUPPORTED_TEXT
 from transcript import TranscriptStore
 
 from .fake_openai import FakeOpenAI

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from bot.context import SUMMARY_PREFIX
-from bot.engine import TOO_LARGE_NOTICE
+from bot.turn.context import SUMMARY_PREFIX
+from bot.turn.notices import TOO_LARGE as TOO_LARGE_NOTICE
 from transcript import TranscriptStore
 
 from .fake_openai import FakeOpenAI, Request

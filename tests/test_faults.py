@@ -11,7 +11,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from bot.engine import MODEL_ERROR_NOTICES, RETRY_HINT
+from bot.turn.notices import MODEL_ERRORS as MODEL_ERROR_NOTICES
+from bot.turn.notices import RETRY_HINT
 from transcript import TranscriptStore
 
 from .fake_openai import FakeOpenAI, default_responder

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.format import TELEGRAM_LIMIT, Chunk, escape_html, render_chunks, utf16_len
+from bot.telegram.format import TELEGRAM_LIMIT, Chunk, escape_html, render_chunks, utf16_len
 
 # ------------------------------------------------------------ a strict checker
 

@@ -669,7 +669,7 @@ async def run_round(tg: FakeTelegram, app: App, storm: Storm, round_no: int) -> 
 
     await tg.wait_for(sentinels_answered, STORM_TIMEOUT, what=f"sentinels of round {round_no}")
     await tg.wait_for(
-        lambda: app.runner.in_flight == 0 and tg.pending_updates == 0,
+        lambda: app.runner.in_flight_count == 0 and tg.pending_updates == 0,
         STORM_TIMEOUT,
         what=f"turns of round {round_no} finished",
     )

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
+from bot.data.connection import connect
 from transcript import (
     ChatMessage,
     CorruptRecordError,
@@ -19,7 +20,6 @@ from transcript import (
     ToolCall,
     TranscriptStore,
     UnknownSchemaError,
-    connect,
     keys,
 )
 
@@ -148,21 +148,39 @@ async def test_overlapping_message_ids_are_scoped_by_chat(store: TranscriptStore
 
 
 async def test_idempotent_rewrite_returns_the_first_node(store: TranscriptStore) -> None:
-    root = await store.start("1", [SYSTEM], idem="root:1")
-    again = await store.start("1", [SYSTEM], idem="root:1")
+    record = keys.scope_prefix("1") + "turn:5"  # a caller's hash of the same scope
+    root = await store.start("1", [SYSTEM], record_in=(record, "r"))
+    again = await store.start("1", [SYSTEM], record_in=(record, "r"))
     assert again.id == root.id
-    first = await store.append(root.id, [user("x")], idem="in:5", aliases=[5])
+    first = await store.append(root.id, [user("x")], record_in=(record, "u"), aliases=[5])
     before = await store._redis.dbsize()
     for _ in range(3):
         repeat = await TranscriptStore(store._redis).append(
-            root.id, [user("x")], idem="in:5", aliases=[5]
+            root.id, [user("x")], record_in=(record, "u"), aliases=[5]
         )
         assert repeat == first
     assert await store._redis.dbsize() == before
-    assert await store.lookup_idem("1", "in:5") == first.id
+    assert await store._redis.hget(record, "u") == first.id.ref.encode()
+    with pytest.raises(ValueError, match="own scope"):
+        await store.append(root.id, [user("y")], record_in=("rc:{2}:turn:5", "u"))
     # the chain did not fork: the next append still continues the segment
     nxt = await store.append(first.id, [bot("y")])
     assert nxt.id == NodeId("1", first.id.tree, first.id.seg, first.id.idx + 1)
+
+
+async def test_concurrent_loads_extending_one_cached_segment_do_not_collide(
+    redis: Redis,
+) -> None:
+    """Regression (chaos run): two turns extending the same cached segment raced."""
+    writer = TranscriptStore(redis)
+    ids = await chain(writer, "9", 10)
+    branch = await writer.append(ids[4], [user("branch")])
+    fresh = TranscriptStore(redis)  # a restarted process: empty cache
+    await fresh.history(branch.id)  # caches segment 0 only up to the branch point
+    tip = ids[-1]
+    nodes = await asyncio.gather(*(fresh.node(tip) for _ in range(4)))
+    assert {n.id for n in nodes} == {tip}
+    assert (await fresh.history(tip)).messages == (await writer.history(tip)).messages
 
 
 async def test_nodes_are_never_overwritten(store: TranscriptStore) -> None:

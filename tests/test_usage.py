@@ -9,10 +9,11 @@ from pathlib import Path
 import msgpack
 from redis.asyncio import Redis
 
-from bot.accounting import Accounting, CallRecord, Totals, utc_now
-from bot.engine import DAILY_LIMIT_NOTICE, TURN_GUARD_NOTICE
 from bot.model import Usage
-from bot.reports import OWNER_ONLY_TEXT
+from bot.turn.notices import DAILY_LIMIT as DAILY_LIMIT_NOTICE
+from bot.turn.notices import TURN_GUARD as TURN_GUARD_NOTICE
+from bot.usage.accounting import Accounting, CallRecord, Totals, utc_now
+from bot.usage.reports import OWNER_ONLY_TEXT
 from transcript import NodeId
 
 from .fake_openai import FakeOpenAI

@@ -6,7 +6,6 @@ Telegram or of any model API.
 
 from . import keys
 from .cache import RecordCache
-from .connect import connect, guarded
 from .errors import (
     CorruptRecordError,
     MissingNodeError,
@@ -34,8 +33,6 @@ __all__ = [
     "TranscriptError",
     "TranscriptStore",
     "UnknownSchemaError",
-    "connect",
     "count_depth",
-    "guarded",
     "keys",
 ]

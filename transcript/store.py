@@ -18,15 +18,19 @@ from collections.abc import Awaitable, Iterable, Sequence
 from typing import TypeVar
 
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError, TimeoutError
 
 from . import codec, keys
 from .cache import FoldIndex, RecordCache, SegmentEntry
 from .codec import ROOT_SEGMENT, SegmentRecord
-from .connect import guarded
-from .errors import CorruptRecordError, MissingNodeError
+from .errors import CorruptRecordError, MissingNodeError, StoreUnavailableError
 from .model import ChatMessage, Fold, Node, NodeId, Transcript, count_depth
 
 T = TypeVar("T")
+#: A hash field (key, field) of the node's scope where an append records its node.
+RecordField = tuple[str, str]
+#: What redis-py raises when Redis cannot be reached or does not answer in time.
+_UNAVAILABLE = (ConnectionError, TimeoutError, OSError)
 
 DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
 #: Ancestor runs listed in a segment's first node before it defers to the
@@ -35,13 +39,15 @@ DEFAULT_INLINE_ANCESTORS = 32
 #: Seconds a tree's cached fold index is trusted before it is read again.
 FOLD_INDEX_TTL = 30.0
 
-# Places a node atomically. A repeated idempotency key returns the first
-# result. Otherwise: a root opens a new tree; a child continues its parent's
-# segment when the next slot is free, else opens a new segment. Then records
-# the idempotency key and the aliases (first writer wins, also on a repeat).
-# All keys share the scope's hash tag, so this runs on Redis Cluster too.
-#   KEYS: idem hash, alias hash, tree hash (child) or tree counter (root)
-#   ARGV: idem field or '', record continuing the segment, record opening a
+# Places a node atomically. When the caller's record field already holds a
+# node, that node is the result (a retry). Otherwise: a root opens a new tree;
+# a child continues its parent's segment when the next slot is free, else
+# opens a new segment. Then writes the node's ref into the record field and
+# the aliases (first writer wins, also on a retry). All keys share the
+# scope's hash tag, so this runs on Redis Cluster too.
+#   KEYS: record hash (any key of the scope; unused without a field), alias
+#         hash, tree hash (child) or tree counter (root)
+#   ARGV: record field or '', record continuing the segment, record opening a
 #         segment, continuation field or '' for a root, tree id or tree key
 #         prefix for a root, alias fields...
 _APPEND_LUA = """
@@ -115,7 +121,7 @@ class TranscriptStore:
         scope: str,
         messages: Sequence[ChatMessage],
         *,
-        idem: str | None = None,
+        record_in: RecordField | None = None,
         aliases: Iterable[int | str] = (),
     ) -> Node:
         """Write the root node of a new conversation (normally the system prompt)."""
@@ -124,7 +130,7 @@ class TranscriptStore:
         result = await self._run_append(
             scope,
             keys.seq_key(scope),
-            idem,
+            record_in,
             record,
             record,
             "",
@@ -138,14 +144,16 @@ class TranscriptStore:
         parent: NodeId,
         messages: Sequence[ChatMessage],
         *,
-        idem: str | None = None,
+        record_in: RecordField | None = None,
         aliases: Iterable[int | str] = (),
     ) -> Node:
         """Write a child of ``parent`` holding ``messages``.
 
-        With ``idem``, a repeated call with the same key returns the node the
-        first call wrote instead of writing a second one. ``aliases`` are
-        message ids mapped to the new node in the same atomic step.
+        With ``record_in``, the new node's ref is written into that hash field
+        in the same atomic step, and a call finding the field already set
+        returns the node it names instead of writing a second one (so a
+        caller's retry is idempotent). ``aliases`` are message ids mapped to
+        the new node in the same step.
         """
         scope, messages = parent.scope, tuple(messages)
         parent_node = await self.node(parent)
@@ -159,7 +167,7 @@ class TranscriptStore:
         result = await self._run_append(
             scope,
             keys.tree_key(scope, parent.tree),
-            idem,
+            record_in,
             codec.encode_node(depth, messages),
             codec.encode_node(depth, messages, branch),
             keys.node_field(parent.seg, parent.idx + 1),
@@ -172,7 +180,7 @@ class TranscriptStore:
         self,
         scope: str,
         target_key: str,
-        idem: str | None,
+        record_in: RecordField | None,
         continuing: bytes,
         opening: bytes,
         continuation: str,
@@ -180,10 +188,13 @@ class TranscriptStore:
         aliases: Iterable[int | str],
     ) -> tuple[bool, NodeId, list[str]]:
         alias_fields = [str(a) for a in aliases]
+        record_key, record_field = record_in or (keys.alias_key(scope), "")
+        if not record_key.startswith(keys.scope_prefix(scope)):
+            raise ValueError("a record field must be a key of the node's own scope")
         result = await self._io(
             self._append_script(
-                keys=[keys.idem_key(scope), keys.alias_key(scope), target_key],
-                args=[idem or "", continuing, opening, continuation, tree, *alias_fields],
+                keys=[record_key, keys.alias_key(scope), target_key],
+                args=[record_field, continuing, opening, continuation, tree, *alias_fields],
             )
         )
         return bool(int(result[0])), NodeId.parse(scope, result[1]), alias_fields
@@ -245,11 +256,6 @@ class TranscriptStore:
         node = _parse_ref(scope, ref, f"alias {scope}/{field}")
         self._cache.put_alias(scope, field, node)
         return node
-
-    async def lookup_idem(self, scope: str, key: str) -> NodeId | None:
-        """The node written under an idempotency key, if any."""
-        ref = await self._io(self._redis.hget(keys.idem_key(scope), key))
-        return None if ref is None else _parse_ref(scope, ref, f"idempotency key {scope}/{key}")
 
     async def node(self, node_id: NodeId) -> Node:
         """One node (from the cache when its segment prefix is loaded)."""
@@ -406,7 +412,10 @@ class TranscriptStore:
         for (entry, seg, start), (_, cut) in zip(wanted, _runs_of(wanted, runs), strict=True):
             count = cut + 1 - start
             for i, data in enumerate(values[offset : offset + count], start):
-                self._add_loaded(entry, NodeId(scope, tree, seg, i), data)
+                # Another load may have extended this shared entry while the HMGET
+                # was in flight; nodes are immutable, so what it added is the same.
+                if i == len(entry.nodes):
+                    self._add_loaded(entry, NodeId(scope, tree, seg, i), data)
             offset += count
             self._cache.put_segment(scope, tree, seg, entry)
         return found
@@ -435,7 +444,14 @@ class TranscriptStore:
     async def _io(self, awaitable: Awaitable[T]) -> T:
         """One counted Redis round trip (failures become :class:`StoreUnavailableError`)."""
         self.round_trips += 1
-        return await guarded(awaitable)
+        started = time.monotonic()
+        try:
+            return await awaitable
+        except _UNAVAILABLE as exc:
+            raise StoreUnavailableError(
+                f"Redis is unreachable ({type(exc).__name__} after "
+                f"{time.monotonic() - started:.1f}s)"
+            ) from exc
 
 
 def _runs_of(

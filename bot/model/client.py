@@ -2,29 +2,35 @@
 
 The SDK retries 429, 5xx, timeouts and refused connections itself (honouring
 ``retry-after``) before the first byte of the answer; a stream that breaks
-before any text arrived is retried here too. Every failure becomes a
-:class:`ModelError` whose ``kind`` the turn flow turns into a clear message.
+before any text arrived is retried here too (:func:`bot.retry.retrying`).
+Every failure becomes a :class:`ModelError` whose ``kind`` the turn flow turns
+into a clear message.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
-import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Literal, Protocol, cast
 
 import openai
+from openai.types import CompletionUsage
 from openai.types.chat import ChatCompletionMessageParam
 
 from transcript import ChatMessage
 
+from ..retry import Backoff, retrying
+
 log = logging.getLogger("replychain.model")
 
 ErrorKind = Literal["rate_limited", "unavailable", "timeout", "too_long", "rejected", "config"]
+#: Per-message overhead of the chat format, in tokens.
+MESSAGE_OVERHEAD = 4
+#: Waits between tries of a stream that broke before any text arrived.
+BROKEN_STREAM_BACKOFF = Backoff(0.5, 8.0, 0.2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,15 +66,47 @@ class ModelError(Exception):
         self.partial = partial
         self.usage = Usage(0, 0, 0, estimated=True)
         self.latency = 0.0
+        #: The failure came while reading a stream the endpoint had accepted.
+        self.mid_stream = False
+
+    @property
+    def broke_before_text(self) -> bool:
+        """A stream that broke before any text: worth another try."""
+        return self.mid_stream and not self.partial and self.kind in ("unavailable", "timeout")
 
 
-def estimate_tokens(text: str) -> int:
-    """A provider-agnostic estimate (~4 characters a token) for calls without usage."""
-    return max(1, math.ceil(len(text) / 4))
+class Model(Protocol):
+    """What the turn flow needs from a model (:class:`ModelClient`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def stream(
+        self, messages: Sequence[ChatMessage], on_text: Callable[[str], None]
+    ) -> Answer: ...
+
+    async def complete(self, messages: Sequence[ChatMessage], *, max_tokens: int) -> Answer: ...
 
 
-def _estimate_prompt(payload: list[dict[str, Any]]) -> int:
-    return sum(estimate_tokens(str(m.get("content") or "")) + 4 for m in payload)
+def estimate_text(text: str) -> int:
+    """The one token estimate (~4 characters a token), for what no provider has counted."""
+    return math.ceil(len(text) / 4)
+
+
+def estimate_messages(messages: Sequence[ChatMessage]) -> int:
+    """Estimated prompt tokens of ``messages`` (text plus the chat format's overhead)."""
+    return sum(estimate_text(m.content or "") + MESSAGE_OVERHEAD for m in messages)
+
+
+def _usage(reported: CompletionUsage) -> Usage:
+    """The provider's usage report as a :class:`Usage`."""
+    details = reported.prompt_tokens_details
+    cached = (details.cached_tokens or 0) if details else 0
+    return Usage(reported.prompt_tokens, reported.completion_tokens, cached)
+
+
+def _estimated(messages: Sequence[ChatMessage], text: str) -> Usage:
+    return Usage(estimate_messages(messages), estimate_text(text), 0, estimated=True)
 
 
 def wire_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
@@ -159,32 +197,22 @@ class ModelClient:
         payload = wire_messages(messages)
         started = time.monotonic()
         try:
-            return await self._stream_retrying(payload, on_text, started)
+            # The SDK retried the request itself (429, 5xx, timeouts); only a
+            # stream that broke before any text arrived is retried here.
+            return await retrying(
+                lambda: self._stream_once(messages, payload, on_text, started),
+                on=(ModelError,),
+                when=lambda exc: isinstance(exc, ModelError) and exc.broke_before_text,
+                attempts=self.max_retries + 1,
+                backoff=BROKEN_STREAM_BACKOFF,
+                on_retry=lambda _exc: log.info("model stream broke before any text; retrying"),
+            )
         except ModelError as exc:
             # a failed call may still be billed for what it streamed: estimate it
             exc.latency = time.monotonic() - started
             if exc.partial:
-                exc.usage = Usage(_estimate_prompt(payload), estimate_tokens(exc.partial), 0, True)
+                exc.usage = _estimated(messages, exc.partial)
             raise
-
-    async def _stream_retrying(
-        self, payload: list[dict[str, Any]], on_text: Callable[[str], None], started: float
-    ) -> Answer:
-        attempt = 0
-        while True:
-            try:
-                return await self._stream_once(payload, on_text, started)
-            except ModelError as exc:
-                # The SDK retried the request itself (429, 5xx, timeouts); only a
-                # stream that broke before any text arrived is retried here.
-                retry = not exc.partial and exc.kind in ("unavailable", "timeout")
-                if not retry or attempt >= self.max_retries:
-                    raise
-            except openai.OpenAIError as exc:
-                raise _classify(exc) from exc
-            attempt += 1
-            log.info("model stream broke before any text; retrying")
-            await asyncio.sleep(min(8.0, 0.5 * 2**attempt) * random.uniform(0.8, 1.2))
 
     async def complete(self, messages: Sequence[ChatMessage], *, max_tokens: int) -> Answer:
         """One answer without streaming (used for summaries); errors as :class:`ModelError`."""
@@ -202,36 +230,33 @@ class ModelClient:
             raise error from exc
         text = (response.choices[0].message.content or "") if response.choices else ""
         reported = response.usage
-        if reported is not None:
-            details = reported.prompt_tokens_details
-            cached = (details.cached_tokens or 0) if details else 0
-            usage = Usage(reported.prompt_tokens, reported.completion_tokens, cached)
-        else:
-            usage = Usage(_estimate_prompt(payload), estimate_tokens(text), 0, estimated=True)
+        usage = _usage(reported) if reported is not None else _estimated(messages, text)
         finish = response.choices[0].finish_reason if response.choices else None
         return Answer(text, usage, self.model, time.monotonic() - started, finish)
 
     async def _stream_once(
-        self, payload: list[dict[str, Any]], on_text: Callable[[str], None], started: float
+        self,
+        messages: Sequence[ChatMessage],
+        payload: list[dict[str, Any]],
+        on_text: Callable[[str], None],
+        started: float,
     ) -> Answer:
-        stream = await self._client.chat.completions.create(
-            model=self.model,
-            messages=cast("list[ChatCompletionMessageParam]", payload),
-            stream=True,
-            stream_options={"include_usage": True},
-        )
+        try:
+            stream = await self._client.chat.completions.create(
+                model=self.model,
+                messages=cast("list[ChatCompletionMessageParam]", payload),
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        except openai.OpenAIError as exc:
+            raise _classify(exc) from exc
         text = ""
         usage: Usage | None = None
         finish: str | None = None
         try:
             async for chunk in stream:
                 if chunk.usage is not None:
-                    details = chunk.usage.prompt_tokens_details
-                    usage = Usage(
-                        chunk.usage.prompt_tokens,
-                        chunk.usage.completion_tokens,
-                        (details.cached_tokens or 0) if details else 0,
-                    )
+                    usage = _usage(chunk.usage)
                 for choice in chunk.choices:
                     if choice.delta.content:
                         text += choice.delta.content
@@ -243,15 +268,17 @@ class ModelClient:
         except _ReaderFailedError as wrapped:
             raise wrapped.error from None  # the reader's own failure, not the model's
         except openai.OpenAIError as exc:
-            error = _classify(exc)
-            raise ModelError(error.kind, error.detail, text) from exc
+            classified = _classify(exc)
+            error = ModelError(classified.kind, classified.detail, text)
+            error.mid_stream = True
+            raise error from exc
         except Exception as exc:
             # some SDK versions let transport errors of a broken stream through unwrapped
-            raise ModelError(
-                "unavailable", f"the stream broke ({type(exc).__name__})", text
-            ) from exc
+            error = ModelError("unavailable", f"the stream broke ({type(exc).__name__})", text)
+            error.mid_stream = True
+            raise error from exc
         finally:
             await stream.close()
         if usage is None:
-            usage = Usage(_estimate_prompt(payload), estimate_tokens(text), 0, estimated=True)
+            usage = _estimated(messages, text)
         return Answer(text, usage, self.model, time.monotonic() - started, finish)

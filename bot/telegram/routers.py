@@ -1,7 +1,10 @@
 """aiogram routing: which updates the bot answers, and how a message becomes a turn.
 
-Handlers stay small; the group gate is a filter and access control an inner
-middleware (it runs only for messages some handler would answer).
+Handlers stay small: a message for the model goes into the durable intake
+(``intake``), anything answered locally goes through the ``notifier`` (both
+injected through the dispatcher's data). The group gate is a filter, access
+control an inner middleware (it runs only for messages some handler would
+answer), and updates of types aiogram does not know end in an outer one.
 """
 
 from __future__ import annotations
@@ -16,13 +19,17 @@ from typing import Any
 from aiogram import BaseMiddleware, Bot, F, Router
 from aiogram.enums import ChatType, ContentType
 from aiogram.filters import Command, CommandStart, Filter
-from aiogram.types import BotCommand, Message, TelegramObject
+from aiogram.types import BotCommand, Message, TelegramObject, Update
+from aiogram.types.update import UpdateTypeLookupError
 
-from .intake import Intake
-from .reports import build_usage_router
-from .runner import TurnRunner
-from .telegram import TelegramOut
-from .turn import Inbound
+from transcript import TranscriptStore
+
+from ..bus.inbound import Inbound
+from ..bus.intake import Intake
+from ..settings import Settings
+from ..usage.accounting import Accounting
+from ..usage.reports import OWNER_ONLY_TEXT, stats_report, usage_report
+from .out import Notifier
 
 log = logging.getLogger("replychain.handlers")
 
@@ -138,8 +145,26 @@ class AccessControl(BaseMiddleware):
         if now - self._refused.get(key, -REFUSAL_EVERY) >= REFUSAL_EVERY:
             self._refused[key] = now
             log.info("refused user %s (not in ALLOWED_USER_IDS)", key)
-            _notice(data["runner"], data["out"], event, REFUSAL_TEXT)
+            _notice(data["notifier"], event, REFUSAL_TEXT)
         return None
+
+
+class SkipUnknownUpdates(BaseMiddleware):
+    """Updates of no type aiogram knows end here (aiogram would warn with their text)."""
+
+    async def __call__(
+        self,
+        handler: Callable[[TelegramObject, dict[str, Any]], Awaitable[Any]],
+        event: TelegramObject,
+        data: dict[str, Any],
+    ) -> Any:
+        if isinstance(event, Update):
+            try:
+                event.event_type  # noqa: B018
+            except UpdateTypeLookupError:
+                log.info("ignored update %s of a type this bot does not know", event.update_id)
+                return None
+        return await handler(event, data)
 
 
 def _strip_mention(text: str, username: str | None) -> str:
@@ -148,21 +173,16 @@ def _strip_mention(text: str, username: str | None) -> str:
     return re.sub(rf"@{re.escape(username)}\b", "", text, flags=re.IGNORECASE).strip()
 
 
-def _notice(runner: TurnRunner, out: TelegramOut, message: Message, text: str) -> None:
+def _notice(notifier: Notifier, message: Message, text: str) -> None:
     """Answer locally, in the background: the update handler never waits on Telegram."""
-    runner.spawn(
-        out.send_text(
-            message.chat.id, text, reply_to=message.message_id, thread_id=thread_of(message)
-        ),
-        name=f"notice-{message.chat.id}",
-    )
+    notifier.say(message.chat.id, text, reply_to=message.message_id, thread_id=thread_of(message))
 
 
 def build_router(allowed_user_ids: frozenset[int]) -> Router:
-    """The bot's router; ``runner``, ``out`` and the rest come from the dispatcher's data."""
+    """The bot's router; ``notifier``, ``intake`` and the rest come from the dispatcher's data."""
     root = Router(name="replychain")
     access = AccessControl(allowed_user_ids)
-    for child in (build_usage_router(), _conversation_router()):
+    for child in (_usage_router(), _conversation_router()):
         child.message.middleware(access)  # only for messages a handler would answer
         root.include_router(child)
     return root
@@ -173,30 +193,28 @@ def _conversation_router() -> Router:
 
     @router.message(CommandStart())
     @router.message(Command("help"))
-    async def on_help(message: Message, runner: TurnRunner, out: TelegramOut) -> None:
-        _notice(runner, out, message, HELP_TEXT)
+    async def on_help(message: Message, notifier: Notifier) -> None:
+        _notice(notifier, message, HELP_TEXT)
 
     @router.message(F.text.startswith("/"), Addressed())
-    async def on_unknown_command(
-        message: Message, runner: TurnRunner, out: TelegramOut, bot: Bot
-    ) -> None:
+    async def on_unknown_command(message: Message, notifier: Notifier, bot: Bot) -> None:
         command = (message.text or "").split()[0]
         _, _, target = command.partition("@")
         me = await bot.me()
         if target and target.lower() != (me.username or "").lower():
             return  # a command for another bot in this group
-        _notice(runner, out, message, UNKNOWN_COMMAND_TEXT)
+        _notice(notifier, message, UNKNOWN_COMMAND_TEXT)
 
     @router.message(F.text | F.caption, Addressed())
     async def on_text(
-        message: Message, runner: TurnRunner, intake: Intake, out: TelegramOut, bot: Bot
+        message: Message, notifier: Notifier, intake: Intake, stopping: asyncio.Event, bot: Bot
     ) -> None:
         me = await bot.me()
         text = message.text or message.caption or ""
         if is_group(message):
             text = _strip_mention(text, me.username)
         if not text.strip():
-            _notice(runner, out, message, EMPTY_MENTION_TEXT)
+            _notice(notifier, message, EMPTY_MENTION_TEXT)
             return
         sender = message.from_user.id if message.from_user else 0
         inbound = Inbound(
@@ -208,12 +226,53 @@ def _conversation_router() -> Router:
             thread_id=thread_of(message),
             is_group=is_group(message),
         )
-        if not await intake.record(inbound, runner.stopping):
+        if not await intake.record(inbound, stopping):
             # stopping before it was stored: never let aiogram confirm this update
             await asyncio.Event().wait()
 
     @router.message(F.content_type.in_(UNSUPPORTED), Addressed())
-    async def on_unsupported(message: Message, runner: TurnRunner, out: TelegramOut) -> None:
-        _notice(runner, out, message, UNSUPPORTED_TEXT)
+    async def on_unsupported(message: Message, notifier: Notifier) -> None:
+        _notice(notifier, message, UNSUPPORTED_TEXT)
+
+    return router
+
+
+def _usage_router() -> Router:
+    """/usage for everyone, /stats for the owners."""
+    router = Router(name="usage")
+
+    @router.message(Command("usage"))
+    async def on_usage(
+        message: Message,
+        notifier: Notifier,
+        accounting: Accounting,
+        store: TranscriptStore,
+        settings: Settings,
+    ) -> None:
+        user = message.from_user.id if message.from_user else 0
+        target = message.reply_to_message
+        replied = target.message_id if target and target.forum_topic_created is None else None
+
+        async def reply() -> None:
+            text = await usage_report(
+                accounting, store, message.chat.id, user, replied, settings.user_daily_token_limit
+            )
+            _notice(notifier, message, text)
+
+        notifier.run(reply, name=f"usage-{message.chat.id}")
+
+    @router.message(Command("stats"))
+    async def on_stats(
+        message: Message, notifier: Notifier, accounting: Accounting, settings: Settings
+    ) -> None:
+        user = message.from_user.id if message.from_user else 0
+        if user not in settings.owner_user_ids:
+            _notice(notifier, message, OWNER_ONLY_TEXT)
+            return
+
+        async def reply() -> None:
+            _notice(notifier, message, await stats_report(accounting))
+
+        notifier.run(reply, name=f"stats-{message.chat.id}")
 
     return router

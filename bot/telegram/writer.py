@@ -5,6 +5,10 @@ and brings the Telegram messages in line: the first part is sent as soon as
 text exists, later parts are sent when the answer outgrows 4096 characters, and
 changed parts are edited at most once per ``edit_interval`` seconds. A typing
 action is shown until the first part is out.
+Every new part goes through the :class:`PartJournal`: it is announced before
+it is sent (so nothing is sent while the journal cannot record it, e.g. while
+Redis is away) and recorded once Telegram accepted it, before anything else
+is sent, so a part on screen is never forgotten by a crash.
 """
 
 from __future__ import annotations
@@ -13,11 +17,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from typing import Protocol
 
 from .format import Chunk, render_chunks
-from .telegram import ChatUnavailableError, MessageGoneError, TelegramOut
+from .out import ChatUnavailableError, MessageGoneError, TelegramOut
 
 log = logging.getLogger("replychain.answer")
 
@@ -32,8 +38,30 @@ class Part:
     chunk: Chunk | None  # None: sent by an earlier run, content unknown
 
 
-async def _no_journal(_message_ids: list[int]) -> None:
-    return None
+class JournalUnavailableError(Exception):
+    """The journal cannot record a new part right now: do not send it yet."""
+
+
+class PartJournal(Protocol):
+    """Where an answer's parts are recorded (the turn's state)."""
+
+    async def sending(self, count: int, *, wait: bool) -> None:
+        """Part number ``count`` is about to be sent.
+
+        Raises :class:`JournalUnavailableError` when that cannot be recorded
+        now, unless ``wait``, which waits until it can.
+        """
+
+    async def sent(self, parts: list[int]) -> None:
+        """Telegram accepted these parts (the last one is new); waits until recorded."""
+
+
+class _NoJournal:
+    async def sending(self, count: int, *, wait: bool) -> None:
+        return None
+
+    async def sent(self, parts: list[int]) -> None:
+        return None
 
 
 class AnswerWriter:
@@ -46,20 +74,20 @@ class AnswerWriter:
         chat_id: int,
         reply_to: int | None,
         thread_id: int | None,
-        prefix: str,
         edit_interval: float,
         existing: Sequence[int] = (),
-        on_part: Callable[[list[int]], Awaitable[None]] = _no_journal,
+        journal: PartJournal | None = None,
     ) -> None:
         self._out = out
         self._chat_id = chat_id
         self._reply_to = reply_to
         self._thread_id = thread_id
-        self._prefix = prefix
+        #: Put before the first part's text (``[depth:N] ``); set once the depth is known.
+        self.prefix = ""
         self._interval = edit_interval
         #: Parts an earlier run of this turn already sent are edited, never re-sent.
         self.parts: list[Part] = [Part(m, None) for m in existing]
-        self._on_part = on_part
+        self._journal = journal or _NoJournal()
         self._latest = ""
         self._shown = ""
         self._dirty = asyncio.Event()
@@ -68,7 +96,7 @@ class AnswerWriter:
         self._pump_task: asyncio.Task[None] | None = None
         #: The chat refused us while streaming: every later step raises this.
         self._fatal: ChatUnavailableError | None = None
-        self._typing_task: asyncio.Task[None] | None = None
+        self._typing: AbstractAsyncContextManager[object] | None = None
 
     @property
     def closing(self) -> bool:
@@ -78,9 +106,11 @@ class AnswerWriter:
     def message_ids(self) -> list[int]:
         return [p.message_id for p in self.parts]
 
-    def start(self) -> None:
+    async def start(self) -> None:
         """Begin showing the typing action (until the first part is sent)."""
-        self._typing_task = asyncio.create_task(self._typing())
+        if not self.parts and self._typing is None:
+            self._typing = self._out.typing(self._chat_id, self._thread_id, TYPING_EVERY)
+            await self._typing.__aenter__()
 
     def update(self, text: str) -> None:
         """The model's text so far; cheap, called for every streamed delta.
@@ -128,13 +158,12 @@ class AnswerWriter:
             try:
                 await self._out.edit(self._chat_id, self.parts[0].message_id, chunk)
             except MessageGoneError:
-                self.parts[0].message_id = await self._send(chunk)
-                await self._on_part(self.message_ids)
+                self.parts[0].message_id = await self._send_new(chunk, 1)
             self.parts[0].chunk = chunk
             await self._drop_extra(1)
             return
-        self.parts.append(Part(await self._send(chunk), chunk))
-        await self._on_part(self.message_ids)
+        self.parts.append(Part(await self._send_new(chunk, 1), chunk))
+        await self._journal.sent(self.message_ids)
 
     async def _pace(self) -> None:
         """Keep the final edit within the per-message edit rate, too."""
@@ -152,16 +181,11 @@ class AnswerWriter:
         await self._stop_typing()
 
     async def _stop_typing(self) -> None:
-        task, self._typing_task = self._typing_task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-
-    async def _typing(self) -> None:
-        while not self.parts:
-            await self._out.typing(self._chat_id, self._thread_id)
-            await asyncio.sleep(TYPING_EVERY)
+        sender, self._typing = self._typing, None
+        if sender is not None:
+            # typing is cosmetic: a failed chat action never fails the answer
+            with contextlib.suppress(Exception):
+                await sender.__aexit__(None, None, None)
 
     async def _pump(self) -> None:
         while not self._closing:
@@ -180,6 +204,8 @@ class AnswerWriter:
                 except ChatUnavailableError as exc:
                     self._fatal = exc
                     return
+                except JournalUnavailableError:
+                    continue  # nothing new is shown until it can be recorded
                 except Exception as exc:
                     # an intermediate edit is not worth failing over: finish() retries
                     log.warning("streaming edit failed: %s", type(exc).__name__)
@@ -192,7 +218,7 @@ class AnswerWriter:
             await self._dirty.wait()
 
     async def _push(self, text: str) -> None:
-        chunks = render_chunks(text, prefix=self._prefix)
+        chunks = render_chunks(text, prefix=self.prefix)
         # the pace counts attempts, failed ones too: a failing edit is not retried at once
         self._last_push = time.monotonic()
         for i, chunk in enumerate(chunks):
@@ -203,21 +229,31 @@ class AnswerWriter:
                         await self._out.edit(self._chat_id, part.message_id, chunk)
                     except MessageGoneError:
                         # deleted by the user meanwhile: the part goes out anew
-                        part.message_id = await self._send(chunk)
-                        await self._on_part(self.message_ids)
+                        part.message_id = await self._send_new(chunk, i + 1)
                     part.chunk = chunk
             else:
-                self.parts.append(Part(await self._send(chunk), chunk))
-                await self._on_part(self.message_ids)
+                message_id = await self._send_new(chunk, i + 1)
+                self.parts.append(Part(message_id, chunk))
                 if len(self.parts) == 1:
                     await self._stop_typing()
+                await self._journal.sent(self.message_ids)
         await self._drop_extra(len(chunks))
         self._shown = text
 
-    async def _send(self, chunk: Chunk) -> int:
-        return await self._out.send(
+    async def _send_new(self, chunk: Chunk, number: int) -> int:
+        """Send a new message as part ``number``: announced to the journal first.
+
+        While streaming, a journal that cannot record it now (Redis away) means
+        "not now"; the final text waits until it can.
+        """
+        await self._journal.sending(number, wait=self._closing)
+        message_id = await self._out.send(
             self._chat_id, chunk, reply_to=self._reply_to, thread_id=self._thread_id
         )
+        if number <= len(self.parts):  # a replacement: record it before anything else
+            self.parts[number - 1].message_id = message_id
+            await self._journal.sent(self.message_ids)
+        return message_id
 
     async def _drop_extra(self, keep: int) -> None:
         """Parts an earlier run sent beyond what this answer needs are deleted."""

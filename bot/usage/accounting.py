@@ -15,7 +15,6 @@ or the error; it stores no message text.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
 from collections.abc import Callable, Sequence
@@ -26,10 +25,13 @@ from typing import Any
 import msgpack
 from redis.asyncio import Redis
 
-from transcript import NodeId, StoreUnavailableError, guarded, keys
+from transcript import NodeId, StoreUnavailableError
 
-from .model import Usage
-from .turn import Inbound
+from ..bus.inbound import Inbound
+from ..data import keys
+from ..data.connection import guarded
+from ..model import Usage
+from ..retry import Outage
 
 log = logging.getLogger("replychain.accounting")
 
@@ -185,32 +187,25 @@ class Accounting:
         redis: Redis,
         *,
         clock: Clock,
+        outage: Outage | None = None,
         audit_days: int = 7,
         prices: Prices | None = None,
     ) -> None:
         self._redis = redis
         self.clock = clock
+        #: Whose "Redis is unreachable" line a wait for Redis logs (the intake's, in the bot).
+        self.outage = outage or Outage("Redis", "Usage is recorded once Redis is back.")
         self.audit_days = audit_days
         self.prices = prices or Prices()
         self._script = redis.register_script(_RECORD_LUA)
-        self._unsaved: list[CallRecord] = []
-        self._flushing = asyncio.Lock()
 
     async def record(self, call: CallRecord) -> None:
-        """Count one call exactly once; kept in memory and retried if Redis is away."""
-        try:
-            await self._save(call)
-        except StoreUnavailableError:
-            self._unsaved.append(call)
-            raise
-        await self.flush()
+        """Count one call exactly once; waits while Redis is away (a call costs money).
 
-    async def flush(self) -> None:
-        """Save calls a Redis outage kept in memory (a call id is never counted twice)."""
-        async with self._flushing:
-            while self._unsaved:
-                await self._save(self._unsaved[0])
-                self._unsaved.pop(0)
+        The call id makes a repeated record a no-op, so waiting and retrying
+        can never count a call twice.
+        """
+        await self.outage.guard(lambda: self._save(call), on=(StoreUnavailableError,))
 
     async def _save(self, call: CallRecord) -> None:
         now = self.clock()

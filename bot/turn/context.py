@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 from transcript import ChatMessage, Fold, Node, NodeId, TranscriptStore
 
-from .accounting import Accounting, CallRecord
-from .model import ModelError, Usage
-from .turn import Inbound, Model
+from ..bus.inbound import Inbound
+from ..model import MESSAGE_OVERHEAD, Model, ModelError, Usage, estimate_messages
+from ..usage.accounting import Accounting, CallRecord
 
 log = logging.getLogger("replychain.context")
 
@@ -37,8 +37,6 @@ SUMMARY_INSTRUCTIONS = (
 )
 #: The view recorded for summary calls (never the view of an answer call).
 SUMMARY_VIEW = "summary"
-#: Per-message overhead of the chat format, in tokens.
-MESSAGE_OVERHEAD = 4
 #: Below this share of the fold threshold, estimates alone decide (no usage lookup).
 NEAR = 0.8
 
@@ -76,12 +74,8 @@ class Estimator:
     def __init__(self) -> None:
         self.ratio = 1.0
 
-    @staticmethod
-    def raw(messages: Sequence[ChatMessage]) -> int:
-        return sum(math.ceil(len(m.content or "") / 4) + MESSAGE_OVERHEAD for m in messages)
-
     def tokens(self, messages: Sequence[ChatMessage]) -> int:
-        return math.ceil(self.raw(messages) * self.ratio)
+        return math.ceil(estimate_messages(messages) * self.ratio)
 
     def sized(self, messages: int, chars: int) -> int:
         """The estimate from totals (``TranscriptStore.size``), without the messages."""
@@ -89,7 +83,7 @@ class Estimator:
 
     def learn(self, messages: Sequence[ChatMessage], usage: Usage) -> None:
         """Move the ratio toward reported/estimated for a call of known size."""
-        raw = self.raw(messages)
+        raw = estimate_messages(messages)
         if usage.estimated or raw < 50 or usage.prompt_tokens <= 0:
             return
         observed = min(4.0, max(0.25, usage.prompt_tokens / raw))

@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-from aiogram import Router
-from aiogram.filters import Command
-from aiogram.types import Message
-
 from transcript import TranscriptStore
 
 from .accounting import Accounting, Totals, next_reset
-from .runner import TurnRunner
-from .settings import Settings
-from .telegram import TelegramOut
 
 OWNER_ONLY_TEXT = "/stats is only for the bot's owner (OWNER_USER_IDS)."
 
@@ -34,11 +27,15 @@ def _line(label: str, totals: Totals, accounting: Accounting) -> str:
 
 
 async def usage_report(
-    accounting: Accounting, store: TranscriptStore, message: Message, daily_limit: int
+    accounting: Accounting,
+    store: TranscriptStore,
+    chat_id: int,
+    user_id: int,
+    replied_to: int | None,
+    daily_limit: int,
 ) -> str:
-    """The asking user's tokens today and all time, and the chain replied to, if any."""
-    user = message.from_user.id if message.from_user else 0
-    today = await accounting.user_today(user)
+    """A user's tokens today and all time, and the chain of the message replied to, if any."""
+    today = await accounting.user_today(user_id)
     lines = ["Your usage:", _line("Today (UTC)", today, accounting)]
     if daily_limit:
         now = accounting.clock()
@@ -47,13 +44,12 @@ async def usage_report(
             f"Daily limit: {_n(daily_limit)} tokens, {_n(left)} left; resets at "
             f"{next_reset(now).strftime('%H:%M')} UTC"
         )
-    lines.append(_line("All time", await accounting.user_all_time(user), accounting))
-    target = message.reply_to_message
-    if target is not None and target.forum_topic_created is None:
-        node = await store.resolve(str(message.chat.id), target.message_id)
+    lines.append(_line("All time", await accounting.user_all_time(user_id), accounting))
+    if replied_to is not None:
+        node = await store.resolve(str(chat_id), replied_to)
         if node is not None:
             path = [n.id for n in await store.path(node)]
-            chain = await accounting.chain(message.chat.id, path)
+            chain = await accounting.chain(chat_id, path)
             lines.append(_line("This conversation (this branch)", chain, accounting))
     return "\n".join(lines)
 
@@ -78,46 +74,3 @@ async def stats_report(accounting: Accounting) -> str:
         total = sum((t for _, t in per_day), Totals())
         lines.append(f"Estimated cost of the days above: ${accounting.prices.cost(total):.4f}")
     return "\n".join(lines)
-
-
-async def _send(out: TelegramOut, message: Message, text: str) -> None:
-    thread = message.message_thread_id if message.is_topic_message else None
-    await out.send_text(message.chat.id, text, reply_to=message.message_id, thread_id=thread)
-
-
-def build_usage_router() -> Router:
-    """/usage for everyone, /stats for the owners."""
-    router = Router(name="usage")
-
-    @router.message(Command("usage"))
-    async def on_usage(
-        message: Message,
-        runner: TurnRunner,
-        out: TelegramOut,
-        accounting: Accounting,
-        store: TranscriptStore,
-        settings: Settings,
-    ) -> None:
-        async def reply() -> None:
-            text = await usage_report(accounting, store, message, settings.user_daily_token_limit)
-            await _send(out, message, text)
-
-        runner.spawn(reply(), name=f"usage-{message.chat.id}")
-
-    @router.message(Command("stats"))
-    async def on_stats(
-        message: Message,
-        runner: TurnRunner,
-        out: TelegramOut,
-        accounting: Accounting,
-        settings: Settings,
-    ) -> None:
-        user = message.from_user.id if message.from_user else 0
-
-        async def reply() -> None:
-            owner = user in settings.owner_user_ids
-            await _send(out, message, await stats_report(accounting) if owner else OWNER_ONLY_TEXT)
-
-        runner.spawn(reply(), name=f"stats-{message.chat.id}")
-
-    return router

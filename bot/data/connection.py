@@ -1,4 +1,4 @@
-"""The one place a Redis client is built: explicit timeouts and bounded retries."""
+"""The one place a Redis client is built, and the guard of the bot's own Redis calls."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import BusyLoadingError, ConnectionError, TimeoutError
 
-from .errors import StoreUnavailableError
+from transcript import StoreUnavailableError
 
 T = TypeVar("T")
 _UNAVAILABLE = (ConnectionError, TimeoutError, OSError)

@@ -1,0 +1,1 @@
+"""The message bus: accepted messages in a Redis Stream, read by turn workers."""

@@ -1,0 +1,155 @@
+"""Durable intake: a user's message is in a Redis Stream before Telegram forgets it.
+
+The update handler appends the message to ``rc:intake`` (XADD) and only then
+returns, so aiogram confirms the update to Telegram after it is stored (polling
+runs handlers one at a time for this reason). Turn workers read the stream
+through the consumer group ``turns`` and acknowledge an entry (XACK, then XDEL)
+only when its turn is finished. Entries a crashed worker left unacknowledged
+are read again at start-up (a process's own pending entries) or claimed after
+they sat idle (other processes' entries), so several bot processes can share
+the stream. A turn that keeps failing is *parked* in ``rc:deadletter`` with the
+type of its error, where the operator sees it (and can put it back).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from transcript import StoreUnavailableError
+
+from ..data import keys
+from ..data.connection import guarded
+from ..retry import Outage
+from .inbound import Inbound
+
+_FIELD = b"m"
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One stream entry; ``inbound`` is None for an entry that does not decode."""
+
+    id: bytes
+    inbound: Inbound | None
+    raw: bytes = b""
+
+
+class Intake:
+    """The stream of accepted messages, shared by every bot process on one Redis."""
+
+    def __init__(self, redis: Redis, consumer: str) -> None:
+        self._redis = redis
+        self.consumer = consumer
+        self.outage = Outage(
+            "Redis", "Unconfirmed messages stay queued at Telegram and nothing stored is lost."
+        )
+
+    async def ensure_group(self) -> None:
+        try:
+            await guarded(
+                self._redis.xgroup_create(
+                    keys.INTAKE_STREAM, keys.INTAKE_GROUP, id="0", mkstream=True
+                )
+            )
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def record(self, inbound: Inbound, stopping: asyncio.Event) -> bool:
+        """Append ``inbound``, retrying while Redis is away; ``False`` if stopped first."""
+        try:
+            await self.outage.guard(
+                lambda: guarded(self._redis.xadd(keys.INTAKE_STREAM, {_FIELD: inbound.encode()})),
+                on=(StoreUnavailableError,),
+                until=stopping,
+            )
+        except StoreUnavailableError:
+            return False
+        return True
+
+    async def read_pending(self, after: bytes, count: int) -> list[Entry]:
+        """Entries delivered to this consumer before and never acknowledged, after ``after``."""
+        return self._entries(
+            await guarded(
+                self._redis.xreadgroup(
+                    keys.INTAKE_GROUP, self.consumer, {keys.INTAKE_STREAM: after}, count=count
+                )
+            )
+        )
+
+    async def read_new(self, count: int, block_ms: int) -> list[Entry]:
+        return self._entries(
+            await guarded(
+                self._redis.xreadgroup(
+                    keys.INTAKE_GROUP,
+                    self.consumer,
+                    {keys.INTAKE_STREAM: ">"},
+                    count=count,
+                    block=block_ms,
+                )
+            )
+        )
+
+    async def claim_idle(self, min_idle_ms: int, count: int) -> list[Entry]:
+        """Entries other (dead) consumers left unacknowledged for ``min_idle_ms``."""
+        result = await guarded(
+            self._redis.xautoclaim(
+                keys.INTAKE_STREAM,
+                keys.INTAKE_GROUP,
+                self.consumer,
+                min_idle_time=min_idle_ms,
+                start_id="0-0",
+                count=count,
+            )
+        )
+        return [self._entry(entry_id, fields) for entry_id, fields in result[1]]
+
+    async def ack(self, entry_id: bytes) -> None:
+        """The turn is finished: acknowledge and delete (the stream never grows)."""
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.xack(keys.INTAKE_STREAM, keys.INTAKE_GROUP, entry_id)
+            pipe.xdel(keys.INTAKE_STREAM, entry_id)
+            await guarded(pipe.execute())
+
+    async def park(self, entry: Entry, reason: str) -> None:
+        """Give up on an entry: into the dead-letter stream, out of the intake, in one step."""
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.xadd(
+                keys.DEAD_LETTER_STREAM,
+                {_FIELD: entry.raw, b"why": reason, b"at": str(int(time.time()))},
+            )
+            pipe.xack(keys.INTAKE_STREAM, keys.INTAKE_GROUP, entry.id)
+            pipe.xdel(keys.INTAKE_STREAM, entry.id)
+            await guarded(pipe.execute())
+
+    async def replay_parked(self) -> int:
+        """Put every parked entry back into the intake (the operator fixed the cause)."""
+        moved = 0
+        parked: Any = await guarded(self._redis.xrange(keys.DEAD_LETTER_STREAM))
+        for entry_id, fields in parked or []:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.xadd(keys.INTAKE_STREAM, {_FIELD: (fields or {}).get(_FIELD, b"")})
+                pipe.xdel(keys.DEAD_LETTER_STREAM, entry_id)
+                await guarded(pipe.execute())
+            moved += 1
+        return moved
+
+    def _entries(self, response: Any) -> list[Entry]:
+        return [
+            self._entry(entry_id, fields)
+            for _stream, items in response or []
+            for entry_id, fields in items
+        ]
+
+    @staticmethod
+    def _entry(entry_id: bytes, fields: dict[Any, Any] | None) -> Entry:
+        raw = fields.get(_FIELD) if fields else None
+        if not isinstance(raw, bytes):
+            return Entry(entry_id, None)  # deleted or foreign entry
+        return Entry(entry_id, Inbound.decode(raw), raw)

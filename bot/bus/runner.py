@@ -1,0 +1,267 @@
+"""Turn workers: read the intake stream and run each turn as its own task.
+
+Chats run concurrently (a slow model call in one chat never delays another),
+at most ``max_concurrent`` turns at once. An entry is acknowledged only when
+its turn is finished. A turn that fails because a service is away (Redis,
+Telegram: the ``outages`` it is given) is tried again with backoff and its
+entry stays pending meanwhile, so nothing accepted is lost. Any other failure
+is tried again ``max_attempts`` times in all; then the handler tells the user
+and the entry is parked in the dead-letter stream: never acknowledged as if
+answered. At start-up this process first finishes the entries it had taken
+before it stopped (or crashed); entries of other processes are claimed once idle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Protocol
+
+from transcript import StoreUnavailableError
+
+from ..retry import Outage, retrying
+from .inbound import Inbound
+from .intake import Entry, Intake
+
+log = logging.getLogger("replychain.runner")
+
+READ_BLOCK_MS = 1000
+CLAIM_EVERY = 30.0
+#: Entries of a dead process are claimed after sitting idle this long.
+CLAIM_IDLE_MS = 15 * 60 * 1000
+
+TurnKey = tuple[int, int]
+
+
+class TurnHandler(Protocol):
+    """What the runner needs from the turn flow."""
+
+    async def run(self, inbound: Inbound) -> None:
+        """Answer ``inbound`` or finish answering it (safe to call again)."""
+
+    async def failed(self, inbound: Inbound) -> int:
+        """Record one unexpected failure of the turn; returns how many there were."""
+
+    async def give_up(self, inbound: Inbound, error: BaseException) -> None:
+        """The last failure: leave the thread usable and tell the user."""
+
+
+class InFlight:
+    """Turns running in this process, so a turn can wait for another one to finish."""
+
+    def __init__(self) -> None:
+        self._running: dict[TurnKey, asyncio.Future[None]] = {}
+
+    def get(self, key: TurnKey) -> asyncio.Future[None] | None:
+        return self._running.get(key)
+
+    def begin(self, key: TurnKey) -> asyncio.Future[None]:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._running[key] = future
+        return future
+
+    def end(self, key: TurnKey, future: asyncio.Future[None]) -> None:
+        if self._running.get(key) is future:
+            del self._running[key]
+        if not future.done():
+            future.set_result(None)
+
+    async def wait(self, key: TurnKey, timeout: float) -> bool:  # noqa: ASYNC109
+        """Wait (at most ``timeout`` s) for that turn if it runs here; ``False`` if it does not."""
+        future = self._running.get(key)
+        if future is None:
+            return False
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(future), timeout)
+        return True
+
+
+class _TryAgain(Exception):
+    """An unexpected failure that has attempts left."""
+
+
+class TurnRunner:
+    """Owns the in-flight turns; stops reading and drains them on shutdown."""
+
+    def __init__(
+        self,
+        handler: TurnHandler,
+        intake: Intake,
+        *,
+        outages: Mapping[type[BaseException], Outage],
+        in_flight: InFlight,
+        max_concurrent: int,
+        max_attempts: int,
+        claim_idle_ms: int = CLAIM_IDLE_MS,
+    ) -> None:
+        self.handler = handler
+        self.intake = intake
+        self.outages = dict(outages)
+        self._retried_kinds: tuple[type[BaseException], ...] = (*outages, _TryAgain)
+        self.in_flight = in_flight
+        self.max_concurrent = max_concurrent
+        self.max_attempts = max_attempts
+        self.claim_idle_ms = claim_idle_ms
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._stopping = asyncio.Event()
+        self._consumer: asyncio.Task[None] | None = None
+        #: Turns finished (answered, ended with a notice, parked or found done).
+        self.completed = 0
+        #: Turn attempts that failed and will run again.
+        self.retried = 0
+
+    @property
+    def in_flight_count(self) -> int:
+        return len(self._tasks)
+
+    def start(self) -> None:
+        self._consumer = asyncio.create_task(self._consume(), name="intake-consumer")
+
+    # ------------------------------------------------------------ consuming
+
+    async def _redis(self, call: Callable[[], Awaitable[list[Entry]]]) -> list[Entry]:
+        return await self.intake.outage.guard(
+            call, on=(StoreUnavailableError,), until=self._stopping
+        )
+
+    async def _consume(self) -> None:
+        await self.intake.outage.guard(
+            self.intake.ensure_group, on=(StoreUnavailableError,), until=self._stopping
+        )
+        await self._resume_own()
+        last_claim = time.monotonic()
+        while not self._stopping.is_set():
+            await self._slot()
+            if time.monotonic() - last_claim > CLAIM_EVERY:
+                last_claim = time.monotonic()
+                entries = await self._redis(
+                    lambda: self.intake.claim_idle(self.claim_idle_ms, self._free())
+                )
+            else:
+                entries = await self._redis(
+                    lambda: self.intake.read_new(self._free(), READ_BLOCK_MS)
+                )
+            for entry in entries:
+                self._start(entry)
+
+    async def _resume_own(self) -> None:
+        """Start, once each, the entries this consumer took before it stopped."""
+        after = b"0"
+        resumed = 0
+        while True:
+            await self._slot()
+            entries = await self._redis(
+                lambda after=after: self.intake.read_pending(after, self._free())  # type: ignore[misc]
+            )
+            if not entries:
+                break
+            for entry in entries:
+                self._start(entry)
+            resumed += len(entries)
+            after = entries[-1].id
+        if resumed:
+            log.info("resuming %d turn(s) left unfinished", resumed)
+
+    def _free(self) -> int:
+        return max(1, self.max_concurrent - len(self._tasks))
+
+    async def _slot(self) -> None:
+        while len(self._tasks) >= self.max_concurrent:
+            await asyncio.wait(set(self._tasks), return_when=asyncio.FIRST_COMPLETED)
+
+    def _start(self, entry: Entry) -> None:
+        task = asyncio.create_task(self._process(entry), name=f"turn-{entry.id.decode()}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _process(self, entry: Entry) -> None:
+        inbound = entry.inbound
+        if inbound is None:
+            log.error("parking an intake entry that does not decode (%s)", entry.id.decode())
+            await self._settle(lambda: self.intake.park(entry, "undecodable entry"))
+            return
+        key = (inbound.chat_id, inbound.message_id)
+        earlier = self.in_flight.get(key)
+        if earlier is not None:  # the same message twice: let the first finish
+            await asyncio.shield(earlier)
+        future = self.in_flight.begin(key)
+        try:
+            await self._run(entry, inbound)
+        finally:
+            self.in_flight.end(key, future)
+            self.completed += 1
+
+    async def _run(self, entry: Entry, inbound: Inbound) -> None:
+        try:
+            parked = await retrying(
+                lambda: self._attempt(entry, inbound),
+                on=self._retried_kinds,
+                until=self._stopping,
+                on_retry=self._note_retry,
+            )
+        except self._retried_kinds:
+            return  # shutting down: the entry stays pending and is finished at the next start
+        if not parked:
+            await self._settle(lambda: self.intake.ack(entry.id))
+        for outage in self.outages.values():
+            outage.ok()
+
+    async def _attempt(self, entry: Entry, inbound: Inbound) -> bool:
+        """One run of the turn; ``True`` when it was given up and parked."""
+        try:
+            await self.handler.run(inbound)
+            return False
+        except tuple(self.outages):
+            raise
+        except Exception as exc:
+            log.exception(
+                "turn for message %s in chat %s failed", inbound.message_id, inbound.chat_id
+            )
+            failures = await self.handler.failed(inbound)
+            if failures < self.max_attempts:
+                raise _TryAgain from exc
+            log.error(
+                "giving up on message %s in chat %s after %d failures; parked in the "
+                "dead-letter stream", inbound.message_id, inbound.chat_id, failures,
+            )  # fmt: skip
+            await self.handler.give_up(inbound, exc)
+            await self.intake.park(entry, type(exc).__name__)
+            return True
+
+    def _note_retry(self, exc: BaseException) -> None:
+        self.retried += 1
+        for kind, outage in self.outages.items():
+            if isinstance(exc, kind):
+                outage.failed(exc)
+
+    async def _settle(self, call: Callable[[], Awaitable[None]]) -> None:
+        """A bookkeeping write that must happen: retried while Redis is away."""
+        with contextlib.suppress(StoreUnavailableError):
+            # stopping: a finished turn re-read at the next start is recognised as done
+            await self.intake.outage.guard(call, on=(StoreUnavailableError,), until=self._stopping)
+
+    # ------------------------------------------------------------- shutdown
+
+    async def drain(self, deadline: float) -> int:
+        """Stop reading, wait up to ``deadline`` s, cancel what is left; returns cancelled.
+
+        A cancelled turn's entry stays pending and is finished at the next start.
+        """
+        if self._consumer is not None:
+            self._consumer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._consumer
+        pending = set(self._tasks)
+        if pending:
+            log.info("waiting up to %.0fs for %d answer(s) in flight", deadline, len(pending))
+            _, pending = await asyncio.wait(pending, timeout=deadline)
+        self._stopping.set()
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending)
+            log.warning("cancelled %d answer(s) still running at the deadline", len(pending))
+        return len(pending)

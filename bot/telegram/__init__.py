@@ -1,0 +1,1 @@
+"""The Telegram edge: the HTTP session, flood control, sending, streaming, routers."""

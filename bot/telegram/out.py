@@ -1,0 +1,236 @@
+"""Sending to Telegram: answer parts and notices, as typed outcomes the turn can act on.
+
+Every Telegram failure a turn may meet becomes one of four errors (the
+session, :mod:`bot.telegram.session`, has already classified odd answers and
+waited out flood control)::
+
+    ChatUnavailableError      the bot may not write to this chat any more (403)
+    AnswerRejectedError       a 400 that retrying will not fix
+    MessageGoneError          the message to edit was deleted
+    TelegramUnavailableError  5xx, network, flood control past its bound, an answer
+                              that cannot be read: try the turn again later
+
+Messages go out as HTML (the bot's default parse mode) and fall back to the
+same text without formatting when Telegram still rejects the entities.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+from aiogram import Bot
+from aiogram.exceptions import (
+    TelegramAPIError,
+    TelegramBadRequest,
+    TelegramForbiddenError,
+    TelegramNetworkError,
+    TelegramRetryAfter,
+    TelegramServerError,
+)
+from aiogram.types import Message, ReplyParameters
+from aiogram.utils.chat_action import ChatActionSender
+
+from .format import Chunk
+from .session import BadResponseError, UnreadableResultError
+
+log = logging.getLogger("replychain.telegram")
+
+
+class ChatUnavailableError(Exception):
+    """The bot may not write to this chat any more (blocked, kicked, chat gone)."""
+
+
+class AnswerRejectedError(Exception):
+    """Telegram refused a message for a reason retrying will not fix (a 400)."""
+
+
+class MessageGoneError(Exception):
+    """The message to edit no longer exists (the user deleted it)."""
+
+
+class TelegramUnavailableError(Exception):
+    """Telegram failed, could not be reached or answered unreadably: try the turn later."""
+
+
+def _text(exc: TelegramAPIError) -> str:
+    return (exc.message or "").lower()
+
+
+def _is_parse_error(exc: TelegramBadRequest) -> bool:
+    return "can't parse entities" in _text(exc) or "unsupported start tag" in _text(exc)
+
+
+def _is_not_modified(exc: TelegramBadRequest) -> bool:
+    return "message is not modified" in _text(exc)
+
+
+def _is_gone(exc: TelegramBadRequest) -> bool:
+    return "message to edit not found" in _text(exc) or "message_id_invalid" in _text(exc)
+
+
+def _is_thread_gone(exc: TelegramBadRequest) -> bool:
+    return "message thread not found" in _text(exc)
+
+
+def _sent_id(exc: UnreadableResultError) -> int | None:
+    """The id of a message the server sent but described unreadably, if it named one."""
+    result = exc.result
+    message_id = result.get("message_id") if isinstance(result, dict) else None
+    return message_id if isinstance(message_id, int) and message_id > 0 else None
+
+
+class TelegramOut:
+    """Sends, edits and deletes messages; the only place the turn flow talks to Telegram."""
+
+    def __init__(self, bot: Bot) -> None:
+        self.bot = bot
+
+    async def send(
+        self, chat_id: int, chunk: Chunk, *, reply_to: int | None, thread_id: int | None
+    ) -> int:
+        """Send one part as a reply (kept even if the replied message is gone)."""
+        reply = (
+            ReplyParameters(message_id=reply_to, allow_sending_without_reply=True)
+            if reply_to is not None
+            else None
+        )
+        common: dict[str, Any] = {
+            "chat_id": chat_id,
+            "reply_parameters": reply,
+            "message_thread_id": thread_id,
+        }
+        try:
+            try:
+                message = await self._call(self.bot.send_message(text=chunk.html, **common))
+            except TelegramBadRequest as exc:
+                if _is_thread_gone(exc) and thread_id is not None:
+                    # the forum topic was deleted meanwhile: answer in the chat instead
+                    log.info(
+                        "topic %s of chat %s is gone; answering outside it", thread_id, chat_id
+                    )
+                    return await self.send(chat_id, chunk, reply_to=None, thread_id=None)
+                if not _is_parse_error(exc):
+                    raise
+                log.warning("Telegram rejected formatting (%s); sending plain text", exc.message)
+                message = await self._call(
+                    self.bot.send_message(text=chunk.plain, parse_mode=None, **common)
+                )
+        except TelegramBadRequest as exc:
+            raise AnswerRejectedError(exc.message) from exc
+        except UnreadableResultError as exc:
+            sent = _sent_id(exc)
+            if sent is None:
+                raise TelegramUnavailableError(exc.message) from exc
+            log.warning("chat %s: %s; using its message id %s", chat_id, exc.message, sent)
+            return sent
+        if not isinstance(message, Message):
+            # {"ok": true, "result": null}: sent or not, nobody can tell; try again later
+            raise TelegramUnavailableError("sendMessage succeeded without the message")
+        return message.message_id
+
+    async def edit(self, chat_id: int, message_id: int, chunk: Chunk) -> None:
+        """Replace a part's text; "not modified" counts as done.
+
+        Raises :class:`MessageGoneError` when the message was deleted.
+        """
+        common: dict[str, Any] = {"chat_id": chat_id, "message_id": message_id}
+        try:
+            try:
+                await self._call(self.bot.edit_message_text(text=chunk.html, **common))
+            except TelegramBadRequest as exc:
+                if not _is_parse_error(exc):
+                    raise
+                log.warning("Telegram rejected formatting (%s); editing as plain text", exc.message)
+                await self._call(
+                    self.bot.edit_message_text(text=chunk.plain, parse_mode=None, **common)
+                )
+        except TelegramBadRequest as exc:
+            if _is_gone(exc):
+                raise MessageGoneError(exc.message) from exc
+            if not _is_not_modified(exc):
+                raise AnswerRejectedError(exc.message) from exc
+        except UnreadableResultError as exc:
+            log.info("chat %s: %s; the edit counts as done", chat_id, exc.message)
+
+    def typing(
+        self, chat_id: int, thread_id: int | None, interval: float
+    ) -> AbstractAsyncContextManager[object]:
+        """Shows "typing…" in the chat until the context ends (aiogram's ChatActionSender)."""
+        return ChatActionSender(
+            bot=self.bot, chat_id=chat_id, message_thread_id=thread_id, interval=interval
+        )
+
+    async def send_text(
+        self, chat_id: int, text: str, *, reply_to: int | None, thread_id: int | None
+    ) -> int:
+        """A short notice (plain text, never parsed)."""
+        return await self.send(chat_id, Chunk(text, text), reply_to=reply_to, thread_id=thread_id)
+
+    async def delete(self, chat_id: int, message_id: int) -> None:
+        """Best effort: a message that cannot be deleted is left as it is."""
+        try:
+            await self._call(self.bot.delete_message(chat_id=chat_id, message_id=message_id))
+        except (TelegramBadRequest, UnreadableResultError) as exc:
+            log.info("could not delete message %s: %s", message_id, exc.message)
+
+    @staticmethod
+    async def _call(request: Any) -> Any:
+        try:
+            return await request
+        except TelegramForbiddenError as exc:
+            raise ChatUnavailableError(exc.message) from exc
+        except (TelegramBadRequest, UnreadableResultError):
+            raise  # the caller decides
+        except (
+            TelegramServerError,
+            TelegramNetworkError,
+            TelegramRetryAfter,
+            BadResponseError,
+        ) as exc:
+            raise TelegramUnavailableError(exc.message) from exc
+        except TelegramAPIError as exc:
+            # any other status (404, 409, an error without a description): not ours to fix
+            raise TelegramUnavailableError(exc.message or type(exc).__name__) from exc
+
+
+class Notifier:
+    """Local answers (commands, refusals) sent in the background.
+
+    The update handler never waits on Telegram: what it has to say is sent by
+    a task of its own, and the tasks still running are drained at shutdown.
+    """
+
+    def __init__(self, out: TelegramOut) -> None:
+        self.out = out
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def say(self, chat_id: int, text: str, *, reply_to: int, thread_id: int | None) -> None:
+        """Send ``text`` as a reply, in the background."""
+        self.run(
+            lambda: self.out.send_text(chat_id, text, reply_to=reply_to, thread_id=thread_id),
+            name=f"notice-{chat_id}",
+        )
+
+    def run(self, job: Callable[[], Awaitable[object]], *, name: str) -> None:
+        """Run ``job`` in the background; a failure is logged (by type), never raised."""
+
+        async def guarded() -> None:
+            try:
+                await job()
+            except Exception as exc:
+                log.warning("%s failed: %s", name, type(exc).__name__)
+
+        task = asyncio.create_task(guarded(), name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def drain(self, timeout: float) -> None:  # noqa: ASYNC109
+        """Wait up to ``timeout`` s for notices still being sent, then cancel them."""
+        if self._tasks:
+            _, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
+            for task in pending:
+                task.cancel()

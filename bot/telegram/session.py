@@ -1,0 +1,203 @@
+"""The Bot API session: every answer classified in one place, flood control for every call.
+
+:class:`BotApiSession` is aiogram's aiohttp session with one change: an answer
+that is not a valid Bot API response becomes a typed Telegram failure instead
+of aiogram's ``ClientDecodeError`` (or worse), so callers handle it like any
+other Telegram error::
+
+    HTTP 5xx, whatever the body                  -> TelegramServerError (retried)
+    {"ok": true} with a result that does not     -> UnreadableResultError (the server
+      decode (fields missing or malformed)            did it; ``result`` holds the raw JSON)
+    anything else that is not a Bot API answer   -> BadResponseError
+      (an HTML page, JSON without "ok", ...)
+
+A getUpdates batch with one update aiogram cannot decode is decoded update by
+update instead, so one odd update never stalls polling.
+
+:class:`FloodControl` is a request middleware: every call to a chat waits
+until that chat's ``retry_after`` window has passed; a 429 is waited out as
+Telegram asks, for up to ``max_wait`` seconds in all (then it counts as an
+outage); 5xx are retried briefly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any, cast
+
+from aiogram import Bot
+from aiogram.client.session.aiohttp import AiohttpSession
+from aiogram.client.session.middlewares.base import (
+    BaseRequestMiddleware,
+    NextRequestMiddlewareType,
+)
+from aiogram.exceptions import (
+    ClientDecodeError,
+    TelegramAPIError,
+    TelegramRetryAfter,
+    TelegramServerError,
+)
+from aiogram.methods import GetUpdates, Response, TelegramMethod
+from aiogram.methods.base import TelegramType
+from aiogram.types import Update
+from pydantic import ValidationError
+
+from ..retry import Backoff, retrying
+
+log = logging.getLogger("replychain.telegram")
+
+#: Added to every ``retry_after`` so a retry never lands a hair too early.
+_RETRY_MARGIN = 0.1
+_PRUNE_AT = 10_000
+#: Tries of a call Telegram answered with a 5xx (it did not do it: safe to repeat).
+SERVER_ERROR_ATTEMPTS = 3
+SERVER_ERROR_BACKOFF = Backoff(1.0, 4.0, 0.2)
+
+
+class BadResponseError(TelegramAPIError):
+    """The Bot API server answered something that is not a Bot API response."""
+
+
+class UnreadableResultError(TelegramAPIError):
+    """The server reports success, but its result does not decode; ``result`` is the raw JSON."""
+
+    def __init__(self, method: TelegramMethod[Any], message: str, result: object) -> None:
+        super().__init__(method=method, message=message)
+        self.result = result
+
+
+def describe_body(content: object) -> str:
+    """What kind of body an answer had, for a one-line message (never the body itself)."""
+    if isinstance(content, str):
+        stripped = content.lstrip()[:100].lower()
+        return "an HTML page" if stripped.startswith(("<!doctype", "<html")) else "a non-JSON body"
+    if isinstance(content, dict) and "ok" not in content:
+        return "JSON without an 'ok' field"
+    return "a body that does not match the Bot API"
+
+
+class BotApiSession(AiohttpSession):
+    """aiogram's session, with every answer classified as a Bot API answer or a failure."""
+
+    def check_response(
+        self,
+        bot: Bot,
+        method: TelegramMethod[TelegramType],
+        status_code: int,
+        content: str,
+    ) -> Response[TelegramType]:
+        name = type(method).__name__
+        try:
+            return super().check_response(bot, method, status_code, content)
+        except ClientDecodeError as exc:
+            if isinstance(method, GetUpdates) and (cleaned := _without_undecodable(bot, content)):
+                same = cast("TelegramMethod[TelegramType]", method)
+                return super().check_response(bot, same, status_code, cleaned)
+            if status_code >= 500:
+                raise TelegramServerError(
+                    method=method, message=f"HTTP {status_code} with {describe_body(exc.data)}"
+                ) from None
+            data = exc.data
+            if isinstance(data, dict) and data.get("ok") is True and 200 <= status_code < 300:
+                raise UnreadableResultError(
+                    method, f"{name} succeeded but its result does not decode"
+                    f"{_first_problem(exc.original)}", data.get("result"),
+                ) from None  # fmt: skip
+            raise BadResponseError(
+                method=method, message=f"HTTP {status_code} with {describe_body(data)}"
+            ) from None
+        except TypeError:
+            # aiogram reads a 5xx without "description" as text and fails on None
+            raise TelegramServerError(
+                method=method, message=f"HTTP {status_code} without a description"
+            ) from None
+
+
+def _first_problem(error: object) -> str:
+    if isinstance(error, ValidationError) and error.errors():
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        return f" ({where}: {first['msg'].lower()})"
+    return ""
+
+
+def _without_undecodable(bot: Bot, content: str) -> str | None:
+    try:
+        data = json.loads(content)
+    except ValueError:
+        return None
+    result = data.get("result") if isinstance(data, dict) else None
+    if not isinstance(result, list):
+        return None
+    cleaned: list[Any] = []
+    for raw in result:
+        try:
+            Update.model_validate(raw, context={"bot": bot})
+            cleaned.append(raw)
+        except ValidationError:
+            update_id = raw.get("update_id") if isinstance(raw, dict) else None
+            if not isinstance(update_id, int):
+                continue
+            log.warning("skipped update %s: it does not match the Bot API schema", update_id)
+            cleaned.append({"update_id": update_id})
+    return json.dumps({**data, "result": cleaned})
+
+
+class FloodControl(BaseRequestMiddleware):
+    """Honour ``retry_after`` per chat for every Telegram call; retry 5xx briefly."""
+
+    def __init__(self, max_wait: float = 600.0) -> None:
+        self.max_wait = max_wait
+        self._not_before: dict[object, float] = {}
+
+    def _wait_for(self, chat: object) -> float:
+        return self._not_before.get(chat, 0.0) - time.monotonic()
+
+    async def __call__(
+        self,
+        make_request: NextRequestMiddlewareType[TelegramType],
+        bot: Bot,
+        method: TelegramMethod[TelegramType],
+    ) -> Response[TelegramType]:
+        chat = getattr(method, "chat_id", None)
+        name = type(method).__name__
+
+        async def attempt() -> Response[TelegramType]:
+            delay = max(self._wait_for(chat), self._wait_for(None))
+            if delay > 0:
+                await asyncio.sleep(delay)
+            try:
+                return await make_request(bot, method)
+            except TelegramRetryAfter as exc:
+                until = time.monotonic() + exc.retry_after + _RETRY_MARGIN
+                self._not_before[chat] = max(self._not_before.get(chat, 0.0), until)
+                self._prune()
+                log.warning(
+                    "Telegram flood control on %s: waiting %ss before retrying",
+                    name, exc.retry_after,
+                )  # fmt: skip
+                raise
+
+        async def waited_out() -> Response[TelegramType]:
+            # the next attempt itself waits until the chat's window has passed
+            return await retrying(
+                attempt, on=(TelegramRetryAfter,), within=self.max_wait, wait_hint=lambda _: 0.0
+            )
+
+        return await retrying(
+            waited_out,
+            on=(TelegramServerError,),
+            attempts=SERVER_ERROR_ATTEMPTS,
+            backoff=SERVER_ERROR_BACKOFF,
+            on_retry=lambda exc: log.warning(
+                "Telegram server error on %s (%s); retrying", name, exc
+            ),
+        )
+
+    def _prune(self) -> None:
+        if len(self._not_before) > _PRUNE_AT:
+            now = time.monotonic()
+            self._not_before = {k: v for k, v in self._not_before.items() if v > now}

@@ -1,0 +1,1 @@
+"""The turn: one inbound message carried to its answer, resumable at every step."""

@@ -1,0 +1,368 @@
+"""The turn, in one place: one inbound message carried to its answer.
+
+A turn is a short, linear sequence of steps. Each step is idempotent against
+the turn's persisted :class:`~bot.turn.state.TurnState` and records its result
+there before the next one runs, so running a turn again after a crash, a
+redelivery or an outage continues it instead of repeating it::
+
+    claim and read the state
+    -> route (alias lookup) and store the user's node
+    -> check the input and the limits       (or end with a notice)
+    -> build the context window             (or end with a notice)
+    -> ask the model, streaming into Telegram (or end with a notice)
+    -> store the answer node
+    -> finish sending, alias every part, mark the turn done
+
+A step that ends the turn early raises :class:`TurnEnded` with the notice to
+show; the turn then finishes in one place, :meth:`Engine._deliver`, whatever
+the reply. Failures no step foresaw go to the runner (:mod:`bot.bus.runner`),
+which retries the turn and in the end calls :meth:`Engine.give_up`: never is a
+message recorded as answered when it was not.
+
+It knows Telegram only through :class:`~bot.telegram.out.TelegramOut` and the
+model only through :class:`~bot.model.Model`, so tests and benchmarks can
+drive it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from transcript import (
+    ChatMessage,
+    Node,
+    NodeId,
+    RecordError,
+    StoreUnavailableError,
+    TranscriptStore,
+)
+
+from ..bus.inbound import Inbound
+from ..bus.runner import InFlight
+from ..model import Answer, Model, ModelError
+from ..retry import Outage, retrying
+from ..telegram.out import AnswerRejectedError, ChatUnavailableError, TelegramOut
+from ..telegram.writer import AnswerWriter, JournalUnavailableError
+from ..usage.accounting import Accounting, CallRecord
+from . import notices
+from .context import ContextWindow, MessageTooLargeError, Window
+from .state import TurnState, TurnStates
+
+log = logging.getLogger("replychain.engine")
+
+T = TypeVar("T")
+
+PRIVATE_EDIT_INTERVAL = 1.0
+GROUP_EDIT_INTERVAL = 3.0
+#: How long a reply to a part of an answer still being written waits for that turn.
+PART_WAIT = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one message and one user may cost (0 = unlimited where it applies)."""
+
+    max_input_chars: int = 16000
+    user_daily_tokens: int = 0
+    max_calls_per_turn: int = 3
+    max_tokens_per_turn: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What the user is shown, and the node a reply to it continues from.
+
+    A notice is shown after any partial answer already on screen; ``node`` is
+    ``None`` when replying to it should start a new conversation.
+    """
+
+    text: str
+    node: NodeId | None
+    notice: bool = False
+
+
+class TurnEnded(Exception):
+    """A step ends the turn with a notice instead of an answer."""
+
+    def __init__(self, reply: Reply) -> None:
+        super().__init__(reply.text)
+        self.reply = reply
+
+
+class _StillRunning(Exception):
+    """A turn of another process is still writing the answer replied to."""
+
+
+class _Parts:
+    """The answer writer's journal: the turn's state, written through the engine."""
+
+    def __init__(self, engine: Engine, inbound: Inbound, state: TurnState) -> None:
+        self.engine, self.inbound, self.state = engine, inbound, state
+
+    async def sending(self, count: int, *, wait: bool) -> None:
+        states = self.engine.states
+        if wait:
+            await self.engine._durably(lambda: states.sending(self.inbound, self.state, count))
+            return
+        try:
+            await states.sending(self.inbound, self.state, count)
+        except StoreUnavailableError as exc:
+            self.engine.redis_outage.failed(exc)
+            raise JournalUnavailableError from exc
+
+    async def sent(self, parts: list[int]) -> None:
+        states = self.engine.states
+        await self.engine._durably(lambda: states.add_part(self.inbound, self.state, parts))
+
+
+class Engine:
+    """Runs turns (the :class:`~bot.bus.runner.TurnHandler` of the runner)."""
+
+    def __init__(
+        self,
+        store: TranscriptStore,
+        model: Model,
+        out: TelegramOut,
+        states: TurnStates,
+        accounting: Accounting,
+        context: ContextWindow,
+        *,
+        in_flight: InFlight,
+        redis_outage: Outage,
+        system_prompt: str,
+        limits: Limits,
+    ) -> None:
+        self.store = store
+        self.model = model
+        self.out = out
+        self.states = states
+        self.accounting = accounting
+        self.context = context
+        self.in_flight = in_flight
+        self.redis_outage = redis_outage
+        self.system_prompt = system_prompt
+        self.limits = limits
+
+    # ------------------------------------------------------------------ the turn
+
+    async def run(self, inbound: Inbound) -> None:
+        """Answer one message, or finish answering it; a no-op once it is done."""
+        state = await self.states.begin(inbound)
+        if state is None or state.done:
+            return  # another worker runs it, or it was answered before
+        writer = AnswerWriter(
+            self.out,
+            chat_id=inbound.chat_id,
+            reply_to=inbound.message_id,
+            thread_id=inbound.thread_id,
+            edit_interval=GROUP_EDIT_INTERVAL if inbound.is_group else PRIVATE_EDIT_INTERVAL,
+            existing=state.parts,
+            journal=_Parts(self, inbound, state),
+        )
+        try:
+            try:
+                reply = await self._steps(inbound, state, writer)
+            except TurnEnded as ended:
+                reply = ended.reply
+            except RecordError as exc:
+                log.error("turn in chat %s failed: %s", inbound.chat_id, exc)
+                reply = Reply(notices.DAMAGED_HISTORY.format(ref=exc.ref), None, notice=True)
+            await self._deliver(inbound, state, writer, reply)
+        except ChatUnavailableError as exc:
+            log.info("chat %s is unavailable (%s); dropping its answer", inbound.chat_id, exc)
+            await self.states.finish(inbound, state, writer.message_ids)
+        except AnswerRejectedError as exc:
+            log.warning("Telegram refused the answer in chat %s: %s", inbound.chat_id, exc)
+            await self.states.finish(inbound, state, writer.message_ids)
+        finally:
+            await writer.close()  # after a failure nothing more is sent; a later run resumes
+
+    async def _steps(self, inbound: Inbound, state: TurnState, writer: AnswerWriter) -> Reply:
+        user = await self._store_user_node(inbound, state)
+        writer.prefix = f"[depth:{user.depth + 1}] "
+        if state.answer is not None:
+            stored = await self.store.node(state.answer)
+            return Reply(stored.messages[-1].content or "", stored.id)
+        await self._check_input(inbound, user)
+        await self._check_limits(inbound, state, user)
+        await writer.start()
+        window = await self._window(inbound, user)
+        answer = await self._ask(inbound, user, window, writer)
+        node = await self._store_answer(inbound, state, user, window, answer, writer)
+        return Reply(answer.text, node)
+
+    async def _deliver(
+        self, inbound: Inbound, state: TurnState, writer: AnswerWriter, reply: Reply
+    ) -> None:
+        """The one place a turn finishes: show the reply, alias every part, mark it done."""
+        if reply.notice:
+            ids = await writer.fail(reply.text)
+        else:
+            ids = await writer.finish(reply.text if reply.text.strip() else notices.EMPTY_ANSWER)
+        if reply.node is not None:
+            await self.store.alias(inbound.scope, ids, reply.node)
+        await self.states.finish(inbound, state, ids)
+
+    # ----------------------------------------------------------------- the steps
+
+    async def _store_user_node(self, inbound: Inbound, state: TurnState) -> Node:
+        """Route the message and store it as a node (once: the state records it)."""
+        if state.user is not None:
+            return await self.store.node(state.user)
+        parent = await self._route(inbound)
+        if parent is None:
+            root = await self.store.start(
+                inbound.scope,
+                [ChatMessage("system", self.system_prompt)],
+                record_in=state.record("r"),
+            )
+            parent = root.id
+        user = await self.store.append(
+            parent,
+            [ChatMessage("user", inbound.text)],
+            record_in=state.record("u"),
+            aliases=[inbound.message_id],
+        )
+        state.user = user.id
+        return user
+
+    async def _route(self, inbound: Inbound) -> NodeId | None:
+        """The node the message continues, or ``None`` for a new conversation.
+
+        A reply to a part of an answer that is still being written waits for
+        that turn to finish, so it continues the answer, not a part of it.
+        """
+        if inbound.reply_to is None:
+            return None
+        scope, target = inbound.scope, inbound.reply_to
+        node = await self.store.resolve(scope, target)
+        if node is not None:
+            return node
+        owner = await self.states.turn_of_part(scope, target)
+        if owner is None:
+            return None
+        if not await self.in_flight.wait((inbound.chat_id, owner), PART_WAIT):
+
+            async def settled() -> None:
+                if await self.states.turn_of_part(scope, target) is not None:
+                    raise _StillRunning
+
+            try:  # the turn runs in another process: wait for its parts to settle
+                await retrying(settled, on=(_StillRunning,), within=PART_WAIT)
+            except _StillRunning:
+                log.warning("answer part %s in chat %s is still unsettled", target, scope)
+        return await self.store.resolve(scope, target)
+
+    async def _check_input(self, inbound: Inbound, user: Node) -> None:
+        limit = self.limits.max_input_chars
+        if len(inbound.text) > limit:
+            # kept, but replying to the notice continues without the over-long message
+            parent = (await self.store.path(user.id))[-2]
+            text = notices.TOO_LONG.format(length=len(inbound.text), limit=limit)
+            raise TurnEnded(Reply(text, parent.id, notice=True))
+
+    async def _check_limits(self, inbound: Inbound, state: TurnState, user: Node) -> None:
+        """The per-turn guard and the user's daily limit: no model call past them."""
+        spent = 0
+        if self.limits.max_tokens_per_turn:
+            spent = (await self.accounting.turn(inbound.chat_id, inbound.message_id)).tokens
+        if state.calls > self.limits.max_calls_per_turn or (
+            self.limits.max_tokens_per_turn and spent >= self.limits.max_tokens_per_turn
+        ):
+            log.warning(
+                "turn for message %s in chat %s stopped: %d model calls, %d tokens",
+                inbound.message_id, inbound.chat_id, state.calls - 1, spent,
+            )  # fmt: skip
+            raise TurnEnded(Reply(notices.TURN_GUARD, user.id, notice=True))
+        daily = self.limits.user_daily_tokens
+        if daily and (await self.accounting.user_today(inbound.user_id)).tokens >= daily:
+            text = notices.daily_limit(daily, self.accounting.clock())
+            raise TurnEnded(Reply(text, user.id, notice=True))
+
+    async def _window(self, inbound: Inbound, user: Node) -> Window:
+        try:
+            return await self.context.prepare(inbound, user.id)
+        except MessageTooLargeError:
+            text = notices.TOO_LARGE.format(budget=self.context.budget)
+            raise TurnEnded(Reply(text, user.id, notice=True)) from None
+
+    async def _ask(
+        self, inbound: Inbound, user: Node, window: Window, writer: AnswerWriter
+    ) -> Answer:
+        """Stream the model's answer into Telegram; a failure ends the turn with a notice."""
+        try:
+            answer = await self.model.stream(window.messages, writer.update)
+        except ModelError as exc:
+            log.warning("model call for chat %s failed: %s", inbound.chat_id, exc)
+            call = CallRecord.of(
+                inbound, user.id, self.model.name, exc.usage, exc.latency,
+                error=exc.kind, view=window.view,
+            )  # fmt: skip
+            await self.accounting.record(call)
+            text = f"⚠️ {notices.MODEL_ERRORS[exc.kind]} {notices.RETRY_HINT}"
+            raise TurnEnded(Reply(text, user.id, notice=True)) from None
+        self.context.learn(window.messages, answer.usage)
+        return answer
+
+    async def _store_answer(
+        self,
+        inbound: Inbound,
+        state: TurnState,
+        user: Node,
+        window: Window,
+        answer: Answer,
+        writer: AnswerWriter,
+    ) -> NodeId:
+        """Store the answer node and the call's usage; both wait for Redis if it is away."""
+        node = await self._durably(
+            lambda: self.store.append(
+                user.id,
+                [ChatMessage("assistant", answer.text)],
+                record_in=state.record("a"),
+                aliases=writer.message_ids,
+            )
+        )
+        state.answer = node.id
+        call = CallRecord.of(
+            inbound, user.id, self.model.name, answer.usage, answer.latency,
+            error=None, view=window.view,
+        )  # fmt: skip
+        await self.accounting.record(call)
+        return node.id
+
+    async def _durably(self, call: Callable[[], Awaitable[T]]) -> T:
+        """A write whose loss would cost a model call or a thread: waits while Redis is away."""
+        return await self.redis_outage.guard(call, on=(StoreUnavailableError,))
+
+    # ------------------------------------------------------------- failures
+
+    async def failed(self, inbound: Inbound) -> int:
+        return await self.states.failed(inbound)
+
+    async def give_up(self, inbound: Inbound, error: BaseException) -> None:
+        """After the last failed attempt: keep the thread usable and tell the user once.
+
+        The parts already on screen are aliased to the thread (replies to them
+        continue it), and one notice says to reply to retry; no second copy of
+        an answer is sent.
+        """
+        state = await self.states.read(inbound)
+        node = state.answer or state.user
+        ids = list(state.parts)
+        try:
+            ids.append(
+                await self.out.send_text(
+                    inbound.chat_id,
+                    notices.GAVE_UP,
+                    reply_to=inbound.message_id,
+                    thread_id=inbound.thread_id,
+                )
+            )
+        except Exception as exc:  # the chat may be gone too; the dead letter has the turn
+            log.warning("could not tell chat %s: %s", inbound.chat_id, type(exc).__name__)
+        if node is not None:
+            await self.store.alias(inbound.scope, ids, node)
+        await self.states.release(inbound, state.parts)

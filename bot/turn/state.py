@@ -1,0 +1,167 @@
+"""The persisted state of one turn: what a resumed turn needs, and nothing in memory.
+
+Each step of a turn records its result here before the next step runs, so a
+turn run again (after a crash, a redelivery, an outage) continues where it
+stopped. The user's and the answer's nodes are written by the transcript
+store's append *into* this hash (``record_in``), in the same atomic step as the
+node itself, so the state is also what makes those appends idempotent. Key
+layout: :mod:`bot.data.keys`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+
+from transcript import NodeId
+from transcript.store import RecordField
+
+from ..bus.inbound import Inbound
+from ..data import keys
+from ..data.connection import guarded
+
+#: A finished turn's state is kept this long (redeliveries come within hours).
+DONE_TTL_SECONDS = 7 * 24 * 3600
+#: A worker's claim on a turn; longer than any turn can run (timeouts bound it).
+LEASE_MS = 15 * 60 * 1000
+
+# Reads the turn's state; unless it is done, claims the turn for ARGV[1] (an
+# owner may re-take its own claim after a crash) and counts one more model
+# call while an answer may still be asked for. Returns false when another
+# worker holds the claim.
+#   KEYS: lease, state.  ARGV: owner, lease ms.
+_BEGIN_LUA = """
+if redis.call('HGET', KEYS[2], 'd') then return redis.call('HGETALL', KEYS[2]) end
+local holder = redis.call('GET', KEYS[1])
+if holder and holder ~= ARGV[1] then return false end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if not redis.call('HGET', KEYS[2], 'd') and not redis.call('HGET', KEYS[2], 'a') then
+  redis.call('HINCRBY', KEYS[2], 'c', 1)
+end
+return redis.call('HGETALL', KEYS[2])
+"""
+
+
+@dataclass(slots=True)
+class TurnState:
+    """How far the turn answering one message got."""
+
+    key: str
+    root: NodeId | None = None
+    user: NodeId | None = None
+    answer: NodeId | None = None
+    #: Answer (or notice) parts Telegram accepted, in order.
+    parts: list[int] = field(default_factory=list)
+    #: The most parts ever about to be sent (announced before each new part).
+    sending: int = 0
+    #: Model calls started for this turn, the one about to be made included.
+    calls: int = 0
+    #: Unexpected failures so far.
+    failures: int = 0
+    done: bool = False
+
+    def record(self, name: str) -> RecordField:
+        """Where the store's append records a node of this turn (``r``, ``u`` or ``a``)."""
+        return (self.key, name)
+
+    @classmethod
+    def parse(cls, key: str, scope: str, flat: list[Any]) -> TurnState:
+        raw = {bytes(flat[i]).decode(): flat[i + 1] for i in range(0, len(flat), 2)}
+
+        def node(name: str) -> NodeId | None:
+            value = raw.get(name)
+            return NodeId.parse(scope, value) if value else None
+
+        parts = raw.get("p")
+        return cls(
+            key,
+            root=node("r"),
+            user=node("u"),
+            answer=node("a"),
+            parts=[int(p) for p in parts.split(b",")] if parts else [],
+            sending=int(raw.get("s") or 0),
+            calls=int(raw.get("c") or 0),
+            failures=int(raw.get("x") or 0),
+            done=raw.get("d") == b"1",
+        )
+
+
+class TurnStates:
+    """Turn states in Redis, and the claims of workers on them."""
+
+    def __init__(self, redis: Redis, owner: str) -> None:
+        self._redis = redis
+        self.owner = owner
+        self._begin = redis.register_script(_BEGIN_LUA)
+
+    async def begin(self, inbound: Inbound) -> TurnState | None:
+        """Claim the turn and read its state in one round trip.
+
+        ``None`` when another worker runs it. One model call is counted while
+        no answer is stored, so resumes can never call the model more often
+        than the per-turn guard allows.
+        """
+        scope, message = inbound.scope, inbound.message_id
+        key = keys.turn_key(scope, message)
+        flat = await guarded(
+            self._begin(keys=[keys.lease_key(scope, message), key], args=[self.owner, LEASE_MS])
+        )
+        return None if flat is None else TurnState.parse(key, scope, flat)
+
+    async def read(self, inbound: Inbound) -> TurnState:
+        """The state as it is, without claiming the turn."""
+        key = keys.turn_key(inbound.scope, inbound.message_id)
+        raw = await guarded(self._redis.hgetall(key))
+        flat = [item for pair in raw.items() for item in pair]
+        return TurnState.parse(key, inbound.scope, flat)
+
+    async def sending(self, inbound: Inbound, state: TurnState, count: int) -> None:
+        """Part number ``count`` is about to be sent (its id is recorded by :meth:`add_part`).
+
+        A run that finds ``sending`` above the parts it knows may have left a
+        part on screen whose id was never recorded.
+        """
+        await guarded(self._redis.hset(state.key, "s", count))
+        state.sending = max(state.sending, count)
+
+    async def add_part(self, inbound: Inbound, state: TurnState, parts: list[int]) -> None:
+        """Record the parts sent so far (the last one is new)."""
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hset(state.key, "p", ",".join(map(str, parts)))
+            pipe.hset(keys.pending_parts_key(inbound.scope), str(parts[-1]), inbound.message_id)
+            await guarded(pipe.execute())
+        state.parts = list(parts)
+
+    async def finish(self, inbound: Inbound, state: TurnState, parts: list[int]) -> None:
+        """Mark the turn done (its state then expires) and let go of its claim."""
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hset(state.key, mapping={"d": "1", "p": ",".join(map(str, parts))})
+            pipe.expire(state.key, DONE_TTL_SECONDS)
+            self._release(pipe, inbound, parts)
+            await guarded(pipe.execute())
+        state.done = True
+
+    async def release(self, inbound: Inbound, parts: list[int]) -> None:
+        """Let go of an unfinished turn (it was given up): its parts no longer wait."""
+        async with self._redis.pipeline(transaction=True) as pipe:
+            self._release(pipe, inbound, parts)
+            await guarded(pipe.execute())
+
+    @staticmethod
+    def _release(pipe: Pipeline, inbound: Inbound, parts: list[int]) -> None:
+        pipe.delete(keys.lease_key(inbound.scope, inbound.message_id))
+        if parts:
+            pipe.hdel(keys.pending_parts_key(inbound.scope), *map(str, parts))
+
+    async def failed(self, inbound: Inbound) -> int:
+        """One more unexpected failure of the turn; returns the count."""
+        key = keys.turn_key(inbound.scope, inbound.message_id)
+        return int(await guarded(self._redis.hincrby(key, "x", 1)))
+
+    async def turn_of_part(self, scope: str, part_id: int) -> int | None:
+        """The message whose still-running turn sent ``part_id``, if any."""
+        owner = await guarded(self._redis.hget(keys.pending_parts_key(scope), str(part_id)))
+        return None if owner is None else int(owner)

@@ -1,0 +1,1 @@
+"""Token accounting and the reports built on it."""

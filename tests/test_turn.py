@@ -1,0 +1,226 @@
+"""The turn's steps against real Redis: resume from every persisted state, repeat safely.
+
+The engine runs with a recording stand-in for Telegram and a scripted model,
+so a failure points at a step, not at a 40-second end-to-end run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+
+import pytest
+from redis.asyncio import Redis
+
+from bot.bus.inbound import Inbound
+from bot.bus.runner import InFlight
+from bot.data import keys
+from bot.model import Answer, ModelError, Usage
+from bot.retry import Outage
+from bot.telegram.format import Chunk
+from bot.telegram.out import TelegramOut
+from bot.turn import notices
+from bot.turn.context import ContextWindow
+from bot.turn.engine import Engine, Limits
+from bot.turn.state import TurnStates
+from bot.usage.accounting import Accounting, utc_now
+from transcript import ChatMessage, TranscriptStore
+
+CHAT = 77
+SYSTEM = "You are a test assistant."
+
+
+class RecordingTelegram(TelegramOut):
+    """Accepts every call at once and remembers what was shown, by message id."""
+
+    def __init__(self) -> None:
+        self.next_id = 1000
+        self.shown: dict[int, str] = {}
+        self.sends = 0
+        self.edits = 0
+
+    async def send(
+        self, chat_id: int, chunk: Chunk, *, reply_to: int | None, thread_id: int | None
+    ) -> int:
+        self.next_id += 1
+        self.sends += 1
+        self.shown[self.next_id] = chunk.plain
+        return self.next_id
+
+    def typing(
+        self, chat_id: int, thread_id: int | None, interval: float
+    ) -> AbstractAsyncContextManager[object]:
+        return contextlib.nullcontext()
+
+    async def edit(self, chat_id: int, message_id: int, chunk: Chunk) -> None:
+        self.edits += 1
+        self.shown[message_id] = chunk.plain
+
+    async def delete(self, chat_id: int, message_id: int) -> None:
+        self.shown.pop(message_id, None)
+
+
+class ScriptedModel:
+    """Answers "echo: <last message>", or fails as told; counts its calls."""
+
+    name = "scripted"
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.fail: ModelError | None = None
+
+    async def stream(
+        self, messages: Sequence[ChatMessage], on_text: Callable[[str], None]
+    ) -> Answer:
+        self.calls += 1
+        if self.fail is not None:
+            raise self.fail
+        text = f"echo: {messages[-1].content}"
+        on_text(text)
+        return Answer(text, Usage(10 * len(messages), 5), self.name, 0.0, "stop")
+
+    async def complete(self, messages: Sequence[ChatMessage], *, max_tokens: int) -> Answer:
+        raise AssertionError("no summaries in these tests")
+
+
+class Rig:
+    def __init__(self, redis: Redis, owner: str = "test") -> None:
+        self.redis = redis
+        self.store = TranscriptStore(redis)
+        self.telegram = RecordingTelegram()
+        self.model = ScriptedModel()
+        self.states = TurnStates(redis, owner)
+        accounting = Accounting(redis, clock=utc_now)
+        self.engine = Engine(
+            self.store,
+            self.model,
+            self.telegram,
+            self.states,
+            accounting,
+            ContextWindow.for_budget(self.store, self.model, accounting, budget=32000),
+            in_flight=InFlight(),
+            redis_outage=Outage("Redis", ""),
+            system_prompt=SYSTEM,
+            limits=Limits(max_calls_per_turn=3),
+        )
+
+    async def state(self, message_id: int) -> dict[bytes, bytes]:
+        key = keys.turn_key(str(CHAT), message_id)
+        raw: dict[bytes, bytes] = await self.redis.hgetall(key)  # type: ignore[assignment]
+        return raw
+
+
+def inbound(message_id: int, text: str = "hello", reply_to: int | None = None) -> Inbound:
+    return Inbound(CHAT, message_id, 5, text, reply_to=reply_to)
+
+
+@pytest.fixture
+def rig(redis: Redis) -> Rig:
+    return Rig(redis)
+
+
+async def test_a_turn_records_every_step_and_ends_done(rig: Rig) -> None:
+    await rig.engine.run(inbound(1))
+    state = await rig.state(1)
+    assert state[b"d"] == b"1"
+    assert {b"r", b"u", b"a", b"p", b"c"} <= set(state)
+    [part] = [int(p) for p in state[b"p"].split(b",")]
+    assert rig.telegram.shown[part] == "[depth:2] echo: hello"
+    assert await rig.store.resolve(str(CHAT), part) is not None
+    assert 0 < await rig.redis.ttl(keys.turn_key(str(CHAT), 1)) <= 7 * 24 * 3600
+    assert not await rig.redis.exists(keys.lease_key(str(CHAT), 1))
+
+
+async def test_running_a_finished_turn_again_is_a_no_op(rig: Rig) -> None:
+    await rig.engine.run(inbound(1))
+    before = (rig.telegram.sends, rig.telegram.edits, rig.model.calls, await rig.redis.dbsize())
+    await rig.engine.run(inbound(1))
+    await Rig(rig.redis).engine.run(inbound(1))  # another process, too
+    after = (rig.telegram.sends, rig.telegram.edits, rig.model.calls, await rig.redis.dbsize())
+    assert after == before
+
+
+async def test_resume_with_the_user_node_stored_asks_once_and_stores_once(rig: Rig) -> None:
+    state = await rig.states.begin(inbound(1))
+    assert state is not None
+    user = await rig.engine._store_user_node(inbound(1), state)
+    again = await rig.engine._store_user_node(inbound(1), await rig.states.read(inbound(1)))
+    assert again.id == user.id  # the step run twice stored one node
+    await Rig(rig.redis).engine.run(inbound(1))  # a restarted process finishes it
+    history = await rig.store.history(await rig.store.resolve(str(CHAT), 1) or user.id)
+    assert [m.role for m in history.messages] == ["system", "user"]
+    answer = (await rig.state(1))[b"a"]
+    assert (await rig.store.history(user.id)).depth == 1
+    assert answer
+
+
+async def test_resume_with_the_answer_stored_shows_it_without_the_model(rig: Rig) -> None:
+    state = await rig.states.begin(inbound(1))
+    assert state is not None
+    user = await rig.engine._store_user_node(inbound(1), state)
+    await rig.store.append(
+        user.id, [ChatMessage("assistant", "stored before the crash")], record_in=state.record("a")
+    )
+    fresh = Rig(rig.redis)
+    await fresh.engine.run(inbound(1))
+    assert fresh.model.calls == 0
+    assert list(fresh.telegram.shown.values()) == ["[depth:2] stored before the crash"]
+
+
+async def test_resume_with_a_part_sent_edits_it_instead_of_sending_again(rig: Rig) -> None:
+    state = await rig.states.begin(inbound(1))
+    assert state is not None
+    await rig.engine._store_user_node(inbound(1), state)
+    await rig.states.add_part(inbound(1), state, [555])  # the crash came after the part
+    fresh = Rig(rig.redis)
+    await fresh.engine.run(inbound(1))
+    assert fresh.telegram.sends == 0
+    assert fresh.telegram.shown == {555: "[depth:2] echo: hello"}
+    assert await fresh.store.resolve(str(CHAT), 555) is not None
+
+
+async def test_another_workers_claim_is_respected(redis: Redis) -> None:
+    mine, theirs = Rig(redis, "one"), Rig(redis, "two")
+    assert await mine.states.begin(inbound(1)) is not None
+    assert await theirs.states.begin(inbound(1)) is None
+    await theirs.engine.run(inbound(1))
+    assert theirs.model.calls == 0 and theirs.telegram.sends == 0
+    assert await mine.states.begin(inbound(1)) is not None  # its own claim, re-taken
+
+
+async def test_each_resume_counts_a_call_until_the_guard_ends_the_turn(rig: Rig) -> None:
+    rig.model.fail = ModelError("unavailable", "down")
+    for _ in range(3):  # three runs that each died in the model call
+        state = await rig.states.begin(inbound(1))
+        assert state is not None
+    await rig.engine.run(inbound(1))  # the fourth may not call the model any more
+    assert rig.model.calls == 0
+    assert list(rig.telegram.shown.values()) == [notices.TURN_GUARD]
+    assert (await rig.state(1))[b"d"] == b"1"
+
+
+async def test_a_model_failure_ends_with_a_notice_that_continues_from_the_question(
+    rig: Rig,
+) -> None:
+    rig.model.fail = ModelError("rate_limited", "busy")
+    await rig.engine.run(inbound(1))
+    [(notice_id, text)] = rig.telegram.shown.items()
+    assert text == f"⚠️ {notices.MODEL_ERRORS['rate_limited']} {notices.RETRY_HINT}"
+    assert await rig.store.resolve(str(CHAT), notice_id) == await rig.store.resolve(str(CHAT), 1)
+
+
+async def test_giving_up_aliases_what_was_sent_and_tells_the_user_once(rig: Rig) -> None:
+    state = await rig.states.begin(inbound(1))
+    assert state is not None
+    user = await rig.engine._store_user_node(inbound(1), state)
+    await rig.states.add_part(inbound(1), state, [555])
+    assert await rig.engine.failed(inbound(1)) == 1
+    assert await rig.engine.failed(inbound(1)) == 2
+    await rig.engine.give_up(inbound(1), RuntimeError("boom"))
+    [(notice_id, text)] = rig.telegram.shown.items()
+    assert text == notices.GAVE_UP
+    for part in (555, notice_id):  # replies to either continue the thread
+        assert await rig.store.resolve(str(CHAT), part) == user.id
+    assert (await rig.state(1)).get(b"d") is None  # never recorded as answered
+    assert not await rig.redis.hexists(keys.pending_parts_key(str(CHAT)), "555")
