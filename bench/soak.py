@@ -695,7 +695,7 @@ class Soak:
                 f"- {problem.key} chat {problem.chat_id} msg {problem.message_id} "
                 f"sent at {problem.at:.1f}s: {problem.what}"
             )
-            for line in self.excerpt(lines, problem)[:10]:
+            for line in self.excerpt(lines, problem):
                 print(f"    {line[:200]}")
         for problem in problems[self.args.details :]:
             print(
@@ -704,9 +704,11 @@ class Soak:
 
     @staticmethod
     def excerpt(lines: list[str], problem: Problem) -> list[str]:
-        """Log lines about the problem's chat or errors, from its send to 60 s later."""
-        needles = (f"chat {problem.chat_id}", f"msg {problem.message_id}")
-        picked = []
+        """Log lines about the problem's chat, kills and errors, from its send to 60 s
+        later: errors and exceptions first (at most 6), then the rest."""
+        needles = (f"chat {problem.chat_id} ", f"chat {problem.chat_id}:")
+        errors: list[str] = []
+        context: list[str] = []
         for line in lines:
             try:
                 at = float(line[:9])
@@ -714,11 +716,12 @@ class Soak:
                 continue
             if not problem.at - 1 <= at <= problem.at + 60:
                 continue
-            interesting = any(n in line for n in needles) or "SOAK SIGKILL" in line
-            errors = "ERROR" in line or "redis" in line.lower() or EXCEPTION_RE.search(line)
-            if interesting or errors:
-                picked.append(line)
-        return picked
+            about = any(n in line for n in needles)
+            if EXCEPTION_RE.search(line) or ("ERROR" in line and about):
+                errors.append(line)
+            elif about or "SOAK SIGKILL" in line or "SOAK redis" in line:
+                context.append(line)
+        return errors[:6] + context[: 16 - min(6, len(errors))]
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
