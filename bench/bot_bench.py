@@ -28,7 +28,7 @@ from bot.retry import Outage
 from bot.telegram.format import Chunk, render_chunks
 from bot.telegram.out import TelegramOut
 from bot.turn.context import ContextWindow
-from bot.turn.engine import Engine, Limits
+from bot.turn.engine import Engine, Rules
 from bot.turn.state import TurnStates
 from bot.usage.accounting import Accounting, utc_now
 from transcript import ChatMessage, TranscriptStore
@@ -91,16 +91,15 @@ def _engine(redis: Redis, telegram: InstantTelegram) -> Engine:
     store, model = TranscriptStore(redis), InstantModel()
     accounting = Accounting(redis, clock=utc_now)
     return Engine(
-        store,
-        model,
-        telegram,
-        TurnStates(redis, "bench"),
-        accounting,
-        ContextWindow.for_budget(store, model, accounting, budget=32000),
+        store=store,
+        model=model,
+        out=telegram,
+        states=TurnStates(redis, "bench"),
+        accounting=accounting,
+        context=ContextWindow.for_budget(store, model, accounting, budget=32000),
         in_flight=InFlight(),
         redis_outage=Outage("Redis", ""),
-        system_prompt="You are a benchmark.",
-        limits=Limits(),
+        rules=Rules("You are a benchmark."),
     )
 
 

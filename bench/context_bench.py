@@ -21,7 +21,7 @@ from bot.data.connection import connect
 from bot.model import ModelClient
 from bot.retry import Outage
 from bot.turn.context import ContextWindow
-from bot.turn.engine import Engine, Limits
+from bot.turn.engine import Engine, Rules
 from bot.turn.state import TurnStates
 from bot.usage.accounting import Accounting, utc_now
 from tests.fake_openai import FakeOpenAI
@@ -98,16 +98,15 @@ async def run() -> str:
             accounting = Accounting(redis, clock=utc_now, audit_days=0)
             telegram = InstantTelegram()
             engine = Engine(
-                store,
-                model,
-                telegram,
-                TurnStates(redis, "bench"),
-                accounting,
-                ContextWindow.for_budget(store, model, accounting, budget=BUDGET),
+                store=store,
+                model=model,
+                out=telegram,
+                states=TurnStates(redis, "bench"),
+                accounting=accounting,
+                context=ContextWindow.for_budget(store, model, accounting, budget=BUDGET),
                 in_flight=InFlight(),
                 redis_outage=Outage("Redis", ""),
-                system_prompt="You are a storyteller.",
-                limits=Limits(max_calls_per_turn=10),
+                rules=Rules(system_prompt="You are a storyteller.", max_calls_per_turn=10),
             )
             baseline = Baseline("You are a storyteller.")
             rows = []

@@ -40,7 +40,7 @@ from .telegram.out import Notifier, TelegramOut, TelegramUnavailableError
 from .telegram.routers import COMMANDS, SkipUnknownUpdates, build_router
 from .telegram.session import BadResponseError, BotApiSession, FloodControl, UnreadableResultError
 from .turn.context import ContextWindow
-from .turn.engine import Engine, Limits
+from .turn.engine import Engine, Rules
 from .turn.state import TurnStates
 from .usage.accounting import Accounting, Clock, Prices, utc_now
 
@@ -107,16 +107,16 @@ class App:
         )
         in_flight = InFlight()
         self.engine = Engine(
-            self.store,
-            self.model,
-            self.out,
-            TurnStates(self.redis, settings.bot_instance),
-            self.accounting,
-            self.context,
+            store=self.store,
+            model=self.model,
+            out=self.out,
+            states=TurnStates(self.redis, settings.bot_instance),
+            accounting=self.accounting,
+            context=self.context,
             in_flight=in_flight,
             redis_outage=self.intake.outage,
-            system_prompt=settings.resolved_system_prompt(),
-            limits=Limits(
+            rules=Rules(
+                system_prompt=settings.resolved_system_prompt(),
                 max_input_chars=settings.max_input_chars,
                 user_daily_tokens=settings.user_daily_token_limit,
                 max_calls_per_turn=settings.turn_max_model_calls,

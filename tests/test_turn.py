@@ -20,12 +20,13 @@ from bot.model import Answer, ModelError, Usage
 from bot.retry import Outage
 from bot.telegram.format import Chunk
 from bot.telegram.out import TelegramOut
+from bot.telegram.writer import AnswerWriter
 from bot.turn import notices
 from bot.turn.context import ContextWindow
-from bot.turn.engine import Engine, Limits
-from bot.turn.state import TurnStates
+from bot.turn.engine import Engine, Rules, Turn
+from bot.turn.state import TurnState, TurnStates
 from bot.usage.accounting import Accounting, utc_now
-from transcript import ChatMessage, TranscriptStore
+from transcript import ChatMessage, Node, TranscriptStore
 
 CHAT = 77
 SYSTEM = "You are a test assistant."
@@ -93,16 +94,15 @@ class Rig:
         self.states = TurnStates(redis, owner)
         accounting = Accounting(redis, clock=utc_now)
         self.engine = Engine(
-            self.store,
-            self.model,
-            self.telegram,
-            self.states,
-            accounting,
-            ContextWindow.for_budget(self.store, self.model, accounting, budget=32000),
+            store=self.store,
+            model=self.model,
+            out=self.telegram,
+            states=self.states,
+            accounting=accounting,
+            context=ContextWindow.for_budget(self.store, self.model, accounting, budget=32000),
             in_flight=InFlight(),
             redis_outage=Outage("Redis", ""),
-            system_prompt=SYSTEM,
-            limits=Limits(max_calls_per_turn=3),
+            rules=Rules(system_prompt=SYSTEM, max_calls_per_turn=3),
         )
 
     async def state(self, message_id: int) -> dict[bytes, bytes]:
@@ -113,6 +113,15 @@ class Rig:
 
 def inbound(message_id: int, text: str = "hello", reply_to: int | None = None) -> Inbound:
     return Inbound(CHAT, message_id, 5, text, reply_to=reply_to)
+
+
+async def store_user_node(rig: Rig, message: Inbound, state: TurnState | None = None) -> Node:
+    """Run the first step alone, as a run that then died would have."""
+    state = state or await rig.states.begin(message)
+    assert state is not None
+    writer = AnswerWriter(rig.telegram, chat_id=CHAT, reply_to=None, thread_id=None,
+                          edit_interval=1.0)  # fmt: skip
+    return await rig.engine._store_user_node(Turn(message, state, writer))
 
 
 @pytest.fixture
@@ -144,8 +153,8 @@ async def test_running_a_finished_turn_again_is_a_no_op(rig: Rig) -> None:
 async def test_resume_with_the_user_node_stored_asks_once_and_stores_once(rig: Rig) -> None:
     state = await rig.states.begin(inbound(1))
     assert state is not None
-    user = await rig.engine._store_user_node(inbound(1), state)
-    again = await rig.engine._store_user_node(inbound(1), await rig.states.read(inbound(1)))
+    user = await store_user_node(rig, inbound(1), state)
+    again = await store_user_node(rig, inbound(1), await rig.states.read(inbound(1)))
     assert again.id == user.id  # the step run twice stored one node
     await Rig(rig.redis).engine.run(inbound(1))  # a restarted process finishes it
     history = await rig.store.history(await rig.store.resolve(str(CHAT), 1) or user.id)
@@ -158,7 +167,7 @@ async def test_resume_with_the_user_node_stored_asks_once_and_stores_once(rig: R
 async def test_resume_with_the_answer_stored_shows_it_without_the_model(rig: Rig) -> None:
     state = await rig.states.begin(inbound(1))
     assert state is not None
-    user = await rig.engine._store_user_node(inbound(1), state)
+    user = await store_user_node(rig, inbound(1), state)
     await rig.store.append(
         user.id, [ChatMessage("assistant", "stored before the crash")], record_in=state.record("a")
     )
@@ -171,7 +180,7 @@ async def test_resume_with_the_answer_stored_shows_it_without_the_model(rig: Rig
 async def test_resume_with_a_part_sent_edits_it_instead_of_sending_again(rig: Rig) -> None:
     state = await rig.states.begin(inbound(1))
     assert state is not None
-    await rig.engine._store_user_node(inbound(1), state)
+    await store_user_node(rig, inbound(1), state)
     await rig.states.add_part(inbound(1), state, [555])  # the crash came after the part
     fresh = Rig(rig.redis)
     await fresh.engine.run(inbound(1))
@@ -213,7 +222,7 @@ async def test_a_model_failure_ends_with_a_notice_that_continues_from_the_questi
 async def test_giving_up_aliases_what_was_sent_and_tells_the_user_once(rig: Rig) -> None:
     state = await rig.states.begin(inbound(1))
     assert state is not None
-    user = await rig.engine._store_user_node(inbound(1), state)
+    user = await store_user_node(rig, inbound(1), state)
     await rig.states.add_part(inbound(1), state, [555])
     assert await rig.engine.failed(inbound(1)) == 1
     assert await rig.engine.failed(inbound(1)) == 2

@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Awaitable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 from redis.asyncio import Redis
@@ -86,6 +87,27 @@ return 1
 """
 
 
+@dataclass(frozen=True, slots=True)
+class _Placement:
+    """One node to place, as the append script takes it (see ``_APPEND_LUA``)."""
+
+    scope: str
+    #: The tree hash for a child, the scope's tree counter for a root.
+    target_key: str
+    #: The tree id for a child, the tree key prefix for a root.
+    tree: str
+    #: The field continuing the parent's segment ('' for a root).
+    continuation: str
+    #: The node record when it continues the segment, and when it opens one.
+    continuing: bytes
+    opening: bytes
+    depth: int
+    messages: tuple[ChatMessage, ...]
+    branch: SegmentRecord | None
+    record_in: RecordField | None
+    aliases: tuple[str, ...]
+
+
 class TranscriptStore:
     """Reply-chain transcripts of many chat scopes in one Redis.
 
@@ -126,18 +148,23 @@ class TranscriptStore:
     ) -> Node:
         """Write the root node of a new conversation (normally the system prompt)."""
         messages = tuple(messages)
-        record = codec.encode_node(count_depth(messages), messages)
-        result = await self._run_append(
-            scope,
-            keys.seq_key(scope),
-            record_in,
-            record,
-            record,
-            "",
-            keys.tree_key_prefix(scope),
-            aliases,
+        depth = count_depth(messages)
+        record = codec.encode_node(depth, messages)
+        return await self._place(
+            _Placement(
+                scope=scope,
+                target_key=keys.seq_key(scope),
+                tree=keys.tree_key_prefix(scope),
+                continuation="",
+                continuing=record,
+                opening=record,
+                depth=depth,
+                messages=messages,
+                branch=None,
+                record_in=record_in,
+                aliases=tuple(str(a) for a in aliases),
+            )
         )
-        return await self._placed(scope, result, count_depth(messages), messages, None)
 
     async def append(
         self,
@@ -164,55 +191,47 @@ class TranscriptStore:
             ancestors, more = ancestors[: self._inline], True
         branch = SegmentRecord(ancestors, more)
         depth = parent_node.depth + count_depth(messages)
-        result = await self._run_append(
-            scope,
-            keys.tree_key(scope, parent.tree),
-            record_in,
-            codec.encode_node(depth, messages),
-            codec.encode_node(depth, messages, branch),
-            keys.node_field(parent.seg, parent.idx + 1),
-            str(parent.tree),
-            aliases,
-        )
-        return await self._placed(scope, result, depth, messages, branch)
-
-    async def _run_append(
-        self,
-        scope: str,
-        target_key: str,
-        record_in: RecordField | None,
-        continuing: bytes,
-        opening: bytes,
-        continuation: str,
-        tree: str,
-        aliases: Iterable[int | str],
-    ) -> tuple[bool, NodeId, list[str]]:
-        alias_fields = [str(a) for a in aliases]
-        record_key, record_field = record_in or (keys.alias_key(scope), "")
-        if not record_key.startswith(keys.scope_prefix(scope)):
-            raise ValueError("a record field must be a key of the node's own scope")
-        result = await self._io(
-            self._append_script(
-                keys=[record_key, keys.alias_key(scope), target_key],
-                args=[record_field, continuing, opening, continuation, tree, *alias_fields],
+        return await self._place(
+            _Placement(
+                scope=scope,
+                target_key=keys.tree_key(scope, parent.tree),
+                tree=str(parent.tree),
+                continuation=keys.node_field(parent.seg, parent.idx + 1),
+                continuing=codec.encode_node(depth, messages),
+                opening=codec.encode_node(depth, messages, branch),
+                depth=depth,
+                messages=messages,
+                branch=branch,
+                record_in=record_in,
+                aliases=tuple(str(a) for a in aliases),
             )
         )
-        return bool(int(result[0])), NodeId.parse(scope, result[1]), alias_fields
 
-    async def _placed(
-        self,
-        scope: str,
-        result: tuple[bool, NodeId, list[str]],
-        depth: int,
-        messages: tuple[ChatMessage, ...],
-        branch: SegmentRecord | None,
-    ) -> Node:
-        created, node_id, alias_fields = result
-        if not created:
+    async def _place(self, placement: _Placement) -> Node:
+        """Run the append script for one node; the node it placed (or found placed)."""
+        scope = placement.scope
+        record_key, record_field = placement.record_in or (keys.alias_key(scope), "")
+        if not record_key.startswith(keys.scope_prefix(scope)):
+            raise ValueError("a record field must be a key of the node's own scope")
+        created, ref = await self._io(
+            self._append_script(
+                keys=[record_key, keys.alias_key(scope), placement.target_key],
+                args=[
+                    record_field,
+                    placement.continuing,
+                    placement.opening,
+                    placement.continuation,
+                    placement.tree,
+                    *placement.aliases,
+                ],
+            )
+        )
+        node_id = NodeId.parse(scope, ref)
+        if not int(created):
             return await self.node(node_id)
-        node = Node(node_id, depth, messages)
-        self._remember(node, branch if node_id.seg else ROOT_SEGMENT)
-        for field in alias_fields:
+        node = Node(node_id, placement.depth, placement.messages)
+        self._remember(node, placement.branch if node_id.seg else ROOT_SEGMENT)
+        for field in placement.aliases:
             self._cache.put_alias(scope, field, node_id)
         return node
 

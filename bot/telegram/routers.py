@@ -207,7 +207,7 @@ def _conversation_router() -> Router:
 
     @router.message(F.text | F.caption, Addressed())
     async def on_text(
-        message: Message, notifier: Notifier, intake: Intake, stopping: asyncio.Event, bot: Bot
+        message: Message, *, notifier: Notifier, intake: Intake, stopping: asyncio.Event, bot: Bot
     ) -> None:
         me = await bot.me()
         text = message.text or message.caption or ""
@@ -244,6 +244,7 @@ def _usage_router() -> Router:
     @router.message(Command("usage"))
     async def on_usage(
         message: Message,
+        *,
         notifier: Notifier,
         accounting: Accounting,
         store: TranscriptStore,
@@ -255,7 +256,12 @@ def _usage_router() -> Router:
 
         async def reply() -> None:
             text = await usage_report(
-                accounting, store, message.chat.id, user, replied, settings.user_daily_token_limit
+                accounting,
+                store,
+                chat_id=message.chat.id,
+                user_id=user,
+                replied_to=replied,
+                daily_limit=settings.user_daily_token_limit,
             )
             _notice(notifier, message, text)
 

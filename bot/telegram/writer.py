@@ -76,7 +76,6 @@ class AnswerWriter:
         thread_id: int | None,
         edit_interval: float,
         existing: Sequence[int] = (),
-        journal: PartJournal | None = None,
     ) -> None:
         self._out = out
         self._chat_id = chat_id
@@ -87,7 +86,8 @@ class AnswerWriter:
         self._interval = edit_interval
         #: Parts an earlier run of this turn already sent are edited, never re-sent.
         self.parts: list[Part] = [Part(m, None) for m in existing]
-        self._journal = journal or _NoJournal()
+        #: Where new parts are announced and recorded (none by default).
+        self.journal: PartJournal = _NoJournal()
         self._latest = ""
         self._shown = ""
         self._dirty = asyncio.Event()
@@ -163,7 +163,7 @@ class AnswerWriter:
             await self._drop_extra(1)
             return
         self.parts.append(Part(await self._send_new(chunk, 1), chunk))
-        await self._journal.sent(self.message_ids)
+        await self.journal.sent(self.message_ids)
 
     async def _pace(self) -> None:
         """Keep the final edit within the per-message edit rate, too."""
@@ -236,7 +236,7 @@ class AnswerWriter:
                 self.parts.append(Part(message_id, chunk))
                 if len(self.parts) == 1:
                     await self._stop_typing()
-                await self._journal.sent(self.message_ids)
+                await self.journal.sent(self.message_ids)
         await self._drop_extra(len(chunks))
         self._shown = text
 
@@ -246,13 +246,13 @@ class AnswerWriter:
         While streaming, a journal that cannot record it now (Redis away) means
         "not now"; the final text waits until it can.
         """
-        await self._journal.sending(number, wait=self._closing)
+        await self.journal.sending(number, wait=self._closing)
         message_id = await self._out.send(
             self._chat_id, chunk, reply_to=self._reply_to, thread_id=self._thread_id
         )
         if number <= len(self.parts):  # a replacement: record it before anything else
             self.parts[number - 1].message_id = message_id
-            await self._journal.sent(self.message_ids)
+            await self.journal.sent(self.message_ids)
         return message_id
 
     async def _drop_extra(self, keep: int) -> None:

@@ -163,7 +163,7 @@ class ContextWindow:
 
     async def _window(self, inbound: Inbound, nodes: list[Node], fold: Fold | None) -> Window:
         messages = self._compose(nodes, fold)
-        return Window(messages, fold, await self._size(inbound, nodes, messages, fold))
+        return Window(messages, fold, await self._size(inbound, nodes, messages, fold=fold))
 
     @staticmethod
     def _compose(nodes: list[Node], fold: Fold | None, drop: int = 0) -> tuple[ChatMessage, ...]:
@@ -177,6 +177,7 @@ class ContextWindow:
         inbound: Inbound,
         nodes: list[Node],
         messages: Sequence[ChatMessage],
+        *,
         fold: Fold | None,
         dropped: int = 0,
     ) -> int:
@@ -256,15 +257,15 @@ class ContextWindow:
         except ModelError as exc:
             await self.accounting.record(
                 CallRecord.of(
-                    inbound, part[-1].id, self.model.name, exc.usage, exc.latency,
-                    error=exc.kind, view=SUMMARY_VIEW,
+                    inbound, part[-1].id, model=self.model.name, usage=exc.usage,
+                    latency=exc.latency, error=exc.kind, view=SUMMARY_VIEW,
                 )
             )  # fmt: skip
             raise
         await self.accounting.record(
             CallRecord.of(
-                inbound, part[-1].id, self.model.name, answer.usage, answer.latency,
-                error=None, view=SUMMARY_VIEW,
+                inbound, part[-1].id, model=self.model.name, usage=answer.usage,
+                latency=answer.latency, error=None, view=SUMMARY_VIEW,
             )
         )  # fmt: skip
         if not answer.text.strip():
@@ -285,7 +286,7 @@ class ContextWindow:
             while start + drop < len(nodes) - 1 and not _starts_with_user(nodes[start + drop]):
                 drop += 1
             messages = self._compose(nodes, window.fold, drop)
-            tokens = await self._size(inbound, nodes, messages, window.fold, drop)
+            tokens = await self._size(inbound, nodes, messages, fold=window.fold, dropped=drop)
         if drop:
             log.warning(
                 "context over budget: left the %d oldest node(s) out of this call (%d tokens)",

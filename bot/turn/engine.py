@@ -62,9 +62,11 @@ PART_WAIT = 120.0
 
 
 @dataclass(frozen=True, slots=True)
-class Limits:
-    """What one message and one user may cost (0 = unlimited where it applies)."""
+class Rules:
+    """The operator's rules for every turn: the root prompt, and what one message and
+    one user may cost (0 = unlimited where it applies)."""
 
+    system_prompt: str
     max_input_chars: int = 16000
     user_daily_tokens: int = 0
     max_calls_per_turn: int = 3
@@ -92,6 +94,15 @@ class TurnEnded(Exception):
         self.reply = reply
 
 
+@dataclass(slots=True)
+class Turn:
+    """One run of a turn: the message, its persisted state, and its answer's writer."""
+
+    inbound: Inbound
+    state: TurnState
+    writer: AnswerWriter
+
+
 class _StillRunning(Exception):
     """A turn of another process is still writing the answer replied to."""
 
@@ -99,8 +110,8 @@ class _StillRunning(Exception):
 class _Parts:
     """The answer writer's journal: the turn's state, written through the engine."""
 
-    def __init__(self, engine: Engine, inbound: Inbound, state: TurnState) -> None:
-        self.engine, self.inbound, self.state = engine, inbound, state
+    def __init__(self, engine: Engine, turn: Turn) -> None:
+        self.engine, self.inbound, self.state = engine, turn.inbound, turn.state
 
     async def sending(self, count: int, *, wait: bool) -> None:
         states = self.engine.states
@@ -123,17 +134,16 @@ class Engine:
 
     def __init__(
         self,
+        *,
         store: TranscriptStore,
         model: Model,
         out: TelegramOut,
         states: TurnStates,
         accounting: Accounting,
         context: ContextWindow,
-        *,
         in_flight: InFlight,
         redis_outage: Outage,
-        system_prompt: str,
-        limits: Limits,
+        rules: Rules,
     ) -> None:
         self.store = store
         self.model = model
@@ -143,8 +153,7 @@ class Engine:
         self.context = context
         self.in_flight = in_flight
         self.redis_outage = redis_outage
-        self.system_prompt = system_prompt
-        self.limits = limits
+        self.rules = rules
 
     # ------------------------------------------------------------------ the turn
 
@@ -160,17 +169,18 @@ class Engine:
             thread_id=inbound.thread_id,
             edit_interval=GROUP_EDIT_INTERVAL if inbound.is_group else PRIVATE_EDIT_INTERVAL,
             existing=state.parts,
-            journal=_Parts(self, inbound, state),
         )
+        turn = Turn(inbound, state, writer)
+        writer.journal = _Parts(self, turn)
         try:
             try:
-                reply = await self._steps(inbound, state, writer)
+                reply = await self._steps(turn)
             except TurnEnded as ended:
                 reply = ended.reply
             except RecordError as exc:
                 log.error("turn in chat %s failed: %s", inbound.chat_id, exc)
                 reply = Reply(notices.DAMAGED_HISTORY.format(ref=exc.ref), None, notice=True)
-            await self._deliver(inbound, state, writer, reply)
+            await self._deliver(turn, reply)
         except ChatUnavailableError as exc:
             log.info("chat %s is unavailable (%s); dropping its answer", inbound.chat_id, exc)
             await self.states.finish(inbound, state, writer.message_ids)
@@ -180,43 +190,43 @@ class Engine:
         finally:
             await writer.close()  # after a failure nothing more is sent; a later run resumes
 
-    async def _steps(self, inbound: Inbound, state: TurnState, writer: AnswerWriter) -> Reply:
-        user = await self._store_user_node(inbound, state)
-        writer.prefix = f"[depth:{user.depth + 1}] "
-        if state.answer is not None:
-            stored = await self.store.node(state.answer)
+    async def _steps(self, turn: Turn) -> Reply:
+        user = await self._store_user_node(turn)
+        turn.writer.prefix = f"[depth:{user.depth + 1}] "
+        if turn.state.answer is not None:
+            stored = await self.store.node(turn.state.answer)
             return Reply(stored.messages[-1].content or "", stored.id)
-        await self._check_input(inbound, user)
-        await self._check_limits(inbound, state, user)
-        await writer.start()
-        window = await self._window(inbound, user)
-        answer = await self._ask(inbound, user, window, writer)
-        node = await self._store_answer(inbound, state, user, window, answer, writer)
+        await self._check_input(turn, user)
+        await self._check_limits(turn, user)
+        await turn.writer.start()
+        window = await self._window(turn, user)
+        answer = await self._ask(turn, user, window)
+        node = await self._store_answer(turn, user, window, answer)
         return Reply(answer.text, node)
 
-    async def _deliver(
-        self, inbound: Inbound, state: TurnState, writer: AnswerWriter, reply: Reply
-    ) -> None:
+    async def _deliver(self, turn: Turn, reply: Reply) -> None:
         """The one place a turn finishes: show the reply, alias every part, mark it done."""
         if reply.notice:
-            ids = await writer.fail(reply.text)
+            ids = await turn.writer.fail(reply.text)
         else:
-            ids = await writer.finish(reply.text if reply.text.strip() else notices.EMPTY_ANSWER)
+            text = reply.text if reply.text.strip() else notices.EMPTY_ANSWER
+            ids = await turn.writer.finish(text)
         if reply.node is not None:
-            await self.store.alias(inbound.scope, ids, reply.node)
-        await self.states.finish(inbound, state, ids)
+            await self.store.alias(turn.inbound.scope, ids, reply.node)
+        await self.states.finish(turn.inbound, turn.state, ids)
 
     # ----------------------------------------------------------------- the steps
 
-    async def _store_user_node(self, inbound: Inbound, state: TurnState) -> Node:
+    async def _store_user_node(self, turn: Turn) -> Node:
         """Route the message and store it as a node (once: the state records it)."""
+        inbound, state = turn.inbound, turn.state
         if state.user is not None:
             return await self.store.node(state.user)
         parent = await self._route(inbound)
         if parent is None:
             root = await self.store.start(
                 inbound.scope,
-                [ChatMessage("system", self.system_prompt)],
+                [ChatMessage("system", self.rules.system_prompt)],
                 record_in=state.record("r"),
             )
             parent = root.id
@@ -256,49 +266,49 @@ class Engine:
                 log.warning("answer part %s in chat %s is still unsettled", target, scope)
         return await self.store.resolve(scope, target)
 
-    async def _check_input(self, inbound: Inbound, user: Node) -> None:
-        limit = self.limits.max_input_chars
+    async def _check_input(self, turn: Turn, user: Node) -> None:
+        inbound, limit = turn.inbound, self.rules.max_input_chars
         if len(inbound.text) > limit:
             # kept, but replying to the notice continues without the over-long message
             parent = (await self.store.path(user.id))[-2]
             text = notices.TOO_LONG.format(length=len(inbound.text), limit=limit)
             raise TurnEnded(Reply(text, parent.id, notice=True))
 
-    async def _check_limits(self, inbound: Inbound, state: TurnState, user: Node) -> None:
+    async def _check_limits(self, turn: Turn, user: Node) -> None:
         """The per-turn guard and the user's daily limit: no model call past them."""
+        inbound, state, rules = turn.inbound, turn.state, self.rules
         spent = 0
-        if self.limits.max_tokens_per_turn:
+        if rules.max_tokens_per_turn:
             spent = (await self.accounting.turn(inbound.chat_id, inbound.message_id)).tokens
-        if state.calls > self.limits.max_calls_per_turn or (
-            self.limits.max_tokens_per_turn and spent >= self.limits.max_tokens_per_turn
+        if state.calls > rules.max_calls_per_turn or (
+            rules.max_tokens_per_turn and spent >= rules.max_tokens_per_turn
         ):
             log.warning(
                 "turn for message %s in chat %s stopped: %d model calls, %d tokens",
                 inbound.message_id, inbound.chat_id, state.calls - 1, spent,
             )  # fmt: skip
             raise TurnEnded(Reply(notices.TURN_GUARD, user.id, notice=True))
-        daily = self.limits.user_daily_tokens
+        daily = rules.user_daily_tokens
         if daily and (await self.accounting.user_today(inbound.user_id)).tokens >= daily:
             text = notices.daily_limit(daily, self.accounting.clock())
             raise TurnEnded(Reply(text, user.id, notice=True))
 
-    async def _window(self, inbound: Inbound, user: Node) -> Window:
+    async def _window(self, turn: Turn, user: Node) -> Window:
         try:
-            return await self.context.prepare(inbound, user.id)
+            return await self.context.prepare(turn.inbound, user.id)
         except MessageTooLargeError:
             text = notices.TOO_LARGE.format(budget=self.context.budget)
             raise TurnEnded(Reply(text, user.id, notice=True)) from None
 
-    async def _ask(
-        self, inbound: Inbound, user: Node, window: Window, writer: AnswerWriter
-    ) -> Answer:
+    async def _ask(self, turn: Turn, user: Node, window: Window) -> Answer:
         """Stream the model's answer into Telegram; a failure ends the turn with a notice."""
+        inbound = turn.inbound
         try:
-            answer = await self.model.stream(window.messages, writer.update)
+            answer = await self.model.stream(window.messages, turn.writer.update)
         except ModelError as exc:
             log.warning("model call for chat %s failed: %s", inbound.chat_id, exc)
             call = CallRecord.of(
-                inbound, user.id, self.model.name, exc.usage, exc.latency,
+                inbound, user.id, model=self.model.name, usage=exc.usage, latency=exc.latency,
                 error=exc.kind, view=window.view,
             )  # fmt: skip
             await self.accounting.record(call)
@@ -307,28 +317,20 @@ class Engine:
         self.context.learn(window.messages, answer.usage)
         return answer
 
-    async def _store_answer(
-        self,
-        inbound: Inbound,
-        state: TurnState,
-        user: Node,
-        window: Window,
-        answer: Answer,
-        writer: AnswerWriter,
-    ) -> NodeId:
+    async def _store_answer(self, turn: Turn, user: Node, window: Window, answer: Answer) -> NodeId:
         """Store the answer node and the call's usage; both wait for Redis if it is away."""
         node = await self._durably(
             lambda: self.store.append(
                 user.id,
                 [ChatMessage("assistant", answer.text)],
-                record_in=state.record("a"),
-                aliases=writer.message_ids,
+                record_in=turn.state.record("a"),
+                aliases=turn.writer.message_ids,
             )
         )
-        state.answer = node.id
+        turn.state.answer = node.id
         call = CallRecord.of(
-            inbound, user.id, self.model.name, answer.usage, answer.latency,
-            error=None, view=window.view,
+            turn.inbound, user.id, model=self.model.name, usage=answer.usage,
+            latency=answer.latency, error=None, view=window.view,
         )  # fmt: skip
         await self.accounting.record(call)
         return node.id
@@ -346,23 +348,22 @@ class Engine:
         """After the last failed attempt: keep the thread usable and tell the user once.
 
         The parts already on screen are aliased to the thread (replies to them
-        continue it), and one notice says to reply to retry; no second copy of
-        an answer is sent.
+        continue after the answer, or the question when no answer was stored),
+        and one notice says to reply to retry: replying to it asks the question
+        again. No second copy of an answer is sent.
         """
         state = await self.states.read(inbound)
-        node = state.answer or state.user
-        ids = list(state.parts)
+        shown = state.answer or state.user
+        if shown is not None and state.parts:
+            await self.store.alias(inbound.scope, state.parts, shown)
         try:
-            ids.append(
-                await self.out.send_text(
-                    inbound.chat_id,
-                    notices.GAVE_UP,
-                    reply_to=inbound.message_id,
-                    thread_id=inbound.thread_id,
-                )
-            )
+            notice = await self.out.send_text(
+                inbound.chat_id, notices.GAVE_UP, reply_to=inbound.message_id,
+                thread_id=inbound.thread_id,
+            )  # fmt: skip
         except Exception as exc:  # the chat may be gone too; the dead letter has the turn
             log.warning("could not tell chat %s: %s", inbound.chat_id, type(exc).__name__)
-        if node is not None:
-            await self.store.alias(inbound.scope, ids, node)
+        else:
+            if state.user is not None:
+                await self.store.alias(inbound.scope, [notice], state.user)
         await self.states.release(inbound, state.parts)

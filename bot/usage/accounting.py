@@ -144,10 +144,10 @@ class CallRecord:
         cls,
         inbound: Inbound,
         sent: NodeId,
+        *,
         model: str,
         usage: Usage,
         latency: float,
-        *,
         error: str | None,
         view: str,
     ) -> CallRecord:

@@ -29,6 +29,7 @@ def _line(label: str, totals: Totals, accounting: Accounting) -> str:
 async def usage_report(
     accounting: Accounting,
     store: TranscriptStore,
+    *,
     chat_id: int,
     user_id: int,
     replied_to: int | None,

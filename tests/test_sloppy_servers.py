@@ -1,0 +1,143 @@
+"""Any Bot API server, any answer: odd responses are Telegram failures, never a lost thread.
+
+The Bot API test server misbehaves like the servers people really run
+(third-party emulators, partial self-hosted servers, reverse proxies): fields
+missing, HTML error pages, 5xx without ``ok``, ``ok:false`` without a
+description, ``result:null``, unsupported methods. Each test shows what the
+user and the operator see, and that nothing was lost. The last tests pin the
+turn's failure path: an exception nobody foresaw ends in a notice the user can
+reply to and a dead-letter entry, never in a silent acknowledgement.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+import bot.telegram.writer
+from bot.data import keys
+from bot.telegram.format import Chunk, render_chunks
+from bot.turn import notices
+from transcript import TranscriptStore
+
+from .fake_openai import FakeOpenAI
+from .fake_telegram import FakeTelegram
+from .harness import USER, BotFactory, BotProcess, answers_to, ask, env_for, turns_done
+from .redis_server import RedisServer
+
+
+async def start_and_exit(tmp_path: Path, env: dict[str, str]) -> tuple[int, str]:
+    process = BotProcess(env, tmp_path)
+    await process.start()
+    code = await process.wait(timeout=60)
+    return code, process.text
+
+
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [
+        ("missing_field", "answered getMe with something this bot cannot read"),
+        ("html", "HTTP 502 with an HTML page"),
+        ("no_ok", "HTTP 500 with JSON without an 'ok' field"),
+    ],
+)
+async def test_an_unreadable_get_me_is_one_line_at_start_up(
+    tmp_path: Path,
+    tg: FakeTelegram,
+    llm: FakeOpenAI,
+    redis_server: RedisServer,
+    kind: str,
+    expected: str,
+) -> None:
+    field = "is_bot" if kind == "missing_field" else None
+    tg.misbehave_next("getMe", kind, count=100, field=field)  # type: ignore[arg-type]
+    code, output = await start_and_exit(tmp_path, env_for(tg, llm, redis_server.url))
+    assert code == 1
+    lines = [line for line in output.splitlines() if line.startswith("replychain:")]
+    assert len(lines) == 1, output
+    assert expected in lines[0]
+    assert tg.url in lines[0]
+    assert "Traceback" not in output
+    assert tg.token not in output
+
+
+async def test_unsupported_set_up_methods_only_warn(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="replychain")
+    tg.unsupported_methods.update({"setMyCommands", "deleteWebhook"})
+    tg.unsupported_answer = "no_ok"
+    async with start_bot() as app:
+        _, text = await ask(tg, app, USER, "still there?")
+    assert text == "[depth:2] echo: still there?"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("could not register the commands" in w for w in warnings)
+    assert any("could not delete the webhook" in w for w in warnings)
+
+
+async def test_a_send_whose_answer_does_not_decode_is_one_answer_in_the_thread(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory, redis: Redis
+) -> None:
+    tg.misbehave_next("sendMessage", "missing_field", field="chat")
+    async with start_bot() as app:
+        first, text = await ask(tg, app, USER, "hello")
+        assert text == "[depth:2] echo: hello"
+        [answer] = answers_to(tg, USER, first)
+        assert await TranscriptStore(redis).resolve(str(USER), answer.message_id) is not None
+        _, text = await ask(tg, app, USER, "and then?", reply_to=answer.message_id)
+        assert text == "[depth:4] echo: and then?"
+    assert len(tg.bot_messages(USER)) == 2
+
+
+@pytest.mark.parametrize(
+    ("kind", "status"),
+    [("html", 502), ("no_ok", 500), ("bare_error", 500), ("bare_error", 200), ("null_result", 0)],
+)
+async def test_odd_answers_to_a_send_are_retried_like_an_outage(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory, kind: str, status: int
+) -> None:
+    extra: dict[str, object] = {"applied": False} if kind == "null_result" else {"status": status}
+    tg.misbehave_next("sendMessage", kind, **extra)  # type: ignore[arg-type]
+    async with start_bot() as app:
+        first, text = await ask(tg, app, USER, "hello")
+    assert text == "[depth:2] echo: hello"
+    assert len(answers_to(tg, USER, first)) == 1
+    assert len(llm.requests) == 1  # the stored answer was shown, not asked for again
+
+
+async def test_an_unforeseen_failure_ends_in_a_notice_and_a_dead_letter(
+    tg: FakeTelegram,
+    llm: FakeOpenAI,
+    start_bot: BotFactory,
+    redis: Redis,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.ERROR, logger="replychain")
+
+    def fragile(text: str, *, prefix: str = "") -> list[Chunk]:
+        if "boom" in text:
+            raise RuntimeError("a bug nobody foresaw")
+        return render_chunks(text, prefix=prefix)
+
+    monkeypatch.setattr(bot.telegram.writer, "render_chunks", fragile)
+    async with start_bot(turn_max_attempts=2) as app:
+        message = tg.send_user_message(USER, USER, "boom")["message_id"]
+        await turns_done(tg, app, 1, timeout=30)
+        [notice] = answers_to(tg, USER, message)
+        assert notice.text == notices.GAVE_UP
+        parked: Any = await redis.xrange(keys.DEAD_LETTER_STREAM)
+        assert len(parked) == 1
+        assert parked[0][1][b"why"] == b"RuntimeError"
+        assert await redis.xlen(keys.INTAKE_STREAM) == 0
+        state = await redis.hgetall(keys.turn_key(str(USER), message))
+        assert b"d" not in state  # never recorded as answered
+        # replying to the notice retries from the kept question
+        _, text = await ask(tg, app, USER, "again", reply_to=notice.message_id)
+        assert text == "[depth:3] echo: again"
+    assert len(llm.requests) == 2  # the stored answer was never asked for twice
+    assert any("giving up on message" in r.getMessage() for r in caplog.records)
