@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import sys
 from collections.abc import Callable
 
@@ -76,6 +77,10 @@ def _load() -> Settings | None:
         return None
 
 
+def _exit_cleanly(_signum: int, _frame: object) -> None:
+    raise SystemExit(EXIT_OK)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     settings = _load()
     if settings is None:
@@ -83,6 +88,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .logs import configure_logging  # noqa: PLC0415
 
     configure_logging(settings)
+    # Until the bot installs its own handlers, SIGTERM/SIGINT end start-up cleanly:
+    # nothing is running yet, so nothing can be lost.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _exit_cleanly)
     # Imported only now: aiogram alone takes seconds to import, and a settings
     # error must not wait for it.
     from .app import StartupError, run  # noqa: PLC0415

@@ -1,0 +1,124 @@
+"""Regression tests for what the chaos runs found (issue 12), each where it is deterministic.
+
+(The store race is pinned in test_transcript_store.py.) The bot runs in
+process or as ``python -m bot`` against the test servers and real Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from pathlib import Path
+
+from redis.asyncio import Redis
+
+from bot.data.connection import connect
+from transcript import TranscriptStore
+
+from .fake_openai import FakeOpenAI
+from .fake_telegram import FakeTelegram
+from .harness import USER, BotFactory, BotProcess, answers_to, ask, env_for, turns_done
+from .redis_server import RedisServer
+
+
+async def test_a_flood_window_delays_answers_but_drops_none(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory, redis: Redis
+) -> None:
+    """Eight replies at once into a chat allowed one send per second: eight answers."""
+    tg.flood_sends_per_second = 1.0
+    async with start_bot() as app:
+        _, _ = await ask(tg, app, USER, "start")
+        [answer] = tg.bot_messages(USER)
+        replies = [
+            tg.send_user_message(USER, USER, f"branch {i}", reply_to=answer.message_id)
+            for i in range(8)
+        ]
+        await turns_done(tg, app, 9, timeout=90)
+    for i, reply in enumerate(replies):
+        texts = [m.text for m in answers_to(tg, USER, reply["message_id"])]
+        assert texts == [f"[depth:4] echo: branch {i}"]
+    # (calls already on the wire when a 429 came back are all the server counts here)
+    assert not [v for v in tg.violations if "1.00s before" not in v]
+    store = TranscriptStore(redis)
+    for reply in replies:
+        [part] = answers_to(tg, USER, reply["message_id"])
+        assert await store.resolve(str(USER), part.message_id) is not None
+
+
+async def test_nothing_is_sent_while_redis_is_away_so_a_kill_leaves_one_answer(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, private_redis: RedisServer
+) -> None:
+    """Redis down, answer ready, bot killed: after restart one answer, and it continues."""
+    env = env_for(tg, llm, private_redis.url)
+    llm.gate = asyncio.Event()
+    first = BotProcess(env, tmp_path)
+    await first.start()
+    message = tg.send_user_message(USER, USER, "during the outage")["message_id"]
+    await llm.wait_for(lambda: len(llm.requests) == 1, timeout=30)
+    private_redis.stop()
+    llm.gate.set()
+    await llm.wait_for(lambda: llm.requests[0].completed, timeout=30)
+    assert not answers_to(tg, USER, message)  # held: no part could be journaled
+    await first.kill()
+    private_redis.start_same_port()
+    llm.gate = None
+    second = BotProcess(env, tmp_path)
+    await second.start()
+    try:
+        await tg.wait_for(lambda: bool(answers_to(tg, USER, message)), timeout=60)
+        [answer] = answers_to(tg, USER, message)
+        assert answer.text == "[depth:2] echo: during the outage"
+        follow = tg.send_user_message(USER, USER, "go on", reply_to=answer.message_id)
+        await tg.wait_for(
+            lambda: (
+                [m.text for m in answers_to(tg, USER, follow["message_id"])]
+                == ["[depth:4] echo: go on"]
+            ),
+            timeout=30,
+        )
+    finally:
+        assert await second.terminate() == 0
+    assert len(answers_to(tg, USER, message)) == 1
+    assert second.text.count("resuming 1 turn(s) left unfinished") == 1  # started once
+
+
+async def test_sigterm_at_random_points_always_exits_within_the_bound(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, private_redis: RedisServer
+) -> None:
+    """SIGTERM during start-up, idle polling, a hung model call or a Redis outage."""
+    bound = 3.0
+    env = env_for(tg, llm, private_redis.url, SHUTDOWN_TIMEOUT=str(bound))
+    rng = random.Random(20261123)
+    for attempt in range(6):
+        process = BotProcess(env, tmp_path)
+        await process.start()
+        await asyncio.sleep(rng.uniform(0.0, 1.5))  # the random point is the test's input
+        if attempt % 3 == 1:
+            llm.hang_next()
+            tg.send_user_message(USER, USER, f"hang {attempt}")
+            await llm.wait_for(lambda: llm.pending_faults == 0, timeout=30)
+        if attempt % 3 == 2:
+            private_redis.stop()
+            tg.send_user_message(USER, USER, f"no redis {attempt}")
+        started = time.monotonic()
+        code = await process.terminate(timeout=bound + 20)
+        took = time.monotonic() - started
+        if private_redis.proc is None:
+            private_redis.start_same_port()
+        assert code == 0, process.text
+        assert took <= bound + 8, f"attempt {attempt}: exit took {took:.1f}s"
+    llm.clear_faults()
+    client = connect(private_redis.url)
+    try:  # nothing accepted was lost: the next run answers what was left
+        final = BotProcess(env, tmp_path)
+        await final.start()
+        await tg.wait_for(
+            lambda: all(
+                answers_to(tg, USER, m.message_id) for m in tg.messages(USER) if not m.is_bot
+            ),
+            timeout=60,
+        )
+        assert await final.terminate() == 0
+    finally:
+        await client.aclose()
