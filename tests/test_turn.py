@@ -233,3 +233,38 @@ async def test_giving_up_aliases_what_was_sent_and_tells_the_user_once(rig: Rig)
         assert await rig.store.resolve(str(CHAT), part) == user.id
     assert (await rig.state(1)).get(b"d") is None  # never recorded as answered
     assert not await rig.redis.hexists(keys.pending_parts_key(str(CHAT)), "555")
+
+
+async def test_a_part_lost_between_sending_and_recording_is_adopted_by_a_reply(
+    rig: Rig,
+) -> None:
+    """The crash window the journal cannot close: a reply to that lost part continues."""
+    state = await rig.states.begin(inbound(1))
+    assert state is not None
+    await store_user_node(rig, inbound(1), state)
+    await rig.states.sending(inbound(1), state, 1)  # part 1 announced, sent... then a crash
+    lost = rig.telegram.next_id + 1  # the id Telegram gave it, never recorded
+    rig.telegram.next_id += 1
+    fresh = Rig(rig.redis)
+    fresh.telegram.next_id = rig.telegram.next_id
+    await fresh.engine.run(inbound(1))
+    [(replacement, text)] = fresh.telegram.shown.items()
+    assert text == "[depth:2] echo: hello" and replacement > lost
+    answer = await fresh.store.resolve(str(CHAT), replacement)
+    # a reply to the lost message (it is the bot's) continues the same thread
+    await fresh.engine.run(Inbound(CHAT, 2, 5, "more", reply_to=lost, reply_to_bot=True))
+    assert await fresh.store.resolve(str(CHAT), lost) == answer
+    assert fresh.telegram.shown[fresh.telegram.next_id] == "[depth:4] echo: more"
+    # a reply to an unknown message of the user's own starts over, as always
+    await fresh.engine.run(Inbound(CHAT, 3, 5, "new", reply_to=lost - 5))
+    assert fresh.telegram.shown[fresh.telegram.next_id] == "[depth:2] echo: new"
+
+
+def test_intake_entries_of_the_previous_version_still_decode() -> None:
+    import msgpack  # noqa: PLC0415
+
+    old = msgpack.packb([1, CHAT, 9, 5, "from before the upgrade", 3, None, False])
+    assert Inbound.decode(old) == Inbound(CHAT, 9, 5, "from before the upgrade", reply_to=3)
+    new = Inbound(CHAT, 9, 5, "now", reply_to=3, reply_to_bot=True)
+    assert Inbound.decode(new.encode()) == new
+    assert Inbound.decode(b"\x93garbage") is None

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 import msgpack
 
-_VERSION = 1
+_VERSION = 2
+_FIELDS_OF = {1: 8, 2: 9}  # entries of an older version are still read
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +21,8 @@ class Inbound:
     reply_to: int | None = None
     thread_id: int | None = None
     is_group: bool = False
+    #: The message replied to is the bot's (it may be a part the bot lost track of).
+    reply_to_bot: bool = False
 
     @property
     def scope(self) -> str:
@@ -38,6 +41,7 @@ class Inbound:
                 self.reply_to,
                 self.thread_id,
                 self.is_group,
+                self.reply_to_bot,
             ]
         )
         return data
@@ -46,9 +50,11 @@ class Inbound:
     def decode(cls, data: bytes) -> Inbound | None:
         """The inverse of :meth:`encode`; ``None`` for bytes that do not decode."""
         try:
-            version, chat, message, user, text, reply_to, thread, group = msgpack.unpackb(data)
-            if version != _VERSION:
+            fields = msgpack.unpackb(data)
+            if _FIELDS_OF.get(fields[0]) != len(fields):
                 return None
-            return cls(chat, message, user, text, reply_to, thread, bool(group))
+            _, chat, message, user, text, reply_to, thread, group, *rest = fields
+            to_bot = bool(rest[0]) if rest else False
+            return cls(chat, message, user, text, reply_to, thread, bool(group), to_bot)
         except Exception:  # a damaged entry must not stop the bus
             return None

@@ -23,6 +23,10 @@ The turn (bot/turn/state.py):
                          d        "1" once the turn finished (then the hash expires)
     rc:{S}:lease:<m>   the worker running that turn (SET NX PX)
     rc:{S}:part        hash: sent answer part -> message m whose turn still runs
+    rc:{S}:orphans     hash: message m -> "low:high:node ref": a part of m's answer may
+                         be on screen under an id in (low, high) that was never
+                         recorded (a crash between sending and recording it); a reply
+                         to such a bot message is adopted into m's thread
 
 Token accounting (bot/usage/accounting.py), all in the one slot of the tag {usage}:
 
@@ -58,6 +62,10 @@ def lease_key(scope: str, message_id: int) -> str:
 
 def pending_parts_key(scope: str) -> str:
     return scope_prefix(scope) + "part"
+
+
+def orphans_key(scope: str) -> str:
+    return scope_prefix(scope) + "orphans"
 
 
 USAGE_TAG = f"{NAMESPACE}:{{usage}}"

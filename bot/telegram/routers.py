@@ -106,6 +106,12 @@ def _command_for(message: Message, username: str) -> bool:
     return target.lower() == username.lower()
 
 
+def _from(message: Message | None, user_id: int) -> bool:
+    return (
+        message is not None and message.from_user is not None and (message.from_user.id == user_id)
+    )
+
+
 class Addressed(Filter):
     """Private chats: always. Groups: replies to the bot, @mentions and commands."""
 
@@ -115,8 +121,7 @@ class Addressed(Filter):
         if not is_group(message):
             return False  # channels
         me = await bot.me()
-        target = message.reply_to_message
-        if target is not None and target.from_user is not None and target.from_user.id == me.id:
+        if _from(message.reply_to_message, me.id):
             return replied_id(message) is not None
         username = me.username or ""
         return bool(username) and (_mentions(message, username) or _command_for(message, username))
@@ -223,6 +228,7 @@ def _conversation_router() -> Router:
             user_id=sender,
             text=text,
             reply_to=replied_id(message),
+            reply_to_bot=_from(message.reply_to_message, me.id),
             thread_id=thread_of(message),
             is_group=is_group(message),
         )

@@ -85,6 +85,7 @@ class AnswerWriter:
         self.prefix = ""
         self._interval = edit_interval
         #: Parts an earlier run of this turn already sent are edited, never re-sent.
+        self.existing = tuple(existing)
         self.parts: list[Part] = [Part(m, None) for m in existing]
         #: Where new parts are announced and recorded (none by default).
         self.journal: PartJournal = _NoJournal()

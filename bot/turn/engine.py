@@ -59,6 +59,8 @@ PRIVATE_EDIT_INTERVAL = 1.0
 GROUP_EDIT_INTERVAL = 3.0
 #: How long a reply to a part of an answer still being written waits for that turn.
 PART_WAIT = 120.0
+#: Ids after the question where a lost part is looked for when no later part is known.
+ORPHAN_SPAN = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +103,11 @@ class Turn:
     inbound: Inbound
     state: TurnState
     writer: AnswerWriter
+
+    @property
+    def lost_a_part(self) -> bool:
+        """An earlier run announced a part it never recorded (it died in between)."""
+        return self.state.sending > len(self.writer.existing)
 
 
 class _StillRunning(Exception):
@@ -213,6 +220,12 @@ class Engine:
             ids = await turn.writer.finish(text)
         if reply.node is not None:
             await self.store.alias(turn.inbound.scope, ids, reply.node)
+            if turn.lost_a_part:
+                # an earlier run died between sending a part and recording its id:
+                # that message (if Telegram took it) lies before the first one sent now
+                new = [i for i in ids if i not in turn.writer.existing]
+                high = min(new) if new else turn.inbound.message_id + ORPHAN_SPAN
+                await self.states.note_orphans(turn.inbound, high, reply.node)
         await self.states.finish(turn.inbound, turn.state, ids)
 
     # ----------------------------------------------------------------- the steps
@@ -253,7 +266,12 @@ class Engine:
             return node
         owner = await self.states.turn_of_part(scope, target)
         if owner is None:
-            return None
+            # maybe a part an earlier run sent but died before recording: adopt it
+            home = await self.states.orphan_home(scope, target) if inbound.reply_to_bot else None
+            if home is not None:
+                log.info("adopted message %s of chat %s into its thread", target, scope)
+                await self.store.alias(scope, [target], home)
+            return home
         if not await self.in_flight.wait((inbound.chat_id, owner), PART_WAIT):
 
             async def settled() -> None:

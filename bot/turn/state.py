@@ -25,6 +25,8 @@ from ..data.connection import guarded
 
 #: A finished turn's state is kept this long (redeliveries come within hours).
 DONE_TTL_SECONDS = 7 * 24 * 3600
+#: How long a possibly lost part can still be adopted by a reply to it.
+ORPHAN_TTL_SECONDS = 30 * 24 * 3600
 #: A worker's claim on a turn; longer than any turn can run (timeouts bound it).
 LEASE_MS = 15 * 60 * 1000
 
@@ -155,6 +157,24 @@ class TurnStates:
         pipe.delete(keys.lease_key(inbound.scope, inbound.message_id))
         if parts:
             pipe.hdel(keys.pending_parts_key(inbound.scope), *map(str, parts))
+
+    async def note_orphans(self, inbound: Inbound, high: int, node: NodeId) -> None:
+        """A part of this turn's answer may be on screen, unrecorded, below id ``high``."""
+        key = keys.orphans_key(inbound.scope)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hset(key, str(inbound.message_id), f"{inbound.message_id}:{high}:{node.ref}")
+            pipe.expire(key, ORPHAN_TTL_SECONDS)
+            await guarded(pipe.execute())
+
+    async def orphan_home(self, scope: str, message_id: int) -> NodeId | None:
+        """The node a lost part with this id belongs to, if it falls in a noted range."""
+        ranges = await guarded(self._redis.hvals(keys.orphans_key(scope)))
+        for value in ranges:
+            text = value.decode() if isinstance(value, bytes) else value
+            low, high, ref = text.split(":", 2)
+            if int(low) < message_id < int(high):
+                return NodeId.parse(scope, ref)
+        return None
 
     async def failed(self, inbound: Inbound) -> int:
         """One more unexpected failure of the turn; returns the count."""
