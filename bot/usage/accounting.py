@@ -1,11 +1,33 @@
-"""Token accounting: every model call's usage, summed per turn, chain, chat, user and day.
+"""Token accounting: every model call's usage, summed per turn, branch, user and day.
 
-Each call is recorded once (a call id guards against a repeated record) by one
-Lua script that increments every aggregate atomically, so totals are exact
-under concurrency and across restarts. All usage keys share the hash tag
-``{usage}`` (one slot, so the script also runs on Redis Cluster). The numbers
-are the provider's; a call whose provider reported none is estimated and
-counted as such.
+Each call is recorded once, by one Lua script that updates every aggregate
+atomically (exact under concurrency and across restarts) and writes only what
+changes: a zero count is never written, and each hash gets one HSET per call.
+All usage keys share the hash tag ``{usage}`` (one slot, so the script also
+runs on Redis Cluster). The numbers are the provider's; a call whose provider
+reported none is estimated and counted as such.
+
+What is kept, and for how long (fields p/c/k/n/e/x: prompt, completion, cached
+tokens, calls, estimated calls, failed calls; a zero field is absent):
+
+    rc:{usage}:u:<user>           per user, all time (/usage, /stats)
+    rc:{usage}:u:<user>:<day>     per user and UTC day (daily limit, /usage); 400 days
+    rc:{usage}:d:<day>            per UTC day (/stats)
+    rc:{usage}:users              zset: tokens per user (the top users of /stats)
+    rc:{usage}:t:<chat>:<m>       per turn (the per-turn token guard) and the markers
+                                    "#<digest of the call id>" of the calls counted in
+                                    it (a repeated record is a no-op); expires
+                                    ``detail_days`` after the turn's first call
+    rc:{usage}:n:<chat>:<tree>    hash "<node ref>" -> "p c k n view": the calls sent
+                                    up to that node, per conversation tree (/usage of
+                                    a branch sums a path; the context window sizes the
+                                    next request from the previous one); expires
+                                    ``detail_days`` after the tree's last call
+    rc:{usage}:a:<chat>:<id>      audit record of one call (``audit_days``)
+
+Keys of the earlier layout (``rc:{usage}:n:<chat>`` with "<ref>:p|c|k|n|v" fields,
+``c:``, ``r:``, ``days``, ``call:``) are no longer written; the per-node reads
+fall back to ``n:<chat>`` for nodes recorded before the change.
 
 An audit record per call ("why did it say that?") references what was sent by
 node id (the chain up to the user's node) and what came back by the turn's
@@ -15,10 +37,12 @@ or the error; it stores no message text.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import logging
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -36,36 +60,49 @@ from ..retry import Outage
 log = logging.getLogger("replychain.accounting")
 
 Clock = Callable[[], datetime]
-CALL_MARKER_TTL = 90 * 24 * 3600
 USER_DAY_TTL = 400 * 24 * 3600
+#: Default days the per-turn and per-node detail is kept (like the call markers were).
+DETAIL_DAYS = 90
+_FIELDS = ("p", "c", "k", "n", "e", "x")
 
-# KEYS[1] call marker; KEYS[2..n-3] counter hashes; KEYS[n-2] users zset;
-# KEYS[n-1] days zset; KEYS[n] per-node hash. ARGV: marker ttl, prompt,
-# completion, cached, estimated (0/1), error (0/1), user id, day, node field
-# prefix, day-hash ttl, day-hash key, audit key or '', audit value, audit ttl,
-# the view the call was sent (its fold node, '' for the whole history).
+# KEYS and ARGV: see _Recording. Counter hashes are read with HMGET and written
+# with one HSET of the changed fields (fewer commands, so less AOF, than one
+# HINCRBY per field); the script runs atomically, so this is as exact.
 _RECORD_LUA = """
-if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then return 0 end
-local p, c, k = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local e, x = tonumber(ARGV[5]), tonumber(ARGV[6])
-for i = 2, #KEYS - 3 do
-  redis.call('HINCRBY', KEYS[i], 'p', p)
-  redis.call('HINCRBY', KEYS[i], 'c', c)
-  redis.call('HINCRBY', KEYS[i], 'k', k)
-  redis.call('HINCRBY', KEYS[i], 'n', 1)
-  if e > 0 then redis.call('HINCRBY', KEYS[i], 'e', 1) end
-  if x > 0 then redis.call('HINCRBY', KEYS[i], 'x', 1) end
+local turn, marker = KEYS[1], ARGV[1]
+if redis.call('HEXISTS', turn, marker) == 1 then return 0 end
+local detail_ttl, refresh_below = tonumber(ARGV[2]), tonumber(ARGV[3])
+local names = {'p', 'c', 'k', 'n', 'e', 'x'}
+local delta = {tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), 1,
+               tonumber(ARGV[8]), tonumber(ARGV[9])}
+-- adds delta to the hash (and sets the extra fields); true if it had no calls yet
+local function add(key, extra)
+  local old = redis.call('HMGET', key, unpack(names))
+  local args = extra or {}
+  for i = 1, 6 do
+    if delta[i] ~= 0 then
+      args[#args + 1] = names[i]
+      args[#args + 1] = string.format('%d', (tonumber(old[i]) or 0) + delta[i])
+    end
+  end
+  redis.call('HSET', key, unpack(args))
+  return not old[4]
 end
-redis.call('ZINCRBY', KEYS[#KEYS - 2], p + c, ARGV[7])
-redis.call('ZINCRBY', KEYS[#KEYS - 1], p + c, ARGV[8])
-local node = KEYS[#KEYS]
-redis.call('HINCRBY', node, ARGV[9] .. ':p', p)
-redis.call('HINCRBY', node, ARGV[9] .. ':c', c)
-redis.call('HINCRBY', node, ARGV[9] .. ':k', k)
-redis.call('HINCRBY', node, ARGV[9] .. ':n', 1)
-redis.call('HSET', node, ARGV[9] .. ':v', ARGV[15])
-redis.call('EXPIRE', ARGV[11], ARGV[10])
-if ARGV[12] ~= '' then redis.call('SET', ARGV[12], ARGV[13], 'EX', ARGV[14]) end
+if add(turn, {marker, ''}) then redis.call('EXPIRE', turn, detail_ttl) end
+add(KEYS[2])
+if add(KEYS[3]) then redis.call('EXPIRE', KEYS[3], ARGV[4]) end
+add(KEYS[4])
+if delta[1] + delta[2] ~= 0 then
+  redis.call('ZINCRBY', KEYS[5], delta[1] + delta[2], ARGV[10])
+end
+local tree, ref = KEYS[6], ARGV[11]
+local p, c, k, n = 0, 0, 0, 0
+local old = redis.call('HGET', tree, ref)
+if old then p, c, k, n = string.match(old, '^(%d+) (%d+) (%d+) (%d+)') end
+redis.call('HSET', tree, ref, string.format('%d %d %d %d %s',
+  p + delta[1], c + delta[2], k + delta[3], n + 1, ARGV[12]))
+if redis.call('TTL', tree) < refresh_below then redis.call('EXPIRE', tree, detail_ttl) end
+if KEYS[7] then redis.call('SET', KEYS[7], ARGV[13], 'EX', ARGV[14]) end
 return 1
 """
 
@@ -179,6 +216,67 @@ def next_reset(moment: datetime) -> datetime:
     return datetime(utc.year, utc.month, utc.day, tzinfo=UTC) + timedelta(days=1)
 
 
+def _marker(call_id: str) -> str:
+    """The field marking a call as counted in its turn's hash (64 bits of its id)."""
+    digest = hashlib.blake2b(call_id.encode(), digest_size=8).digest()
+    return "#" + base64.b64encode(digest).decode().rstrip("=")
+
+
+@dataclass(frozen=True, slots=True)
+class _Recording:
+    """The record script's keys and arguments for one call, built from named values."""
+
+    call: CallRecord
+    day: str
+    detail_ttl: int
+    audit_ttl: int = 0  # 0: no audit record
+    audit: bytes = b""
+
+    def keys(self) -> list[str]:
+        call = self.call
+        chat, user = call.chat_id, call.user_id
+        found = [
+            keys.usage_key("t", chat, call.message_id),  # 1: the turn, with the markers
+            keys.usage_key("u", user),  # 2
+            keys.usage_key("u", user, self.day),  # 3
+            keys.usage_key("d", self.day),  # 4
+            keys.usage_key("users"),  # 5
+            keys.usage_key("n", chat, call.sent.tree),  # 6: per node, this tree
+        ]
+        if self.audit_ttl > 0:
+            found.append(keys.usage_key("a", chat, call.call_id))  # 7
+        return found
+
+    def args(self) -> list[str | int | bytes]:
+        call, usage, ttl = self.call, self.call.usage, self.detail_ttl
+        return [
+            _marker(call.call_id),  # 1
+            ttl,  # 2
+            ttl - max(1, min(24 * 3600, ttl // 10)),  # 3: refresh the tree's TTL below this
+            USER_DAY_TTL,  # 4
+            usage.prompt_tokens,  # 5
+            usage.completion_tokens,  # 6
+            usage.cached_tokens,  # 7
+            int(usage.estimated),  # 8
+            int(call.error is not None),  # 9
+            call.user_id,  # 10
+            call.sent.ref,  # 11
+            call.view,  # 12
+            self.audit,  # 13
+            self.audit_ttl,  # 14
+        ]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _node_usage(value: Any) -> tuple[int, int, int, int, str]:
+    """A per-node entry "p c k n view": tokens, calls and the last call's view."""
+    p, c, k, n, view = _text(value).split(" ", 4)
+    return int(p), int(c), int(k), int(n), view
+
+
 class Accounting:
     """Records model calls and answers usage questions."""
 
@@ -190,13 +288,18 @@ class Accounting:
         outage: Outage | None = None,
         audit_days: int = 7,
         prices: Prices | None = None,
+        detail_days: int = DETAIL_DAYS,
     ) -> None:
+        if detail_days < 1:
+            raise ValueError("detail_days must be at least 1")
         self._redis = redis
         self.clock = clock
         #: Whose "Redis is unreachable" line a wait for Redis logs (the intake's, in the bot).
         self.outage = outage or Outage("Redis", "Usage is recorded once Redis is back.")
         self.audit_days = audit_days
         self.prices = prices or Prices()
+        #: Days the per-turn and per-node detail is kept after its last write.
+        self.detail_days = detail_days
         self._script = redis.register_script(_RECORD_LUA)
 
     async def record(self, call: CallRecord) -> None:
@@ -209,25 +312,13 @@ class Accounting:
 
     async def _save(self, call: CallRecord) -> None:
         now = self.clock()
-        day = day_of(now)
-        chat, user = call.chat_id, call.user_id
-        user_day = keys.usage_key("u", user, day)
-        counters = [
-            keys.usage_key("u", user),
-            user_day,
-            keys.usage_key("c", chat),
-            keys.usage_key("r", chat, call.sent.tree),
-            keys.usage_key("t", chat, call.message_id),
-            keys.usage_key("d", day),
-        ]
-        audit_key, audit_value = "", b""
+        recording = _Recording(call, day_of(now), self.detail_days * 24 * 3600)
         if self.audit_days > 0:
-            audit_key = keys.usage_key("a", chat, call.call_id)
-            audit_value = msgpack.packb(
+            audit = msgpack.packb(
                 {
                     "at": now.timestamp(),
                     "model": call.model,
-                    "user": user,
+                    "user": call.user_id,
                     "message": call.message_id,
                     "sent": str(call.sent),
                     "prompt": call.usage.prompt_tokens,
@@ -239,40 +330,14 @@ class Accounting:
                     "view": call.view,
                 }
             )
-        usage = call.usage
-        await guarded(
-            self._script(
-                keys=[
-                    keys.usage_key("call", call.call_id),
-                    *counters,
-                    keys.usage_key("users"),
-                    keys.usage_key("days"),
-                    keys.usage_key("n", chat),
-                ],
-                args=[
-                    CALL_MARKER_TTL,
-                    usage.prompt_tokens,
-                    usage.completion_tokens,
-                    usage.cached_tokens,
-                    int(usage.estimated),
-                    int(call.error is not None),
-                    user,
-                    day,
-                    call.sent.ref,
-                    USER_DAY_TTL,
-                    user_day,
-                    audit_key,
-                    audit_value,
-                    self.audit_days * 24 * 3600,
-                    call.view,
-                ],
-            )
-        )
+            recording = replace(recording, audit_ttl=self.audit_days * 24 * 3600, audit=audit)
+        await guarded(self._script(keys=recording.keys(), args=recording.args()))
 
     # ----------------------------------------------------------------- reads
 
     async def _totals(self, key: str) -> Totals:
-        return Totals.from_hash(await guarded(self._redis.hgetall(key)))
+        values = await guarded(self._redis.hmget(key, _FIELDS))
+        return Totals.from_hash(dict(zip(_FIELDS, values, strict=True)))
 
     async def user_today(self, user_id: int) -> Totals:
         return await self._totals(keys.usage_key("u", user_id, day_of(self.clock())))
@@ -285,25 +350,44 @@ class Accounting:
 
     async def chain(self, chat_id: int, path: Sequence[NodeId]) -> Totals:
         """Usage of the turns along one root → leaf path (a branch's own chain)."""
-        fields = [f"{n.ref}:{f}" for n in path for f in ("p", "c", "k", "n")]
-        if not fields:
+        if not path:
             return Totals()
-        values = await guarded(self._redis.hmget(keys.usage_key("n", chat_id), fields))
+        by_tree: dict[int, list[NodeId]] = {}
+        for node in path:
+            by_tree.setdefault(node.tree, []).append(node)
+        pipe = self._redis.pipeline(transaction=False)
+        for tree, nodes in by_tree.items():
+            pipe.hmget(keys.usage_key("n", chat_id, tree), [n.ref for n in nodes])
+        found: dict[NodeId, Any] = {}
+        for nodes, values in zip(by_tree.values(), await guarded(pipe.execute()), strict=True):
+            found.update(zip(nodes, values, strict=True))
         sums = [0, 0, 0, 0]
-        for i, value in enumerate(values):
-            sums[i % 4] += int(value) if value is not None else 0
+        for value in found.values():
+            if value is not None:
+                sums = [a + b for a, b in zip(sums, _node_usage(value)[:4], strict=True)]
+        missing = [n for n, value in found.items() if value is None]
+        if missing:  # nodes recorded before the per-tree layout
+            fields = [f"{n.ref}:{f}" for n in missing for f in ("p", "c", "k", "n")]
+            values = await guarded(self._redis.hmget(keys.usage_key("n", chat_id), fields))
+            for i, value in enumerate(values):
+                sums[i % 4] += int(value) if value is not None else 0
         return Totals(prompt=sums[0], completion=sums[1], cached=sums[2], calls=sums[3])
 
     async def last_call(self, chat_id: int, sent: NodeId) -> tuple[int, int, str] | None:
         """Prompt and completion tokens of the one call sent up to ``sent``, and its view."""
-        fields = [f"{sent.ref}:{f}" for f in ("p", "c", "n", "v")]
-        prompt, completion, calls, view = await guarded(
-            self._redis.hmget(keys.usage_key("n", chat_id), fields)
-        )
-        if not calls or int(calls) != 1 or prompt is None or completion is None:
-            return None  # unknown, or several calls summed: not one request's size
-        text = view.decode() if isinstance(view, bytes) else (view or "")
-        return int(prompt), int(completion), text
+        value = await guarded(self._redis.hget(keys.usage_key("n", chat_id, sent.tree), sent.ref))
+        if value is not None:
+            prompt, completion, _, calls, view = _node_usage(value)
+        else:  # recorded before the per-tree layout, if at all
+            fields = [f"{sent.ref}:{f}" for f in ("p", "c", "n", "v")]
+            raw = await guarded(self._redis.hmget(keys.usage_key("n", chat_id), fields))
+            if any(v is None for v in raw[:3]):
+                return None
+            prompt, completion, calls = (int(_text(v)) for v in raw[:3])
+            view = _text(raw[3]) if raw[3] is not None else ""
+        if calls != 1:
+            return None  # several calls summed: not one request's size
+        return prompt, completion, view
 
     async def stats(
         self, *, days: int = 14, users: int = 20
@@ -314,7 +398,7 @@ class Accounting:
         )
         per_user = []
         for raw in top:
-            user = int(raw.decode() if isinstance(raw, bytes) else str(raw))
+            user = int(_text(raw))
             per_user.append((user, await self.user_all_time(user), await self.user_today(user)))
         today = self.clock()
         per_day = []
