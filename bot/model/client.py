@@ -5,10 +5,23 @@ The SDK retries 429, 5xx, timeouts and refused connections itself (honouring
 before any text arrived is retried here too (:func:`bot.retry.retrying`).
 Every failure becomes a :class:`ModelError` whose ``kind`` the turn flow turns
 into a clear message.
+
+Request bodies are built here, not by the SDK: ``chat.completions.create`` walks
+every message through its type-driven transform on every call (about 0.1 ms a
+message, so a long chain cost more CPU than everything else in a turn). Each
+stored message is immutable, so its JSON is encoded once and kept in a
+byte-bounded :class:`WireCache`; a request body is those pieces joined. The body
+goes to the SDK's ``post(..., content=bytes)``, which sends it as it is and still
+does auth, retries (bytes replay), error mapping and SSE parsing. The bytes are
+exactly what ``create()`` would have sent (same keys in the same order, the
+same ``json.dumps`` settings as the SDK's ``openapi_dumps``), so the same chain
+is the same request bytes every turn and prompt caches keep hitting.
 """
 
 from __future__ import annotations
 
+import inspect
+import json
 import logging
 import math
 import time
@@ -18,7 +31,7 @@ from typing import Any, Literal, Protocol, cast
 
 import openai
 from openai.types import CompletionUsage
-from openai.types.chat import ChatCompletionMessageParam
+from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageParam
 
 from transcript import ChatMessage
 
@@ -31,6 +44,9 @@ ErrorKind = Literal["rate_limited", "unavailable", "timeout", "too_long", "rejec
 MESSAGE_OVERHEAD = 4
 #: Waits between tries of a stream that broke before any text arrived.
 BROKEN_STREAM_BACKOFF = Backoff(0.5, 8.0, 0.2)
+#: Encoded bytes of messages the wire cache keeps (about twice that in memory,
+#: counting the messages it keys on).
+WIRE_CACHE_BYTES = 4 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,16 +125,25 @@ def _estimated(messages: Sequence[ChatMessage], text: str) -> Usage:
     return Usage(estimate_messages(messages), estimate_text(text), 0, estimated=True)
 
 
-def wire_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
-    """The request's messages: leading system messages (the root prompt and a fold's
-    summary) joined into one, since some chat templates accept only one, first."""
+def _lead(messages: Sequence[ChatMessage]) -> int:
+    """How many leading system messages :func:`wire_messages` joins into one."""
     lead = 0
     while lead < len(messages) and messages[lead].role == "system" and not messages[lead].name:
         lead += 1
+    return lead
+
+
+def _joined_system(messages: Sequence[ChatMessage], lead: int) -> ChatMessage:
+    return ChatMessage("system", "\n\n".join(m.content or "" for m in messages[:lead]))
+
+
+def wire_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+    """The request's messages: leading system messages (the root prompt and a fold's
+    summary) joined into one, since some chat templates accept only one, first."""
+    lead = _lead(messages)
     payload = [to_openai(m) for m in messages[lead:]]
     if lead:
-        system = "\n\n".join(m.content or "" for m in messages[:lead])
-        payload.insert(0, {"role": "system", "content": system})
+        payload.insert(0, to_openai(_joined_system(messages, lead)))
     return payload
 
 
@@ -135,6 +160,101 @@ def to_openai(message: ChatMessage) -> dict[str, Any]:
     if message.name is not None:
         out["name"] = message.name
     return out
+
+
+#: The SDK's ``openapi_dumps`` settings (openai/_utils/_json.py), so a body built here
+#: is byte for byte the one ``create()`` would send.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _dumps(value: object) -> bytes:
+    return _ENCODER.encode(value).encode()
+
+
+class WireCache:
+    """The JSON of stored messages, each encoded once, within a byte budget.
+
+    Two generations: a lookup is one dict lookup in the young one (a message the
+    transcript cache handed out before is found by identity, without comparing
+    contents; an equal message decoded afresh is found by value); a hit in the old
+    one is moved to the young one. When the young generation has encoded half the
+    budget it becomes the old one and the previous old one is dropped, so what the
+    recent requests used stays and memory is bounded by ``max_bytes`` (plus the
+    messages the entries keep alive, about as large again).
+    """
+
+    def __init__(self, max_bytes: int = WIRE_CACHE_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._young: dict[ChatMessage, bytes] = {}
+        self._old: dict[ChatMessage, bytes] = {}
+        self._young_bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._young) + len(self._old)
+
+    @property
+    def nbytes(self) -> int:
+        """Encoded bytes held (both generations)."""
+        return sum(map(len, self._young.values())) + sum(map(len, self._old.values()))
+
+    def encode(self, message: ChatMessage) -> bytes:
+        """``message`` as the JSON object the request carries."""
+        data = self._young.get(message)
+        if data is not None:
+            return data
+        data = self._old.pop(message, None)
+        if data is None:
+            data = _dumps(to_openai(message))
+        self._young_bytes += len(data)
+        if self._young_bytes > self.max_bytes // 2:
+            self._old, self._young = self._young, {}
+            self._young_bytes = len(data)
+        self._young[message] = data
+        return data
+
+    def messages(self, messages: Sequence[ChatMessage]) -> bytes:
+        """The JSON array of :func:`wire_messages` (same values, same bytes)."""
+        lead = _lead(messages)
+        encode = self.encode
+        parts = [encode(m) for m in messages[lead:]]
+        if lead:
+            parts.insert(0, encode(_joined_system(messages, lead)))
+        return b"[" + b",".join(parts) + b"]"
+
+    def stream_body(self, model: str, messages: Sequence[ChatMessage]) -> bytes:
+        """The body ``create(model, messages, stream=True, stream_options=include_usage)``
+        sends, keys in its order."""
+        return b"".join(
+            (
+                b'{"model":',
+                _dumps(model),
+                b',"stream":true,"messages":',
+                self.messages(messages),
+                b',"stream_options":{"include_usage":true}}',
+            )
+        )
+
+    def complete_body(self, model: str, messages: Sequence[ChatMessage], max_tokens: int) -> bytes:
+        """The body ``create(model, messages, max_tokens)`` sends, keys in its order."""
+        return b"".join(
+            (
+                b'{"model":',
+                _dumps(model),
+                b',"messages":',
+                self.messages(messages),
+                b',"max_tokens":',
+                _dumps(max_tokens),
+                b"}",
+            )
+        )
+
+
+def _can_post_bytes(client: openai.AsyncOpenAI) -> bool:
+    """Whether this SDK's ``post`` sends a prebuilt body as it is (``content=``)."""
+    try:
+        return "content" in inspect.signature(client.post).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _classify(exc: Exception) -> ModelError:
@@ -176,7 +296,12 @@ class ModelClient:
         model: str,
         timeout: float,
         max_retries: int,
+        wire_cache_bytes: int = WIRE_CACHE_BYTES,
+        sdk_bodies: bool = False,
     ) -> None:
+        """``sdk_bodies``: let the SDK build each request body from message dicts
+        (the slow path: the bench's baseline, and what an SDK without
+        ``post(content=...)`` gets)."""
         self.model = model
         self.name = model
         self.max_retries = max_retries
@@ -186,6 +311,8 @@ class ModelClient:
             timeout=openai.Timeout(timeout, connect=min(timeout, 10.0)),
             max_retries=max_retries,
         )
+        self.wire = WireCache(wire_cache_bytes)
+        self._post_bytes = not sdk_bodies and _can_post_bytes(self._client)
 
     async def close(self) -> None:
         await self._client.close()
@@ -194,13 +321,17 @@ class ModelClient:
         self, messages: Sequence[ChatMessage], on_text: Callable[[str], None]
     ) -> Answer:
         """Stream one answer, calling ``on_text`` with the whole text so far."""
-        payload = wire_messages(messages)
+        body: bytes | list[dict[str, Any]] = (
+            self.wire.stream_body(self.model, messages)
+            if self._post_bytes
+            else wire_messages(messages)
+        )
         started = time.monotonic()
         try:
             # The SDK retried the request itself (429, 5xx, timeouts); only a
             # stream that broke before any text arrived is retried here.
             return await retrying(
-                lambda: self._stream_once(messages, payload, on_text, started),
+                lambda: self._stream_once(messages, body, on_text, started),
                 on=(ModelError,),
                 when=lambda exc: isinstance(exc, ModelError) and exc.broke_before_text,
                 attempts=self.max_retries + 1,
@@ -216,14 +347,21 @@ class ModelClient:
 
     async def complete(self, messages: Sequence[ChatMessage], *, max_tokens: int) -> Answer:
         """One answer without streaming (used for summaries); errors as :class:`ModelError`."""
-        payload = wire_messages(messages)
         started = time.monotonic()
         try:
-            response = await self._client.chat.completions.create(
-                model=self.model,
-                messages=cast("list[ChatCompletionMessageParam]", payload),
-                max_tokens=max_tokens,
-            )
+            if self._post_bytes:
+                response = await self._client.post(
+                    "/chat/completions",
+                    cast_to=ChatCompletion,
+                    content=self.wire.complete_body(self.model, messages, max_tokens),
+                    options={"security": {"bearer_auth": True}},
+                )
+            else:
+                response = await self._client.chat.completions.create(
+                    model=self.model,
+                    messages=cast("list[ChatCompletionMessageParam]", wire_messages(messages)),
+                    max_tokens=max_tokens,
+                )
         except openai.OpenAIError as exc:
             error = _classify(exc)
             error.latency = time.monotonic() - started
@@ -234,20 +372,37 @@ class ModelClient:
         finish = response.choices[0].finish_reason if response.choices else None
         return Answer(text, usage, self.model, time.monotonic() - started, finish)
 
+    async def _open_stream(
+        self, body: bytes | list[dict[str, Any]]
+    ) -> openai.AsyncStream[ChatCompletionChunk]:
+        if isinstance(body, bytes):
+            # post() sends ``content`` as it is (no transform, no copy; bytes are
+            # replayed on the SDK's retries) with the same auth and SSE parsing
+            # create() uses; create() passes the same path, cast and security.
+            return await self._client.post(
+                "/chat/completions",
+                cast_to=ChatCompletion,
+                content=body,
+                options={"security": {"bearer_auth": True}},
+                stream=True,
+                stream_cls=openai.AsyncStream[ChatCompletionChunk],
+            )
+        return await self._client.chat.completions.create(
+            model=self.model,
+            messages=cast("list[ChatCompletionMessageParam]", body),
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+
     async def _stream_once(
         self,
         messages: Sequence[ChatMessage],
-        payload: list[dict[str, Any]],
+        body: bytes | list[dict[str, Any]],
         on_text: Callable[[str], None],
         started: float,
     ) -> Answer:
         try:
-            stream = await self._client.chat.completions.create(
-                model=self.model,
-                messages=cast("list[ChatCompletionMessageParam]", payload),
-                stream=True,
-                stream_options={"include_usage": True},
-            )
+            stream = await self._open_stream(body)
         except openai.OpenAIError as exc:
             raise _classify(exc) from exc
         text = ""
