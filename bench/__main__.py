@@ -23,6 +23,7 @@ BENCHES = {
     "transcript": "bench.transcript_bench",
     "bot": "bench.bot_bench",
     "context": "bench.context_bench",
+    "cpu": "bench.cpu_bench",
 }
 
 #: Smaller sizes for the quick run, by bench: module constant -> quick value. A bench
@@ -32,6 +33,7 @@ QUICK: dict[str, dict[str, object]] = {
     "transcript": {"COLD_RUNS": 10, "HOT_RUNS": 100},
     "bot": {"DEPTHS": (10, 100, 1000), "TURNS": 60, "CONCURRENT_CHATS": 20},
     "context": {"TURNS": 200, "CHECKPOINTS": (50, 100, 150, 200)},
+    "cpu": {"CALLS": 20, "WARMUP": 3},
 }
 
 #: Seconds between "still running" lines while a bench is busy.
