@@ -24,6 +24,8 @@ BENCHES = {
     "bot": "bench.bot_bench",
     "context": "bench.context_bench",
     "cpu": "bench.cpu_bench",
+    "bytes": "bench.bytes_bench",
+    "load": "bench.load_bench",
 }
 
 #: Smaller sizes for the quick run, by bench: module constant -> quick value. A bench
@@ -34,6 +36,7 @@ QUICK: dict[str, dict[str, object]] = {
     "bot": {"DEPTHS": (10, 100, 1000), "TURNS": 60, "CONCURRENT_CHATS": 20},
     "context": {"TURNS": 200, "CHECKPOINTS": (50, 100, 150, 200)},
     "cpu": {"CALLS": 20, "WARMUP": 3},
+    "load": {"CONCURRENT_USERS": (50, 200), "FAIRNESS_BACKLOG": 60},
 }
 
 #: Seconds between "still running" lines while a bench is busy.
