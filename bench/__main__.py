@@ -24,7 +24,6 @@ BENCHES = {
     "bot": "bench.bot_bench",
     "context": "bench.context_bench",
     "cpu": "bench.cpu_bench",
-    "bytes": "bench.bytes_bench",
     "load": "bench.load_bench",
 }
 
