@@ -15,6 +15,9 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from openai._utils._json import openapi_dumps
 from openai.resources.chat.completions import completions as sdk_completions
 
 from bot.model import ModelClient, ModelError, WireCache, wire_messages
@@ -284,8 +287,19 @@ def test_the_wire_cache_stays_within_its_budget() -> None:
     cache = WireCache(max_bytes=64 * 1024)
     for i in range(20_000):
         cache.encode(ChatMessage("user", f"message number {i} " + "x" * (i % 300)))
-        assert cache.nbytes <= 64 * 1024 + 400
-    assert 0 < len(cache) < 20_000
+        assert cache.nbytes <= 64 * 1024
+    assert 0 < len(cache) < 1_000
+    held = sum(map(len, cache._young.values())) + sum(map(len, cache._old.values()))
+    assert held <= cache.nbytes // 2
+
+
+def test_a_message_larger_than_the_budget_passes_through() -> None:
+    cache = WireCache(max_bytes=1024)
+    big = ChatMessage("user", "z" * 5000)
+    assert json.loads(cache.encode(big)) == {"role": "user", "content": "z" * 5000}
+    cache.encode(ChatMessage("user", "small"))
+    cache.encode(ChatMessage("user", "another"))
+    assert big not in cache._young and big not in cache._old
 
 
 def test_the_wire_cache_keeps_a_chain_it_keeps_seeing() -> None:
@@ -298,3 +312,37 @@ def test_the_wire_cache_keeps_a_chain_it_keeps_seeing() -> None:
             assert cache.messages(messages) == first
     assert cache.messages(fresh(messages)) == first
     assert json.loads(first) == wire_messages(messages)
+
+
+_texts = st.text(st.characters(codec="utf-8"), max_size=60)
+_messages = st.lists(
+    st.builds(
+        ChatMessage,
+        st.sampled_from(["system", "user", "assistant", "tool"]),
+        st.one_of(st.none(), _texts),
+        st.tuples() | st.tuples(st.builds(ToolCall, _texts, _texts, _texts)),
+        st.none() | _texts,
+        st.none() | _texts,
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(messages=_messages, model=_texts, max_tokens=st.integers(1, 100_000))
+def test_bodies_are_what_the_sdk_serializer_writes(
+    messages: list[ChatMessage], model: str, max_tokens: int
+) -> None:
+    cache = WireCache(max_bytes=4096)
+    wire = wire_messages(messages)
+    streamed = {
+        "model": model,
+        "stream": True,
+        "messages": wire,
+        "stream_options": {"include_usage": True},
+    }
+    for _ in range(2):  # encoded, then from the cache
+        assert cache.stream_body(model, messages) == openapi_dumps(streamed)
+        assert cache.complete_body(model, messages, max_tokens) == openapi_dumps(
+            {"model": model, "messages": wire, "max_tokens": max_tokens}
+        )
