@@ -9,10 +9,11 @@ from pathlib import Path
 import msgpack
 from redis.asyncio import Redis
 
+from bot.data import keys
 from bot.model import Usage
 from bot.turn.notices import DAILY_LIMIT as DAILY_LIMIT_NOTICE
 from bot.turn.notices import TURN_GUARD as TURN_GUARD_NOTICE
-from bot.usage.accounting import Accounting, CallRecord, Totals, utc_now
+from bot.usage.accounting import AUDIT_FIELDS, Accounting, CallRecord, Totals, utc_now
 from bot.usage.reports import OWNER_ONLY_TEXT
 from transcript import NodeId
 
@@ -213,7 +214,7 @@ async def test_audit_records_reference_nodes_and_hold_no_text(
     raw = await redis.get(keys[0])
     assert raw is not None
     assert b"private thought" not in raw
-    record = msgpack.unpackb(raw)
+    record = dict(zip(AUDIT_FIELDS, msgpack.unpackb(raw), strict=True))
     assert record["message"] == message
     assert record["sent"].startswith(f"{USER}/")
     assert record["prompt"] == llm.usages[0].prompt_tokens
@@ -231,3 +232,123 @@ async def test_accounting_counts_concurrent_records_exactly(redis: Redis) -> Non
     assert totals.completion == 2000
     assert totals.cached == 600
     assert (await accounting.chain(5, [node])).calls == 200
+
+
+NOON = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def node(idx: int, tree: int = 1, seg: int = 0) -> NodeId:
+    return NodeId("5", tree, seg, idx)
+
+
+async def test_a_repeated_record_is_counted_once_everywhere(redis: Redis) -> None:
+    accounting = Accounting(redis, clock=Clock(NOON))
+    call = CallRecord(5, 7, 11, node(1), "m", Usage(100, 20, 30), 0.1)
+    for _ in range(3):
+        await accounting.record(call)
+    once = Totals(100, 20, 30, 1)
+    assert await accounting.user_all_time(7) == once
+    assert await accounting.user_today(7) == once
+    assert await accounting.turn(5, 11) == once
+    assert await accounting.chain(5, [node(1)]) == once
+    _, per_day = await accounting.stats(days=1)
+    assert per_day == [("20260301", once)]
+    # another call on the same node and turn is counted
+    await accounting.record(CallRecord(5, 7, 11, node(1), "m", Usage(1, 2), 0.1))
+    assert await accounting.turn(5, 11) == once + Totals(1, 2, 0, 1)
+    assert await accounting.chain(5, [node(1)]) == once + Totals(1, 2, 0, 1)
+
+
+async def test_zero_counts_are_not_written(redis: Redis) -> None:
+    accounting = Accounting(redis, clock=Clock(NOON))
+    await accounting.record(CallRecord(5, 7, 11, node(1), "m", Usage(100, 20), 0.1))
+    for key in (keys.usage_key("u", 7), keys.usage_key("u", 7, "20260301")):
+        assert await redis.hgetall(key) == {b"p": b"100", b"c": b"20", b"n": b"1"}
+    await accounting.record(
+        CallRecord(5, 7, 12, node(3), "m", Usage(5, 0, 0, estimated=True), 0.1, error="timeout")
+    )
+    assert await redis.hgetall(keys.usage_key("d", "20260301")) == {
+        b"p": b"105",
+        b"c": b"20",
+        b"n": b"2",
+        b"e": b"1",
+        b"x": b"1",
+    }
+    assert await accounting.user_all_time(7) == Totals(105, 20, 0, 2, 1, 1)
+    # no aggregate nobody reads: per chat, per tree, the days zset, per-call marker keys
+    names = {k.decode() async for k in redis.scan_iter(match="rc:{usage}:*")}
+    audits = {n for n in names if n.startswith(keys.usage_key("a", 5, ""))}
+    assert names - audits == {
+        keys.usage_key(*parts)
+        for parts in (
+            ("u", 7), ("u", 7, "20260301"), ("d", "20260301"), ("users",),
+            ("t", 5, "20260301"), ("n", 5, 1),
+        )
+    }  # fmt: skip
+    assert len(audits) == 2
+
+
+async def test_detail_keys_expire_after_the_setting(redis: Redis) -> None:
+    clock = Clock(NOON)
+    accounting = Accounting(redis, clock=clock, detail_days=30, audit_days=0)
+    await accounting.record(CallRecord(5, 7, 11, node(1), "m", Usage(100, 20), 0.1))
+    turns, tree = keys.usage_key("t", 5, "20260301"), keys.usage_key("n", 5, 1)
+    for key in (turns, tree):
+        assert 29 * 86400 < await redis.ttl(key) <= 30 * 86400
+    assert 0 < await redis.ttl(keys.usage_key("u", 7, "20260301")) <= 400 * 86400
+    assert await redis.ttl(keys.usage_key("u", 7)) == -1  # all-time totals are kept
+    # a write refreshes the tree's TTL once it is more than a day old
+    await redis.expire(tree, 20 * 86400)
+    await accounting.record(CallRecord(5, 7, 13, node(3), "m", Usage(1, 1), 0.1))
+    assert await redis.ttl(tree) > 29 * 86400
+    assert not [k async for k in redis.scan_iter(match="rc:{usage}:a:*")]  # audit off
+    assert not [k async for k in redis.scan_iter(match="rc:{usage}:call:*")]
+
+
+async def test_turn_totals_span_midnight(redis: Redis) -> None:
+    clock = Clock(datetime(2026, 3, 1, 23, 59, tzinfo=UTC))
+    accounting = Accounting(redis, clock=clock)
+    await accounting.record(CallRecord(5, 7, 11, node(1), "m", Usage(100, 20), 0.1))
+    clock.now += timedelta(minutes=2)
+    await accounting.record(CallRecord(5, 7, 11, node(1), "m", Usage(10, 2), 0.1))
+    assert await accounting.turn(5, 11) == Totals(110, 22, 0, 2)
+    assert await accounting.turn(5, 12) == Totals()
+    assert (await accounting.user_today(7)).tokens == 12
+
+
+async def test_last_call_and_chain_across_branches(redis: Redis) -> None:
+    accounting = Accounting(redis, clock=Clock(NOON))
+    # tree 1: root 0.0, a 0.1 (user) / 0.2 (answer), then two branches off 0.2:
+    # left 0.3 / 0.4 and right 1.0 (a new segment) / 1.1; tree 2 is another conversation
+    a, left, right, other = node(1), node(3), node(0, seg=1), node(1, tree=2)
+    await accounting.record(CallRecord(5, 7, 11, a, "m", Usage(100, 10), 0.1))
+    await accounting.record(CallRecord(5, 7, 13, left, "m", Usage(200, 20, 50), 0.1, view="1:0.1"))
+    await accounting.record(CallRecord(5, 7, 15, right, "m", Usage(300, 30), 0.1))
+    await accounting.record(CallRecord(5, 7, 17, other, "m", Usage(1, 1), 0.1))
+    assert await accounting.last_call(5, a) == (100, 10, "")
+    assert await accounting.last_call(5, left) == (200, 20, "1:0.1")
+    assert await accounting.last_call(5, right) == (300, 30, "")
+    assert await accounting.last_call(5, node(2)) is None  # no call sent up to an answer
+    assert await accounting.last_call(6, a) is None  # another chat
+    root = node(0)
+    assert await accounting.chain(5, [root, a, node(2), left, node(4)]) == Totals(300, 30, 50, 2)
+    assert await accounting.chain(5, [root, a, node(2), right, node(1, seg=1)]) == Totals(
+        400, 40, 0, 2
+    )
+    assert await accounting.chain(5, [node(0, tree=2), other]) == Totals(1, 1, 0, 1)
+    assert await accounting.chain(5, []) == Totals()
+    # a second call sent up to the same node: the sizes of one request are no longer known
+    await accounting.record(CallRecord(5, 7, 13, left, "m", Usage(5, 5), 0.1, view="summary"))
+    assert await accounting.last_call(5, left) is None
+    assert await accounting.chain(5, [a, left]) == Totals(305, 35, 50, 3)
+
+
+async def test_nodes_recorded_in_the_old_per_chat_hash_are_still_read(redis: Redis) -> None:
+    accounting = Accounting(redis, clock=Clock(NOON))
+    old = {"0:0.1:p": 100, "0:0.1:c": 10, "0:0.1:k": 5, "0:0.1:n": 1, "0:0.1:v": ""}
+    await redis.hset(keys.usage_key("n", 5), mapping=old)  # type: ignore[arg-type]
+    a, b = NodeId("5", 0, 0, 1), NodeId("5", 0, 0, 3)
+    await accounting.record(CallRecord(5, 7, 13, b, "m", Usage(200, 20), 0.1))
+    assert await accounting.last_call(5, a) == (100, 10, "")
+    assert await accounting.last_call(5, b) == (200, 20, "")
+    assert await accounting.chain(5, [a, b]) == Totals(300, 30, 5, 2)

@@ -14,16 +14,19 @@ tokens, calls, estimated calls, failed calls; a zero field is absent):
     rc:{usage}:u:<user>:<day>     per user and UTC day (daily limit, /usage); 400 days
     rc:{usage}:d:<day>            per UTC day (/stats)
     rc:{usage}:users              zset: tokens per user (the top users of /stats)
-    rc:{usage}:t:<chat>:<m>       per turn (the per-turn token guard) and the markers
-                                    "#<digest of the call id>" of the calls counted in
-                                    it (a repeated record is a no-op); expires
-                                    ``detail_days`` after the turn's first call
-    rc:{usage}:n:<chat>:<tree>    hash "<node ref>" -> "p c k n view": the calls sent
-                                    up to that node, per conversation tree (/usage of
-                                    a branch sums a path; the context window sizes the
-                                    next request from the previous one); expires
+    rc:{usage}:t:<chat>:<day>     hash "<m>" -> "p c k n e x": per turn (the user's
+                                    message id m), for the per-turn token guard, in the
+                                    chat's hash of the day of the call; expires
+                                    ``detail_days`` after the day's first call
+    rc:{usage}:n:<chat>:<tree>    hash "<node ref>" -> "p c k n markers view": the calls
+                                    sent up to that node, per conversation tree (/usage
+                                    of a branch sums a path; the context window sizes
+                                    the next request from the previous one); markers
+                                    are "#" and 8 characters of a digest of each counted
+                                    call's id (a repeated record is a no-op); expires
                                     ``detail_days`` after the tree's last call
-    rc:{usage}:a:<chat>:<id>      audit record of one call (``audit_days``)
+    rc:{usage}:a:<chat>:<id>      audit record of one call (``audit_days``): a msgpack
+                                    array in the order of :data:`AUDIT_FIELDS`
 
 Keys of the earlier layout (``rc:{usage}:n:<chat>`` with "<ref>:p|c|k|n|v" fields,
 ``c:``, ``r:``, ``days``, ``call:``) are no longer written; the per-node reads
@@ -64,21 +67,29 @@ USER_DAY_TTL = 400 * 24 * 3600
 #: Default days the per-turn and per-node detail is kept (like the call markers were).
 DETAIL_DAYS = 90
 _FIELDS = ("p", "c", "k", "n", "e", "x")
+#: The audit record's fields, in the order of its msgpack array.
+AUDIT_FIELDS = (
+    "at", "model", "user", "message", "sent", "prompt", "completion", "cached", "estimated",
+    "latency", "error", "view",
+)  # fmt: skip
 
 # KEYS and ARGV: see _Recording. Counter hashes are read with HMGET and written
 # with one HSET of the changed fields (fewer commands, so less AOF, than one
-# HINCRBY per field); the script runs atomically, so this is as exact.
+# HINCRBY per field); the script runs atomically, so this is as exact. The
+# per-node entry "p c k n markers view" carries the markers of the calls counted
+# in it, so a repeated record is found there before anything is written.
 _RECORD_LUA = """
-local turn, marker = KEYS[1], ARGV[1]
-if redis.call('HEXISTS', turn, marker) == 1 then return 0 end
+local tree, ref, marker = KEYS[6], ARGV[11], ARGV[1]
+local node = redis.call('HGET', tree, ref)
+if node and string.find(node, marker, 1, true) then return 0 end
 local detail_ttl, refresh_below = tonumber(ARGV[2]), tonumber(ARGV[3])
 local names = {'p', 'c', 'k', 'n', 'e', 'x'}
 local delta = {tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), 1,
                tonumber(ARGV[8]), tonumber(ARGV[9])}
--- adds delta to the hash (and sets the extra fields); true if it had no calls yet
-local function add(key, extra)
+-- adds delta to a counter hash; true if it had no calls yet
+local function add(key)
   local old = redis.call('HMGET', key, unpack(names))
-  local args = extra or {}
+  local args = {}
   for i = 1, 6 do
     if delta[i] ~= 0 then
       args[#args + 1] = names[i]
@@ -88,19 +99,25 @@ local function add(key, extra)
   redis.call('HSET', key, unpack(args))
   return not old[4]
 end
-if add(turn, {marker, ''}) then redis.call('EXPIRE', turn, detail_ttl) end
 add(KEYS[2])
 if add(KEYS[3]) then redis.call('EXPIRE', KEYS[3], ARGV[4]) end
 add(KEYS[4])
 if delta[1] + delta[2] ~= 0 then
   redis.call('ZINCRBY', KEYS[5], delta[1] + delta[2], ARGV[10])
 end
-local tree, ref = KEYS[6], ARGV[11]
-local p, c, k, n = 0, 0, 0, 0
-local old = redis.call('HGET', tree, ref)
-if old then p, c, k, n = string.match(old, '^(%d+) (%d+) (%d+) (%d+)') end
-redis.call('HSET', tree, ref, string.format('%d %d %d %d %s',
-  p + delta[1], c + delta[2], k + delta[3], n + 1, ARGV[12]))
+-- the turn's entry "p c k n e x" in its chat's hash of the day
+local turns, m = KEYS[1], ARGV[15]
+local t = {0, 0, 0, 0, 0, 0}
+local old = redis.call('HGET', turns, m)
+if old then t = {string.match(old, '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')} end
+for i = 1, 6 do t[i] = string.format('%d', t[i] + delta[i]) end
+redis.call('HSET', turns, m, table.concat(t, ' '))
+if redis.call('TTL', turns) < 0 then redis.call('EXPIRE', turns, detail_ttl) end
+-- the node's entry
+local p, c, k, n, seen = 0, 0, 0, 0, ''
+if node then p, c, k, n, seen = string.match(node, '^(%d+) (%d+) (%d+) (%d+) (%S+)') end
+redis.call('HSET', tree, ref, string.format('%d %d %d %d %s%s %s',
+  p + delta[1], c + delta[2], k + delta[3], n + 1, seen, marker, ARGV[12]))
 if redis.call('TTL', tree) < refresh_below then redis.call('EXPIRE', tree, detail_ttl) end
 if KEYS[7] then redis.call('SET', KEYS[7], ARGV[13], 'EX', ARGV[14]) end
 return 1
@@ -217,9 +234,9 @@ def next_reset(moment: datetime) -> datetime:
 
 
 def _marker(call_id: str) -> str:
-    """The field marking a call as counted in its turn's hash (64 bits of its id)."""
-    digest = hashlib.blake2b(call_id.encode(), digest_size=8).digest()
-    return "#" + base64.b64encode(digest).decode().rstrip("=")
+    """Marks a call as counted in its node's entry: 48 bits of its id, "#" and 8 characters."""
+    digest = hashlib.blake2b(call_id.encode(), digest_size=6).digest()
+    return "#" + base64.urlsafe_b64encode(digest).decode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +253,7 @@ class _Recording:
         call = self.call
         chat, user = call.chat_id, call.user_id
         found = [
-            keys.usage_key("t", chat, call.message_id),  # 1: the turn, with the markers
+            keys.usage_key("t", chat, self.day),  # 1: the chat's turns of the day
             keys.usage_key("u", user),  # 2
             keys.usage_key("u", user, self.day),  # 3
             keys.usage_key("d", self.day),  # 4
@@ -264,6 +281,7 @@ class _Recording:
             call.view,  # 12
             self.audit,  # 13
             self.audit_ttl,  # 14
+            call.message_id,  # 15: the turn's field in 1
         ]
 
 
@@ -272,8 +290,8 @@ def _text(value: Any) -> str:
 
 
 def _node_usage(value: Any) -> tuple[int, int, int, int, str]:
-    """A per-node entry "p c k n view": tokens, calls and the last call's view."""
-    p, c, k, n, view = _text(value).split(" ", 4)
+    """A per-node entry "p c k n markers view": tokens, calls and the last call's view."""
+    p, c, k, n, _, view = _text(value).split(" ", 5)
     return int(p), int(c), int(k), int(n), view
 
 
@@ -314,22 +332,13 @@ class Accounting:
         now = self.clock()
         recording = _Recording(call, day_of(now), self.detail_days * 24 * 3600)
         if self.audit_days > 0:
-            audit = msgpack.packb(
-                {
-                    "at": now.timestamp(),
-                    "model": call.model,
-                    "user": call.user_id,
-                    "message": call.message_id,
-                    "sent": str(call.sent),
-                    "prompt": call.usage.prompt_tokens,
-                    "completion": call.usage.completion_tokens,
-                    "cached": call.usage.cached_tokens,
-                    "estimated": call.usage.estimated,
-                    "latency": round(call.latency, 3),
-                    "error": call.error,
-                    "view": call.view,
-                }
-            )
+            usage = call.usage
+            record = [
+                int(now.timestamp()), call.model, call.user_id, call.message_id, str(call.sent),
+                usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
+                usage.estimated, round(call.latency, 3), call.error, call.view,
+            ]  # fmt: skip
+            audit = msgpack.packb(record)
             recording = replace(recording, audit_ttl=self.audit_days * 24 * 3600, audit=audit)
         await guarded(self._script(keys=recording.keys(), args=recording.args()))
 
@@ -346,7 +355,16 @@ class Accounting:
         return await self._totals(keys.usage_key("u", user_id))
 
     async def turn(self, chat_id: int, message_id: int) -> Totals:
-        return await self._totals(keys.usage_key("t", chat_id, message_id))
+        """The calls of the turn answering ``message_id`` (those of today and yesterday)."""
+        now = self.clock()
+        pipe = self._redis.pipeline(transaction=False)
+        for day in (day_of(now), day_of(now - timedelta(days=1))):
+            pipe.hget(keys.usage_key("t", chat_id, day), str(message_id))
+        total = Totals()
+        for value in await guarded(pipe.execute()):
+            if value is not None:
+                total = total + Totals(*map(int, _text(value).split(" ")))
+        return total
 
     async def chain(self, chat_id: int, path: Sequence[NodeId]) -> Totals:
         """Usage of the turns along one root → leaf path (a branch's own chain)."""
