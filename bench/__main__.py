@@ -23,6 +23,7 @@ BENCHES = {
     "transcript": "bench.transcript_bench",
     "bot": "bench.bot_bench",
     "context": "bench.context_bench",
+    "bytes": "bench.bytes_bench",
     "cpu": "bench.cpu_bench",
     "load": "bench.load_bench",
 }
