@@ -13,7 +13,7 @@ LOCAL_REDIS_PIDFILE := data/redis.pid
 PIP_COMPILE := CUSTOM_COMPILE_COMMAND="make upgrade" $(BIN)/pip-compile --quiet --strip-extras \
 	--no-emit-index-url --no-emit-find-links
 
-.PHONY: run stop test install dev-install redis-server check-config lint typecheck pytest \
+.PHONY: run stop test install dev-install redis-server check-config lint typecheck pytest soak \
 	bench upgrade lock clean
 
 # Runtime dependencies only, pinned by requirements.txt (the systemd / production path).
@@ -83,6 +83,14 @@ pytest: dev-install redis-server
 	$(BIN)/pytest
 
 test: dev-install redis-server lint typecheck pytest
+
+# The chaos soak (not part of `make test`): the real bot killed at random, Redis
+# restarted, model and Telegram faults; every message answered once on its chain.
+# `make soak SEEDS="1 2 3" MINUTES=8` runs one soak per seed.
+SEEDS ?= 1
+MINUTES ?= 8
+soak: dev-install redis-server
+	@for seed in $(SEEDS); do $(BIN)/python -m bench.soak --seed $$seed --minutes $(MINUTES) || exit 1; done
 
 # A quick run (tens of seconds) by default; `make bench FULL=1` for the full sizes.
 bench: dev-install redis-server

@@ -13,15 +13,18 @@ import asyncio
 import contextlib
 import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import msgpack
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 
 from bot.bus.inbound import Inbound
+from bot.bus.intake import Intake
 from bot.bus.runner import InFlight
+from bot.data import keys
 from bot.data.connection import connect
 from bot.model import Answer, Usage
 from bot.retry import Outage
@@ -183,10 +186,93 @@ async def _concurrent(redis: Redis) -> float:
     return CONCURRENT_CHATS * 10 / (time.perf_counter() - started)
 
 
+class RoundTrips:
+    """Counts Redis round trips as the caller waits for them.
+
+    Every command or pipeline sent while nothing else is in flight starts a
+    round trip; writes sent side by side (awaited together) share one, as they
+    share one wait.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._in_flight = 0
+
+    @contextlib.contextmanager
+    def counting(self) -> Iterator[None]:
+        command: Any = Redis.execute_command
+        pipeline: Any = Pipeline.execute
+        meter = self
+
+        async def counted_command(client: Redis, *args: Any, **options: Any) -> Any:
+            if isinstance(client, Pipeline):  # a pipeline queues; its execute() sends
+                return await command(client, *args, **options)
+            async with meter._wave():
+                return await command(client, *args, **options)
+
+        async def counted_pipeline(pipe: Pipeline, raise_on_error: bool = True) -> Any:
+            async with meter._wave():
+                return await pipeline(pipe, raise_on_error)
+
+        Redis.execute_command = counted_command  # type: ignore[method-assign, assignment]
+        Pipeline.execute = counted_pipeline  # type: ignore[method-assign, assignment]
+        try:
+            yield
+        finally:
+            Redis.execute_command = command  # type: ignore[method-assign]
+            Pipeline.execute = pipeline  # type: ignore[method-assign]
+
+    @contextlib.asynccontextmanager
+    async def _wave(self) -> AsyncIterator[None]:
+        if self._in_flight == 0:
+            self.count += 1
+        self._in_flight += 1
+        try:
+            yield
+        finally:
+            self._in_flight -= 1
+
+
+async def _round_trips(redis: Redis) -> list[tuple[str, int]]:
+    """Round trips of each kind of turn along the bot's own path: the update handler's
+    XADD, the worker's XREADGROUP, the turn, its acknowledgement (with a warm cache)."""
+    telegram = InstantTelegram()
+    engine = _engine(redis, telegram)
+    intake = Intake(redis, "bench")
+    await intake.ensure_group()
+    never = asyncio.Event()
+    meter = RoundTrips()
+
+    async def one(inbound: Inbound) -> int:
+        before = meter.count
+        assert await intake.record(inbound, never)
+        [entry] = await intake.read_new(1, 100)
+        finished = await engine.run(inbound, lambda pipe: Intake.queue_ack(pipe, entry.id))
+        assert finished
+        return meter.count - before
+
+    chat = 40_000
+    with meter.counting():
+        first = Inbound(chat, telegram.next_id(chat), chat, QUESTION)
+        cold_new = await one(first)
+        answer, _ = telegram.last[chat]
+        continued = await one(Inbound(chat, telegram.next_id(chat), chat, QUESTION, answer))
+        branch = await one(Inbound(chat, telegram.next_id(chat), chat, QUESTION, answer))
+        new = await one(Inbound(chat, telegram.next_id(chat), chat, QUESTION))
+    assert not await redis.xlen(keys.INTAKE_STREAM)  # every entry was acknowledged
+    return [
+        ("new conversation (first in the process)", cold_new),
+        ("new conversation", new),
+        ("continued (reply to the answer)", continued),
+        ("branch (second reply to the same answer)", branch),
+    ]
+
+
 async def run() -> str:
     with redis_server() as server:
         redis = connect(server.url)
         try:
+            trips = await _round_trips(redis)
             rows = []
             for depth in DEPTHS:
                 bot_times, bot_rate = await _measure_engine(redis, depth)
@@ -205,12 +291,21 @@ async def run() -> str:
             concurrent = await _concurrent(redis)
         finally:
             await redis.aclose()
-    return table(
-        f"Bot overhead per turn, instant model and Telegram ({TURNS} turns; targets: "
-        "p50 <= 3 ms, p99 <= 15 ms)",
-        ["depth", "p50 ms", "p99 ms", "turns/s", "flat p50 ms", "flat p99 ms", "flat turns/s"],
-        rows,
-    ) + (
-        f"\n{CONCURRENT_CHATS} chats at once, 10 turns each: {concurrent:.0f} turns/s "
-        "(one process, one Redis)\n"
+    return (
+        table(
+            "Redis round trips per turn, intake to acknowledgement (targets: <= 6 continued, "
+            "<= 7 new)",
+            ["turn", "round trips"],
+            trips,
+        )
+        + table(
+            f"Bot overhead per turn, instant model and Telegram ({TURNS} turns; targets: "
+            "p50 <= 3 ms, p99 <= 15 ms)",
+            ["depth", "p50 ms", "p99 ms", "turns/s", "flat p50 ms", "flat p99 ms", "flat turns/s"],
+            rows,
+        )
+        + (
+            f"\n{CONCURRENT_CHATS} chats at once, 10 turns each: {concurrent:.0f} turns/s "
+            "(one process, one Redis)\n"
+        )
     )

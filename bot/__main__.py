@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import signal
 import sys
+import time
 from collections.abc import Callable
 
 from .settings import SETTINGS_HELP, Settings, SettingsError, describe_value, load_settings
@@ -66,6 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="print only 'local' (REDIS_URL not set: `make run` starts a local "
         "redis-server) or 'external'",
     )
+    letters = commands.add_parser(
+        "dead-letters",
+        help="list the messages given up after TURN_MAX_ATTEMPTS failures, or replay them",
+        description="List the parked messages (the dead-letter stream rc:deadletter): chat, "
+        "message id, when, and the type of the error. With --replay, put them back into "
+        "the intake; a running bot answers them (fix the cause first).",
+    )
+    letters.add_argument("--replay", action="store_true", help="put every parked message back")
     return parser
 
 
@@ -120,9 +129,48 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_dead_letters(args: argparse.Namespace) -> int:
+    settings = _load()
+    if settings is None:
+        return EXIT_SETTINGS
+    from .bus.intake import Intake  # noqa: PLC0415
+    from .data.connection import connect  # noqa: PLC0415
+
+    async def run() -> int:
+        redis = connect(settings.redis_url)
+        try:
+            intake = Intake(redis, settings.bot_instance)
+            if args.replay:
+                moved = await intake.replay_parked()
+                print(f"replychain: put {moved} parked message(s) back into the intake")
+                return EXIT_OK
+            parked = await intake.parked()
+            print(f"replychain: {len(parked)} parked message(s)")
+            for entry_id, inbound, why, at in parked:
+                when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
+                where = (
+                    f"chat {inbound.chat_id} message {inbound.message_id}"
+                    if inbound
+                    else "an entry that does not decode"
+                )
+                print(f"  {entry_id.decode()}  {when}  {where}: {why}")
+            return EXIT_OK
+        finally:
+            await redis.aclose()
+
+    from transcript import StoreUnavailableError  # noqa: PLC0415
+
+    try:
+        return asyncio.run(run())
+    except StoreUnavailableError as exc:
+        print(f"replychain: {exc}; check REDIS_URL", file=sys.stderr)
+        return EXIT_STARTUP
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": cmd_run,
     "check-config": cmd_check_config,
+    "dead-letters": cmd_dead_letters,
 }
 
 

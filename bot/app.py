@@ -90,6 +90,7 @@ class App:
             clock=clock,
             outage=self.intake.outage,
             audit_days=settings.model_audit_days,
+            detail_days=settings.usage_detail_days,
             prices=Prices(
                 settings.price_input_per_mtok,
                 settings.price_cached_input_per_mtok,

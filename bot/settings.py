@@ -78,6 +78,7 @@ SETTINGS_HELP: dict[str, str] = {
     "USER_MAX_CONCURRENT_TURNS": "most turns of one user answered at once (2)",
     "FLOOD_WAIT_MAX": "longest Telegram flood-control wait, seconds, before an outage (600)",
     "MODEL_AUDIT_DAYS": "days a per-call audit record is kept (7; 0: off)",
+    "USAGE_DETAIL_DAYS": "days per-turn and per-branch usage detail is kept (90)",
     "PRICE_INPUT_PER_MTOK": "USD per million input tokens, for estimated costs (0: none)",
     "PRICE_CACHED_INPUT_PER_MTOK": "USD per million cached input tokens (0: none)",
     "PRICE_OUTPUT_PER_MTOK": "USD per million output tokens (0: none)",
@@ -185,6 +186,8 @@ class Settings(BaseSettings):
     flood_wait_max: float = Field(600.0, gt=0)
     #: Days a model-call audit record (node ids and usage, no message text) is kept; 0 = off.
     model_audit_days: int = Field(7, ge=0, le=3650)
+    #: Days the per-turn and per-branch usage detail is kept after its last write.
+    usage_detail_days: int = Field(90, ge=1, le=3650)
     #: Prices in USD per million tokens, for estimated costs in /usage and /stats.
     price_input_per_mtok: float = Field(0.0, ge=0)
     price_cached_input_per_mtok: float = Field(0.0, ge=0)

@@ -135,7 +135,16 @@ async def ask(
     """Send a message, wait for its turn, return (its id, the full answer text)."""
     done = app.runner.completed + 1
     message = tg.send_user_message(chat, user, text, **kw)
-    await turns_done(tg, app, done)
+    key = (chat, message["message_id"])
+    # this message's turn, not any turn: answered, and no longer running
+    await tg.wait_for(
+        lambda: (
+            app.runner.completed >= done
+            and bool(answers_to(tg, chat, key[1]))
+            and app.runner.in_flight.get(key) is None
+        ),
+        15.0,
+    )
     parts = answers_to(tg, chat, message["message_id"])
     assert parts, f"no answer to {text!r}"
     return message["message_id"], "".join(p.text or "" for p in parts)

@@ -11,7 +11,9 @@ reply to and a dead-letter entry, never in a silent acknowledgement.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,8 @@ import pytest
 from redis.asyncio import Redis
 
 import bot.telegram.writer
+from bot.bus.inbound import Inbound
+from bot.bus.intake import Intake
 from bot.data import keys
 from bot.telegram.format import Chunk, render_chunks
 from bot.turn import notices
@@ -26,7 +30,7 @@ from transcript import TranscriptStore
 
 from .fake_openai import FakeOpenAI
 from .fake_telegram import FakeTelegram
-from .harness import USER, BotFactory, BotProcess, answers_to, ask, env_for, turns_done
+from .harness import ROOT, USER, BotFactory, BotProcess, answers_to, ask, env_for, turns_done
 from .redis_server import RedisServer
 
 
@@ -141,3 +145,33 @@ async def test_an_unforeseen_failure_ends_in_a_notice_and_a_dead_letter(
         assert text == "[depth:3] echo: again"
     assert len(llm.requests) == 2  # the stored answer was never asked for twice
     assert any("giving up on message" in r.getMessage() for r in caplog.records)
+
+
+async def test_the_operator_lists_and_replays_parked_messages(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, redis_server: RedisServer, redis: Redis
+) -> None:
+    intake = Intake(redis, "test")
+    await intake.ensure_group()
+    message = Inbound(USER, 42, USER, "parked text", reply_to=7)
+    await redis.xadd(keys.INTAKE_STREAM, {b"m": message.encode()})
+    [entry] = await intake.read_new(10, 100)
+    await intake.park(entry, "RuntimeError")
+    env = {**env_for(tg, llm, redis_server.url), "PYTHONPATH": str(ROOT)}
+
+    async def cli(*args: str) -> str:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bot", "dead-letters", *args, cwd=tmp_path, env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        out, _ = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, out
+        return out.decode()
+
+    listing = await cli()
+    assert "1 parked message(s)" in listing
+    assert f"chat {USER} message 42: RuntimeError" in listing
+    assert "parked text" not in listing  # no message text in operator output
+    assert "put 1 parked message(s) back" in await cli("--replay")
+    assert await redis.xlen(keys.DEAD_LETTER_STREAM) == 0
+    [back] = await intake.read_new(10, 100)
+    assert back.inbound == message

@@ -121,7 +121,7 @@ async def store_user_node(rig: Rig, message: Inbound, state: TurnState | None = 
     assert state is not None
     writer = AnswerWriter(rig.telegram, chat_id=CHAT, reply_to=None, thread_id=None,
                           edit_interval=1.0)  # fmt: skip
-    return await rig.engine._store_user_node(Turn(message, state, writer))
+    return await rig.engine._store_user_node(Turn(message, state, writer, lambda _pipe: None))
 
 
 @pytest.fixture

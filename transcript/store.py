@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 from redis.exceptions import ConnectionError, TimeoutError
 
 from . import codec, keys
@@ -249,17 +250,25 @@ class TranscriptStore:
 
     async def alias(self, scope: str, message_ids: Iterable[int | str], node: NodeId) -> None:
         """Map message ids to ``node``; an id already mapped keeps its first node."""
+        async with self._redis.pipeline(transaction=True) as pipe:
+            if self.queue_alias(pipe, scope, message_ids, node):
+                await self._io(pipe.execute())
+
+    def queue_alias(
+        self, pipe: Pipeline, scope: str, message_ids: Iterable[int | str], node: NodeId
+    ) -> bool:
+        """:meth:`alias`, queued on a caller's pipeline (one round trip with its writes).
+
+        The caller executes the pipeline, and retries it until it succeeds: the
+        cache already knows the aliases. Returns whether anything was queued.
+        """
         if node.scope != scope:
             raise ValueError("an alias must point into its own scope")
         fields = [str(m) for m in message_ids]
-        if not fields:
-            return
-        async with self._redis.pipeline(transaction=True) as pipe:
-            for field in fields:
-                pipe.hsetnx(keys.alias_key(scope), field, node.ref)
-            await self._io(pipe.execute())
         for field in fields:
+            pipe.hsetnx(keys.alias_key(scope), field, node.ref)
             self._cache.put_alias(scope, field, node)
+        return bool(fields)
 
     # ----------------------------------------------------------------- reads
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 from redis.exceptions import ResponseError
 
 from transcript import StoreUnavailableError
@@ -113,9 +114,14 @@ class Intake:
     async def ack(self, entry_id: bytes) -> None:
         """The turn is finished: acknowledge and delete (the stream never grows)."""
         async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.xack(keys.INTAKE_STREAM, keys.INTAKE_GROUP, entry_id)
-            pipe.xdel(keys.INTAKE_STREAM, entry_id)
+            self.queue_ack(pipe, entry_id)
             await guarded(pipe.execute())
+
+    @staticmethod
+    def queue_ack(pipe: Pipeline, entry_id: bytes) -> None:
+        """:meth:`ack`, queued on a caller's pipeline (the turn's final round trip)."""
+        pipe.xack(keys.INTAKE_STREAM, keys.INTAKE_GROUP, entry_id)
+        pipe.xdel(keys.INTAKE_STREAM, entry_id)
 
     async def park(self, entry: Entry, reason: str) -> None:
         """Give up on an entry: into the dead-letter stream, out of the intake, in one step."""
@@ -127,6 +133,16 @@ class Intake:
             pipe.xack(keys.INTAKE_STREAM, keys.INTAKE_GROUP, entry.id)
             pipe.xdel(keys.INTAKE_STREAM, entry.id)
             await guarded(pipe.execute())
+
+    async def parked(self) -> list[tuple[bytes, Inbound | None, str, int]]:
+        """Every parked entry: its id, the message, why it was parked, when (Unix time)."""
+        found: Any = await guarded(self._redis.xrange(keys.DEAD_LETTER_STREAM))
+        result = []
+        for entry_id, fields in found or []:
+            raw, why, at = fields.get(_FIELD), fields.get(b"why", b""), fields.get(b"at", b"0")
+            inbound = Inbound.decode(raw) if isinstance(raw, bytes) else None
+            result.append((entry_id, inbound, bytes(why).decode(errors="replace"), int(at)))
+        return result
 
     async def replay_parked(self) -> int:
         """Put every parked entry back into the intake (the operator fixed the cause)."""

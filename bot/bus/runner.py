@@ -20,6 +20,8 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
 
+from redis.asyncio.client import Pipeline
+
 from transcript import StoreUnavailableError
 
 from ..retry import Outage, retrying
@@ -36,11 +38,20 @@ CLAIM_IDLE_MS = 15 * 60 * 1000
 TurnKey = tuple[int, int]
 
 
+#: Queues the bus's own writes (the acknowledgement) on the turn's final round trip.
+Ack = Callable[[Pipeline], object]
+
+
 class TurnHandler(Protocol):
     """What the runner needs from the turn flow."""
 
-    async def run(self, inbound: Inbound) -> None:
-        """Answer ``inbound`` or finish answering it (safe to call again)."""
+    async def run(self, inbound: Inbound, ack: Ack) -> bool:
+        """Answer ``inbound`` or finish answering it (safe to call again).
+
+        Returns ``True`` when this run finished the turn, having queued ``ack``
+        on the write that records it; ``False`` when there was nothing to do
+        (finished before, or another worker runs it).
+        """
 
     async def failed(self, inbound: Inbound) -> int:
         """Record one unexpected failure of the turn; returns how many there were."""
@@ -196,7 +207,7 @@ class TurnRunner:
 
     async def _run(self, entry: Entry, inbound: Inbound) -> None:
         try:
-            parked = await retrying(
+            settled = await retrying(
                 lambda: self._attempt(entry, inbound),
                 on=self._retried_kinds,
                 until=self._stopping,
@@ -204,16 +215,15 @@ class TurnRunner:
             )
         except self._retried_kinds:
             return  # shutting down: the entry stays pending and is finished at the next start
-        if not parked:
+        if not settled:
             await self._settle(lambda: self.intake.ack(entry.id))
         for outage in self.outages.values():
             outage.ok()
 
     async def _attempt(self, entry: Entry, inbound: Inbound) -> bool:
-        """One run of the turn; ``True`` when it was given up and parked."""
+        """One run of the turn; ``True`` when its entry needs no acknowledgement of ours."""
         try:
-            await self.handler.run(inbound)
-            return False
+            return await self.handler.run(inbound, lambda pipe: Intake.queue_ack(pipe, entry.id))
         except tuple(self.outages):
             raise
         except Exception as exc:

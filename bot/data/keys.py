@@ -28,19 +28,31 @@ The turn (bot/turn/state.py):
                          recorded (a crash between sending and recording it); a reply
                          to such a bot message is adopted into m's thread
 
-Token accounting (bot/usage/accounting.py), all in the one slot of the tag {usage}:
+Token accounting (bot/usage/accounting.py), all in the one slot of the tag {usage}.
+What is kept, and for how long (fields p/c/k/n/e/x: prompt, completion, cached
+tokens, calls, estimated calls, failed calls; a zero field is absent):
 
-    rc:{usage}:call:<id>          marker: this model call is counted (SET NX)
-    rc:{usage}:u:<user>           hash p/c/k/n/e/x (prompt, completion, cached,
-    rc:{usage}:u:<user>:<day>       calls, estimated, errors): per user, per user and
-    rc:{usage}:c:<chat>             UTC day (YYYYMMDD), per chat, per conversation
-    rc:{usage}:r:<chat>:<tree>      tree, per turn (the user's message id), per day
-    rc:{usage}:t:<chat>:<m>
-    rc:{usage}:d:<day>
-    rc:{usage}:n:<chat>           hash "<node ref>:p|c|k|n|v": usage of the turn answering
-                                    that user node (sums along one branch) and its view
-    rc:{usage}:users, :days       zsets of tokens per user / per day (for /stats)
-    rc:{usage}:a:<chat>:<id>      audit record of one call (TTL MODEL_AUDIT_DAYS)
+    rc:{usage}:u:<user>           per user, all time (/usage, /stats)
+    rc:{usage}:u:<user>:<day>     per user and UTC day (daily limit, /usage); 400 days
+    rc:{usage}:d:<day>            per UTC day (/stats)
+    rc:{usage}:users              zset: tokens per user (the top users of /stats)
+    rc:{usage}:t:<chat>:<day>     hash "<m>" -> "p c k n e x": per turn (the user's
+                                    message id m), for the per-turn token guard, in the
+                                    chat's hash of the day of the call; expires
+                                    ``detail_days`` after the day's first call
+    rc:{usage}:n:<chat>:<tree>    hash "<node ref>" -> "p c k n markers view": the calls
+                                    sent up to that node, per conversation tree (/usage
+                                    of a branch sums a path; the context window sizes
+                                    the next request from the previous one); markers
+                                    are "#" and 8 characters of a digest of each counted
+                                    call's id (a repeated record is a no-op); expires
+                                    ``detail_days`` after the tree's last call
+    rc:{usage}:a:<chat>:<id>      audit record of one call (``audit_days``): a msgpack
+                                    array in the order of :data:`AUDIT_FIELDS`
+
+Keys of the earlier layout (``rc:{usage}:n:<chat>`` with "<ref>:p|c|k|n|v" fields,
+``c:``, ``r:``, ``days``, ``call:``) are no longer written; the per-node reads
+fall back to ``n:<chat>`` for nodes recorded before the change.
 """
 
 from __future__ import annotations

@@ -94,6 +94,9 @@ class AnswerWriter:
         self._dirty = asyncio.Event()
         self._closing = False
         self._last_push = 0.0
+        #: When a part was last edited: the final edit keeps the per-message edit rate,
+        #: and nothing else delays it (the first part's send is not an edit).
+        self._last_edit = float("-inf")
         self._pump_task: asyncio.Task[None] | None = None
         #: The chat refused us while streaming: every later step raises this.
         self._fatal: ChatUnavailableError | None = None
@@ -157,6 +160,7 @@ class AnswerWriter:
         chunk = Chunk(text, text)
         if self.parts:
             try:
+                self._last_edit = time.monotonic()
                 await self._out.edit(self._chat_id, self.parts[0].message_id, chunk)
             except MessageGoneError:
                 self.parts[0].message_id = await self._send_new(chunk, 1)
@@ -168,7 +172,7 @@ class AnswerWriter:
 
     async def _pace(self) -> None:
         """Keep the final edit within the per-message edit rate, too."""
-        wait = self._last_push + self._interval - time.monotonic()
+        wait = self._last_edit + self._interval - time.monotonic()
         if self.parts and wait > 0:
             await asyncio.sleep(wait)
 
@@ -227,6 +231,7 @@ class AnswerWriter:
                 part = self.parts[i]
                 if part.chunk != chunk:
                     try:
+                        self._last_edit = time.monotonic()
                         await self._out.edit(self._chat_id, part.message_id, chunk)
                     except MessageGoneError:
                         # deleted by the user meanwhile: the part goes out anew

@@ -26,6 +26,7 @@ drive it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ from transcript import (
 )
 
 from ..bus.inbound import Inbound
-from ..bus.runner import InFlight
+from ..bus.runner import Ack, InFlight
 from ..model import Answer, Model, ModelError
 from ..retry import Outage, retrying
 from ..telegram.out import AnswerRejectedError, ChatUnavailableError, TelegramOut
@@ -49,7 +50,7 @@ from ..telegram.writer import AnswerWriter, JournalUnavailableError
 from ..usage.accounting import Accounting, CallRecord
 from . import notices
 from .context import ContextWindow, MessageTooLargeError, Window
-from .state import TurnState, TurnStates
+from .state import Queue, TurnState, TurnStates
 
 log = logging.getLogger("replychain.engine")
 
@@ -103,11 +104,11 @@ class Turn:
     inbound: Inbound
     state: TurnState
     writer: AnswerWriter
-
-    @property
-    def lost_a_part(self) -> bool:
-        """An earlier run announced a part it never recorded (it died in between)."""
-        return self.state.sending > len(self.writer.existing)
+    #: Queues the bus's acknowledgement on the turn's final write.
+    ack: Ack
+    #: An earlier run may have left a part on screen unrecorded: it announced a part
+    #: it never recorded, or it stored the answer (whose parts the final write records).
+    lost_a_part: bool = False
 
 
 class _StillRunning(Exception):
@@ -122,6 +123,8 @@ class _Parts:
 
     async def sending(self, count: int, *, wait: bool) -> None:
         states = self.engine.states
+        if self.state.answer is not None:
+            return  # the stored answer announces its parts; the final write records them
         if wait:
             await self.engine._durably(lambda: states.sending(self.inbound, self.state, count))
             return
@@ -133,6 +136,8 @@ class _Parts:
 
     async def sent(self, parts: list[int]) -> None:
         states = self.engine.states
+        if self.state.answer is not None:
+            return  # recorded by the turn's final write, one round trip for all
         await self.engine._durably(lambda: states.add_part(self.inbound, self.state, parts))
 
 
@@ -164,11 +169,15 @@ class Engine:
 
     # ------------------------------------------------------------------ the turn
 
-    async def run(self, inbound: Inbound) -> None:
-        """Answer one message, or finish answering it; a no-op once it is done."""
+    async def run(self, inbound: Inbound, ack: Ack = lambda _pipe: None) -> bool:
+        """Answer one message, or finish answering it; a no-op once it is done.
+
+        ``True`` when this run finished the turn (``ack`` was queued on its final
+        write), ``False`` when another worker runs it or it was finished before.
+        """
         state = await self.states.begin(inbound)
         if state is None or state.done:
-            return  # another worker runs it, or it was answered before
+            return False
         writer = AnswerWriter(
             self.out,
             chat_id=inbound.chat_id,
@@ -177,7 +186,8 @@ class Engine:
             edit_interval=GROUP_EDIT_INTERVAL if inbound.is_group else PRIVATE_EDIT_INTERVAL,
             existing=state.parts,
         )
-        turn = Turn(inbound, state, writer)
+        lost = state.sending > len(state.parts) or state.answer is not None
+        turn = Turn(inbound, state, writer, ack, lost_a_part=lost)
         writer.journal = _Parts(self, turn)
         try:
             try:
@@ -190,12 +200,13 @@ class Engine:
             await self._deliver(turn, reply)
         except ChatUnavailableError as exc:
             log.info("chat %s is unavailable (%s); dropping its answer", inbound.chat_id, exc)
-            await self.states.finish(inbound, state, writer.message_ids)
+            await self.states.finish(inbound, state, writer.message_ids, also=[ack])
         except AnswerRejectedError as exc:
             log.warning("Telegram refused the answer in chat %s: %s", inbound.chat_id, exc)
-            await self.states.finish(inbound, state, writer.message_ids)
+            await self.states.finish(inbound, state, writer.message_ids, also=[ack])
         finally:
             await writer.close()  # after a failure nothing more is sent; a later run resumes
+        return True
 
     async def _steps(self, turn: Turn) -> Reply:
         user = await self._store_user_node(turn)
@@ -212,21 +223,27 @@ class Engine:
         return Reply(answer.text, node)
 
     async def _deliver(self, turn: Turn, reply: Reply) -> None:
-        """The one place a turn finishes: show the reply, alias every part, mark it done."""
+        """The one place a turn finishes: show the reply, then one write records it all.
+
+        That write marks the turn done, records and aliases every part, and
+        acknowledges the intake entry.
+        """
+        inbound, node = turn.inbound, reply.node
         if reply.notice:
             ids = await turn.writer.fail(reply.text)
         else:
             text = reply.text if reply.text.strip() else notices.EMPTY_ANSWER
             ids = await turn.writer.finish(text)
-        if reply.node is not None:
-            await self.store.alias(turn.inbound.scope, ids, reply.node)
+        also: list[Queue] = [turn.ack]
+        if node is not None:
+            also.append(lambda pipe: self.store.queue_alias(pipe, inbound.scope, ids, node))
             if turn.lost_a_part:
-                # an earlier run died between sending a part and recording its id:
-                # that message (if Telegram took it) lies before the first one sent now
+                # an earlier run may have died between sending a part and recording
+                # it: that message lies before the first one sent now
                 new = [i for i in ids if i not in turn.writer.existing]
-                high = min(new) if new else turn.inbound.message_id + ORPHAN_SPAN
-                await self.states.note_orphans(turn.inbound, high, reply.node)
-        await self.states.finish(turn.inbound, turn.state, ids)
+                high = min(new) if new else inbound.message_id + ORPHAN_SPAN
+                also.append(lambda pipe: TurnStates.queue_orphans(pipe, inbound, high, node))
+        await self._durably(lambda: self.states.finish(inbound, turn.state, ids, also=also))
 
     # ----------------------------------------------------------------- the steps
 
@@ -337,20 +354,22 @@ class Engine:
 
     async def _store_answer(self, turn: Turn, user: Node, window: Window, answer: Answer) -> NodeId:
         """Store the answer node and the call's usage; both wait for Redis if it is away."""
-        node = await self._durably(
-            lambda: self.store.append(
-                user.id,
-                [ChatMessage("assistant", answer.text)],
-                record_in=turn.state.record("a"),
-                aliases=turn.writer.message_ids,
-            )
-        )
-        turn.state.answer = node.id
         call = CallRecord.of(
             turn.inbound, user.id, model=self.model.name, usage=answer.usage,
             latency=answer.latency, error=None, view=window.view,
         )  # fmt: skip
-        await self.accounting.record(call)
+        node, _ = await asyncio.gather(  # independent writes: one round trip's wait
+            self._durably(
+                lambda: self.store.append(
+                    user.id,
+                    [ChatMessage("assistant", answer.text)],
+                    record_in=turn.state.record("a"),
+                    aliases=turn.writer.message_ids,
+                )
+            ),
+            self.accounting.record(call),
+        )
+        turn.state.answer = node.id
         return node.id
 
     async def _durably(self, call: Callable[[], Awaitable[T]]) -> T:

@@ -10,6 +10,7 @@ layout: :mod:`bot.data.keys`.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,8 @@ from ..bus.inbound import Inbound
 from ..data import keys
 from ..data.connection import guarded
 
+#: Queues writes on a turn's final round trip.
+Queue = Callable[[Pipeline], object]
 #: A finished turn's state is kept this long (redeliveries come within hours).
 DONE_TTL_SECONDS = 7 * 24 * 3600
 #: How long a possibly lost part can still be adopted by a reply to it.
@@ -137,12 +140,26 @@ class TurnStates:
             await guarded(pipe.execute())
         state.parts = list(parts)
 
-    async def finish(self, inbound: Inbound, state: TurnState, parts: list[int]) -> None:
-        """Mark the turn done (its state then expires) and let go of its claim."""
-        async with self._redis.pipeline(transaction=True) as pipe:
+    async def finish(
+        self,
+        inbound: Inbound,
+        state: TurnState,
+        parts: list[int],
+        *,
+        also: Sequence[Queue] = (),
+    ) -> None:
+        """Mark the turn done (its state then expires) and let go of its claim.
+
+        ``also`` queue more writes on the same round trip (the parts' aliases,
+        the intake's acknowledgement). Every write is idempotent, and keys of
+        several slots may meet here, so this is a pipeline, not a transaction.
+        """
+        async with self._redis.pipeline(transaction=False) as pipe:
             pipe.hset(state.key, mapping={"d": "1", "p": ",".join(map(str, parts))})
             pipe.expire(state.key, DONE_TTL_SECONDS)
             self._release(pipe, inbound, parts)
+            for queue in also:
+                queue(pipe)
             await guarded(pipe.execute())
         state.done = True
 
@@ -158,13 +175,12 @@ class TurnStates:
         if parts:
             pipe.hdel(keys.pending_parts_key(inbound.scope), *map(str, parts))
 
-    async def note_orphans(self, inbound: Inbound, high: int, node: NodeId) -> None:
+    @staticmethod
+    def queue_orphans(pipe: Pipeline, inbound: Inbound, high: int, node: NodeId) -> None:
         """A part of this turn's answer may be on screen, unrecorded, below id ``high``."""
         key = keys.orphans_key(inbound.scope)
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hset(key, str(inbound.message_id), f"{inbound.message_id}:{high}:{node.ref}")
-            pipe.expire(key, ORPHAN_TTL_SECONDS)
-            await guarded(pipe.execute())
+        pipe.hset(key, str(inbound.message_id), f"{inbound.message_id}:{high}:{node.ref}")
+        pipe.expire(key, ORPHAN_TTL_SECONDS)
 
     async def orphan_home(self, scope: str, message_id: int) -> NodeId | None:
         """The node a lost part with this id belongs to, if it falls in a noted range."""

@@ -7,35 +7,12 @@ All usage keys share the hash tag ``{usage}`` (one slot, so the script also
 runs on Redis Cluster). The numbers are the provider's; a call whose provider
 reported none is estimated and counted as such.
 
-What is kept, and for how long (fields p/c/k/n/e/x: prompt, completion, cached
-tokens, calls, estimated calls, failed calls; a zero field is absent):
-
-    rc:{usage}:u:<user>           per user, all time (/usage, /stats)
-    rc:{usage}:u:<user>:<day>     per user and UTC day (daily limit, /usage); 400 days
-    rc:{usage}:d:<day>            per UTC day (/stats)
-    rc:{usage}:users              zset: tokens per user (the top users of /stats)
-    rc:{usage}:t:<chat>:<day>     hash "<m>" -> "p c k n e x": per turn (the user's
-                                    message id m), for the per-turn token guard, in the
-                                    chat's hash of the day of the call; expires
-                                    ``detail_days`` after the day's first call
-    rc:{usage}:n:<chat>:<tree>    hash "<node ref>" -> "p c k n markers view": the calls
-                                    sent up to that node, per conversation tree (/usage
-                                    of a branch sums a path; the context window sizes
-                                    the next request from the previous one); markers
-                                    are "#" and 8 characters of a digest of each counted
-                                    call's id (a repeated record is a no-op); expires
-                                    ``detail_days`` after the tree's last call
-    rc:{usage}:a:<chat>:<id>      audit record of one call (``audit_days``): a msgpack
-                                    array in the order of :data:`AUDIT_FIELDS`
-
-Keys of the earlier layout (``rc:{usage}:n:<chat>`` with "<ref>:p|c|k|n|v" fields,
-``c:``, ``r:``, ``days``, ``call:``) are no longer written; the per-node reads
-fall back to ``n:<chat>`` for nodes recorded before the change.
+The key layout, and how long each key is kept, is in :mod:`bot.data.keys`.
 
 An audit record per call ("why did it say that?") references what was sent by
 node id (the chain up to the user's node) and what came back by the turn's
-message id (its answer node is found under the idempotency key ``answer:<id>``)
-or the error; it stores no message text.
+message id (its answer node is in that turn's state while it is kept) or the
+error; it stores no message text.
 """
 
 from __future__ import annotations
