@@ -29,6 +29,7 @@ import contextlib
 import json
 import logging
 import math
+import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -59,6 +60,8 @@ LATENCY_BATCH = 5
 #: Launches of ``python -m bot`` (and of each floor command); the quick run makes fewer
 #: and skips ``python -c "import bot.app"``.
 STARTUP_RUNS = 5
+#: Seconds a stopping bot gets after SIGTERM before it is killed.
+EXIT_WAIT = 30.0
 #: The turn cap the runner had before MAX_CONCURRENT_TURNS.
 OLD_CAP = 64
 #: The model: a reply of REPLY_CHARS characters in STREAM_CHUNKS chunks over MODEL_SECONDS.
@@ -578,6 +581,47 @@ def _polled_more(tg: TimedTelegram, polls: int) -> bool:
     return len(tg.polls_at) > polls
 
 
+@dataclass
+class Launch:
+    to_poll: float | None  # launch to the first getUpdates (None: never)
+    before_poll: list[str]  # Bot API methods called before it
+    to_exit: float | None  # SIGTERM to exit (None: killed)
+    code: int | None
+    output: str
+
+    @property
+    def tail(self) -> str:
+        return self.output[-400:].replace("\n", " | ")
+
+
+async def _launch(tg: TimedTelegram, llm: FakeOpenAI, redis_url: str) -> Launch:
+    """``python -m bot`` until its first poll, then SIGTERM (killed after EXIT_WAIT s)."""
+    polls, calls = len(tg.polls_at), len(tg.calls)
+    bot = BotProcess(env_for(tg, llm, redis_url), ROOT)
+    started = time.monotonic()
+    await bot.start()
+    assert bot.proc is not None
+    output = asyncio.create_task(bot.proc.communicate())
+    to_poll, before = None, []
+    try:
+        await tg.wait_for(partial(_polled_more, tg, polls), 60, what="first poll")
+        polled = tg.polls_at[polls]
+        to_poll = polled - started
+        before = [c.method for c in tg.calls[calls:] if c.at < polled]
+    except AssertionError:
+        pass
+    to_exit: float | None = None
+    stopped = time.monotonic()
+    bot.proc.send_signal(signal.SIGTERM)
+    try:
+        await asyncio.wait_for(asyncio.shield(output), EXIT_WAIT)
+        to_exit = time.monotonic() - stopped
+    except TimeoutError:
+        bot.proc.kill()
+    out, _ = await output
+    return Launch(to_poll, before, to_exit, bot.proc.returncode, out.decode(errors="replace"))
+
+
 async def start_up(ctx: Context) -> str:
     runs = sized(3, STARTUP_RUNS)
     rows: list[tuple[object, ...]] = []
@@ -592,7 +636,7 @@ async def start_up(ctx: Context) -> str:
         times = [await _command(sys.executable, "-c", source) for _ in range(runs)]
         rows.append((label, median(times), min(times), max(times)))
     progress("load: start-up, python -m bot")
-    times, before_poll, notes = [], [], []
+    times, exits, before_poll, notes = [], [], [], []
     async with servers() as (tg, llm):
         for _ in range(runs):
             redis = connect(ctx.redis_url)
@@ -600,31 +644,30 @@ async def start_up(ctx: Context) -> str:
                 await redis.flushall()
             finally:
                 await redis.aclose()
-            polls, calls = len(tg.polls_at), len(tg.calls)
-            bot = BotProcess(env_for(tg, llm, ctx.redis_url), ROOT)
-            started = time.monotonic()
-            await bot.start()
-            try:
-                await tg.wait_for(partial(_polled_more, tg, polls), 60, what="first poll")
-                polled = tg.polls_at[polls]
-                times.append(polled - started)
-                before_poll.append([c.method for c in tg.calls[calls:] if c.at < polled])
-            except AssertionError:
+            launch = await _launch(tg, llm, ctx.redis_url)
+            if launch.to_poll is None:
                 notes.append("a launch never polled")
-            finally:
-                code = await bot.terminate()
-            if code != 0:
-                notes.append(f"exit code {code}: {bot.text[-300:]}")
-            if "Traceback" in bot.text or " ERROR " in bot.text:
-                notes.append(f"errors in the output: {bot.text[-300:]}")
+            else:
+                times.append(launch.to_poll)
+                before_poll.append(launch.before_poll)
+            if launch.to_exit is None:
+                notes.append(f"no exit {EXIT_WAIT:.0f} s after SIGTERM (killed): {launch.tail}")
+            else:
+                exits.append(launch.to_exit)
+            if launch.code not in (0, None):
+                notes.append(f"exit code {launch.code}: {launch.tail}")
+            if "Traceback" in launch.output or " ERROR " in launch.output:
+                notes.append(f"errors in the output: {launch.tail}")
         odd = Odd("python -m bot", notes)
         odd.check(tg, llm, [])
         ctx.odd.append(odd)
-    rows.append(
-        ("python -m bot, launch to first getUpdates", median(times), min(times), max(times))
-        if times
-        else ("python -m bot, launch to first getUpdates", "-", "-", "-")
-    )
+    for label, values in (
+        ("python -m bot, launch to first getUpdates", times),
+        ("python -m bot, SIGTERM to exit", exits),
+    ):
+        rows.append(
+            (label, median(values), min(values), max(values)) if values else (label, "-", "-", "-")
+        )
     methods = ", ".join(before_poll[0]) if before_poll else "?"
     same = all(m == before_poll[0] for m in before_poll)
     return (
@@ -652,12 +695,13 @@ def _collecting() -> Iterator[_Problems]:
 async def run() -> str:
     with redis_server() as server, _collecting() as problems:
         ctx = Context(server.url, problems)
-        parts = [
-            await concurrent_answers(ctx),
-            await fairness(ctx),
-            await final_text(ctx),
-            await start_up(ctx),
-        ]
+        parts = []
+        for scenario in (concurrent_answers, fairness, final_text, start_up):
+            try:
+                parts.append(await scenario(ctx))
+            except Exception as exc:  # one broken scenario must not lose the others' tables
+                parts.append(f"{scenario.__name__} failed: {exc!r}\n")
+                progress(f"load: {scenario.__name__} failed: {exc!r}")
     odd = [f"- {o.what}: " + "; ".join(o.notes) for o in ctx.odd if o.notes]
     parts.append(
         "Oddities seen (Telegram violations, failed calls, log lines >= WARNING):\n"
