@@ -136,6 +136,7 @@ class App:
             },
             in_flight=in_flight,
             max_concurrent=settings.max_concurrent_turns,
+            max_per_user=settings.user_max_concurrent_turns,
             max_attempts=settings.turn_max_attempts,
         )
         self.stopping = asyncio.Event()

@@ -1,7 +1,10 @@
 """Turn workers: read the intake stream and run each turn as its own task.
 
 Chats run concurrently (a slow model call in one chat never delays another),
-at most ``max_concurrent`` turns at once. An entry is acknowledged only when
+at most ``max_concurrent`` turns at once and at most ``max_per_user`` of one
+user's: the rest of that user's messages wait their turn in order (they stay
+pending in the stream meanwhile), so one user's backlog never delays anyone
+else. An entry is acknowledged only when
 its turn is finished. A turn that fails because a service is away (Redis,
 Telegram: the ``outages`` it is given) is tried again with backoff and its
 entry stays pending meanwhile, so nothing accepted is lost. Any other failure
@@ -17,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
 
@@ -31,6 +35,8 @@ from .intake import Entry, Intake
 log = logging.getLogger("replychain.runner")
 
 READ_BLOCK_MS = 1000
+#: Entries held back for busy users, per turn slot, before reading pauses.
+WAITING_PER_SLOT = 8
 CLAIM_EVERY = 30.0
 #: Entries of a dead process are claimed after sitting idle this long.
 CLAIM_IDLE_MS = 15 * 60 * 1000
@@ -105,6 +111,7 @@ class TurnRunner:
         outages: Mapping[type[BaseException], Outage],
         in_flight: InFlight,
         max_concurrent: int,
+        max_per_user: int,
         max_attempts: int,
         claim_idle_ms: int = CLAIM_IDLE_MS,
     ) -> None:
@@ -114,6 +121,11 @@ class TurnRunner:
         self._retried_kinds: tuple[type[BaseException], ...] = (*outages, _TryAgain)
         self.in_flight = in_flight
         self.max_concurrent = max_concurrent
+        self.max_per_user = max_per_user
+        #: Turns running per user, and each user's entries waiting for one to end.
+        self._running_of: dict[int, int] = {}
+        self._waiting: dict[int, deque[Entry]] = {}
+        self._waiting_count = 0
         self.max_attempts = max_attempts
         self.claim_idle_ms = claim_idle_ms
         self._tasks: set[asyncio.Task[None]] = set()
@@ -180,13 +192,44 @@ class TurnRunner:
         return max(1, self.max_concurrent - len(self._tasks))
 
     async def _slot(self) -> None:
-        while len(self._tasks) >= self.max_concurrent:
+        """Wait for room: a free turn slot, and not too many entries waiting for users."""
+        while (
+            len(self._tasks) >= self.max_concurrent
+            or self._waiting_count >= WAITING_PER_SLOT * self.max_concurrent
+        ):
             await asyncio.wait(set(self._tasks), return_when=asyncio.FIRST_COMPLETED)
 
     def _start(self, entry: Entry) -> None:
+        user = entry.inbound.user_id if entry.inbound else None
+        if user is not None and self._running_of.get(user, 0) >= self.max_per_user:
+            self._waiting.setdefault(user, deque()).append(entry)
+            self._waiting_count += 1
+            return
+        if user is not None:
+            self._running_of[user] = self._running_of.get(user, 0) + 1
+        self._launch(entry, user)
+
+    def _launch(self, entry: Entry, user: int | None) -> None:
         task = asyncio.create_task(self._process(entry), name=f"turn-{entry.id.decode()}")
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda done: self._ended(done, user))
+
+    def _ended(self, task: asyncio.Task[None], user: int | None) -> None:
+        """A turn ended: the user's next waiting entry (if any) takes its place."""
+        self._tasks.discard(task)
+        if user is None:
+            return
+        waiting = self._waiting.get(user)
+        if waiting and not self._stopping.is_set() and not task.cancelled():
+            self._waiting_count -= 1
+            entry = waiting.popleft()
+            if not waiting:
+                del self._waiting[user]
+            self._launch(entry, user)
+            return
+        self._running_of[user] -= 1
+        if not self._running_of[user]:
+            del self._running_of[user]
 
     async def _process(self, entry: Entry) -> None:
         inbound = entry.inbound

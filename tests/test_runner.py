@@ -1,0 +1,115 @@
+"""The turn runner against real Redis, with a stand-in for the turn flow.
+
+A focused look at scheduling: one concurrency limit, a per-user limit whose
+overflow waits in order, acknowledgement only of finished turns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+
+from bot.bus.inbound import Inbound
+from bot.bus.intake import Intake
+from bot.bus.runner import InFlight, TurnRunner
+from bot.data import keys
+from transcript import StoreUnavailableError
+
+
+class HeldTurns:
+    """Turns that run until the test releases them; records the order they started in."""
+
+    def __init__(self) -> None:
+        self.started: list[tuple[int, int]] = []
+        self.release: dict[tuple[int, int], asyncio.Event] = {}
+        self.changed = asyncio.Event()
+
+    async def run(self, inbound: Inbound, ack: object) -> bool:
+        key = (inbound.user_id, inbound.message_id)
+        self.started.append(key)
+        self.changed.set()
+        await self.release.setdefault(key, asyncio.Event()).wait()
+        return False  # the runner acknowledges
+
+    async def failed(self, inbound: Inbound) -> int:
+        raise AssertionError("no failures here")
+
+    async def give_up(self, inbound: Inbound, error: BaseException) -> None:
+        raise AssertionError("no failures here")
+
+    def finish(self, user: int, message: int) -> None:
+        self.release.setdefault((user, message), asyncio.Event()).set()
+
+    async def until(self, predicate: object, timeout: float = 10.0) -> None:  # noqa: ASYNC109
+        """Wait for ``predicate()``: re-checked when a turn starts, and every 20 ms."""
+        assert callable(predicate)
+        async with asyncio.timeout(timeout):
+            while not predicate():
+                self.changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.changed.wait(), 0.02)
+
+
+def _unused(_pipe: Pipeline) -> None:
+    return None
+
+
+async def test_one_users_backlog_never_delays_another_user(redis: Redis) -> None:
+    intake = Intake(redis, "worker")
+    await intake.ensure_group()
+    never = asyncio.Event()
+    for message in range(1, 11):  # user 1 sends ten messages at once
+        assert await intake.record(Inbound(1, message, 1, f"m{message}"), never)
+    assert await intake.record(Inbound(2, 100, 2, "mine"), never)  # then user 2 one
+    turns = HeldTurns()
+    runner = TurnRunner(
+        turns,
+        intake,
+        outages={StoreUnavailableError: intake.outage},
+        in_flight=InFlight(),
+        max_concurrent=8,
+        max_per_user=2,
+        max_attempts=3,
+    )
+    runner.start()
+    try:
+        await turns.until(lambda: (2, 100) in turns.started)
+        assert turns.started[:2] == [(1, 1), (1, 2)]  # user 1: two at a time
+        assert len(turns.started) == 3
+        for message in range(1, 11):  # user 1's backlog drains in order, two at a time
+            turns.finish(1, message)
+            await turns.until(lambda m=message: len(turns.started) >= min(3 + m, 11))
+        assert [m for u, m in turns.started if u == 1] == list(range(1, 11))
+        turns.finish(2, 100)
+        await turns.until(lambda: runner.completed == 11)
+        assert await redis.xlen(keys.INTAKE_STREAM) == 0  # each acknowledged when it ended
+    finally:
+        await runner.drain(1.0)
+
+
+async def test_entries_waiting_for_a_busy_user_stay_pending_at_shutdown(redis: Redis) -> None:
+    intake = Intake(redis, "worker")
+    await intake.ensure_group()
+    never = asyncio.Event()
+    for message in range(1, 5):
+        assert await intake.record(Inbound(1, message, 1, f"m{message}"), never)
+    turns = HeldTurns()
+    runner = TurnRunner(
+        turns,
+        intake,
+        outages={StoreUnavailableError: intake.outage},
+        in_flight=InFlight(),
+        max_concurrent=8,
+        max_per_user=1,
+        max_attempts=3,
+    )
+    runner.start()
+    await turns.until(lambda: len(turns.started) == 1)
+    assert await runner.drain(0.1) == 1  # the running turn is cancelled at the deadline
+    assert turns.started == [(1, 1)]
+    # nothing was acknowledged: the next start finds all four, in order
+    pending = await intake.read_pending(b"0", 10)
+    assert [e.inbound.message_id for e in pending if e.inbound] == [1, 2, 3, 4]
