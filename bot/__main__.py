@@ -75,7 +75,51 @@ def build_parser() -> argparse.ArgumentParser:
         "the intake; a running bot answers them (fix the cause first).",
     )
     letters.add_argument("--replay", action="store_true", help="put every parked message back")
+    _add_operator_commands(commands)
     return parser
+
+
+def _add_operator_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``doctor``, ``export``, ``tree``, ``why``: the operator's checks and reads (bot/ops)."""
+    doctor = commands.add_parser(
+        "doctor",
+        help="check the set-up: settings, Telegram, Redis, the model endpoint",
+        description="Check everything the bot needs, one line each with ✓ (fine), ⚠ (the bot "
+        "runs, but fix this) or ✗ (the bot cannot run) and the fix: the settings; Telegram "
+        "(getMe with the token, the webhook state); Redis (reachable, version, persistence, "
+        "maxmemory-policy); the model endpoint (its model list holds OPENAI_MODEL). "
+        "Exit 0 when the bot can run, 1 when not, 2 for a setting.",
+    )
+    doctor.add_argument(
+        "--call", action="store_true", help="also make a one-token model call (costs a token)"
+    )
+    reads = {
+        "export": (
+            "print a thread from its root to a message as Markdown",
+            "Print the thread holding MESSAGE_ID, from its root (the system prompt) to that "
+            "message, as Markdown: one heading per message, this branch only, the full history "
+            "(summaries made for the model are not part of it).",
+        ),
+        "tree": (
+            "show the conversation tree around a message",
+            "Show the conversation tree holding MESSAGE_ID: one line per stored message with "
+            "its depth, first words, a message id to reply to and the number of messages "
+            "below it; branches are indented and the given message is marked.",
+        ),
+        "why": (
+            "show what the model was sent for an answer, and what came back",
+            "For an answer message: the model calls behind it from the audit records (model, "
+            "time, usage with the cached share, latency, the fold used) and the request as it "
+            "was rendered (system prompt, fold summary, verbatim messages), rebuilt from the "
+            "stored nodes. Audit records are kept MODEL_AUDIT_DAYS days.",
+        ),
+    }
+    for name, (short, long) in reads.items():
+        read = commands.add_parser(name, help=short, description=long)
+        read.add_argument("chat_id", type=int, metavar="CHAT_ID", help="the Telegram chat id")
+        read.add_argument(
+            "message_id", type=int, metavar="MESSAGE_ID", help="a message id in that chat"
+        )
 
 
 def _load() -> Settings | None:
@@ -167,10 +211,35 @@ def cmd_dead_letters(args: argparse.Namespace) -> int:
         return EXIT_STARTUP
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        print(f"✗ settings: {exc}")
+        return EXIT_SETTINGS
+    from .ops.doctor import run_doctor  # noqa: PLC0415
+
+    return run_doctor(settings, call=args.call)
+
+
+def cmd_read(args: argparse.Namespace) -> int:
+    """``export``, ``tree`` and ``why`` of one message of one chat."""
+    settings = _load()
+    if settings is None:
+        return EXIT_SETTINGS
+    from .ops import read_thread  # noqa: PLC0415
+
+    return read_thread(args.command, settings, args.chat_id, args.message_id)
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": cmd_run,
     "check-config": cmd_check_config,
     "dead-letters": cmd_dead_letters,
+    "doctor": cmd_doctor,
+    "export": cmd_read,
+    "tree": cmd_read,
+    "why": cmd_read,
 }
 
 

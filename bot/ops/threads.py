@@ -1,0 +1,429 @@
+"""Reading stored threads for the operator: ``export``, ``tree`` and ``why``.
+
+Everything here only reads. A message id is found through the store's public
+API (:meth:`TranscriptStore.resolve`, ``history``, ``path``, ``node``); two
+reads the store has no API for are done here, from the key shapes in
+:mod:`transcript.keys` and the record codec, because only an operator needs them:
+
+* the children of a node (``tree``): one ``HSCAN`` of the conversation's tree hash,
+  each node record decoded; a node's parent follows from its segment
+  (``(seg, i - 1)``, or the nearest ancestor run for a segment's first node);
+* the fold record at a given node (``why``): the store only offers the deepest
+  fold on a path, but a call may have been sent an older one.
+
+``why`` finds a call's audit records by scanning ``rc:{usage}:a:<chat>:*`` (one
+key per call, kept ``MODEL_AUDIT_DAYS`` days): fine for a command run by hand.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+from redis.asyncio import Redis
+
+from transcript import ChatMessage, Fold, Node, NodeId, TranscriptStore, codec, keys
+from transcript.errors import CorruptRecordError
+
+from ..data import keys as bot_keys
+from ..data.connection import guarded
+from ..model.client import wire_messages
+from ..turn.context import SUMMARY_VIEW
+from ..usage.accounting import AUDIT_FIELDS
+
+#: Words of a message shown in a tree line.
+TREE_WORDS = 8
+_NODE_FIELD = re.compile(rb"^(\d+)\.(\d+)$")
+_HEADINGS = {"system": "System", "user": "User", "assistant": "Assistant", "tool": "Tool"}
+
+
+class OpsError(Exception):
+    """A command cannot do what was asked; the message is one line for the operator."""
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A message id of a chat and the node it is aliased to."""
+
+    chat_id: int
+    message_id: int
+    node: NodeId
+
+
+async def locate(redis: Redis, store: TranscriptStore, chat_id: int, message_id: int) -> Found:
+    """The node ``message_id`` of ``chat_id`` belongs to, or a one-line :class:`OpsError`."""
+    scope = str(chat_id)
+    node = await store.resolve(scope, message_id)
+    if node is None:
+        if not await guarded(redis.exists(keys.alias_key(scope))):
+            raise OpsError(
+                f"chat {chat_id} is unknown: no thread is stored for it "
+                "(check CHAT_ID, and that REDIS_URL is the bot's Redis)"
+            )
+        raise OpsError(
+            f"message {message_id} of chat {chat_id} is unknown: it belongs to no stored "
+            "thread (a message the bot never answered, or a wrong MESSAGE_ID)"
+        )
+    return Found(chat_id, message_id, node)
+
+
+def _text(message: ChatMessage) -> str:
+    return message.content or ""
+
+
+# --------------------------------------------------------------------- export
+
+
+async def export(redis: Redis, store: TranscriptStore, chat_id: int, message_id: int) -> str:
+    """The thread root → the message's node as Markdown: a title, a heading per message."""
+    found = await locate(redis, store, chat_id, message_id)
+    nodes = await store.path(found.node)
+    history = await store.history(found.node)
+    count = len(history.messages)
+    lines = [
+        f"# Conversation in chat {chat_id}, up to message {message_id}",
+        "",
+        f"_{count} message(s), depth {history.depth}, from the root to node "
+        f"{found.node.ref}: the full history of this branch only._",
+    ]
+    for index, node in enumerate(nodes):
+        for message in node.messages:
+            if index == 0 and message.role == "system":
+                heading = "System prompt"
+            else:
+                heading = _HEADINGS[message.role]
+                if message.name:
+                    heading += f" ({message.name})"
+            lines += ["", f"## {heading}", ""]
+            if message.content:
+                lines.append(message.content)
+            for call in message.tool_calls:
+                lines.append(f"- calls `{call.name}({call.arguments})`")
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------- tree
+
+
+@dataclass(slots=True)
+class _TreeNode:
+    node: Node
+    parent: tuple[int, int] | None
+    children: list[tuple[int, int]] = field(default_factory=list)
+    below: int = 0
+    message_ids: list[int] = field(default_factory=list)
+
+
+async def load_tree(redis: Redis, scope: str, tree: int) -> dict[tuple[int, int], _TreeNode]:
+    """Every node of one conversation tree, linked to its parent and children (HSCAN)."""
+    found: dict[tuple[int, int], _TreeNode] = {}
+    async for name, value in redis.hscan_iter(keys.tree_key(scope, tree), count=1000):
+        match = _NODE_FIELD.match(name if isinstance(name, bytes) else str(name).encode())
+        if match is None:
+            continue  # the segment counter, folds, the fold index
+        seg, idx = int(match[1]), int(match[2])
+        node_id = NodeId(scope, tree, seg, idx)
+        record = codec.decode_node(str(node_id), value)
+        parent: tuple[int, int] | None = None
+        if idx > 0:
+            parent = (seg, idx - 1)
+        elif seg > 0:
+            if record.segment is None or not record.segment.ancestors:
+                raise CorruptRecordError(str(node_id), "first node of a branch lacks its ancestors")
+            parent = record.segment.ancestors[0]
+        found[(seg, idx)] = _TreeNode(Node(node_id, record.depth, record.messages), parent)
+    _link(found)
+    async for ref, target in redis.hscan_iter(keys.alias_key(scope), count=1000):
+        text = target.decode() if isinstance(target, bytes) else str(target)
+        if text.startswith(f"{tree}:"):
+            node = NodeId.parse(scope, text)
+            entry = found.get((node.seg, node.idx))
+            if entry is not None:
+                entry.message_ids.append(int(ref))
+    return found
+
+
+def _link(found: dict[tuple[int, int], _TreeNode]) -> None:
+    """Fill in children (oldest segment first) and the count of nodes below each node."""
+    for key, item in sorted(found.items()):
+        if item.parent is not None and item.parent in found:
+            found[item.parent].children.append(key)
+    # breadth first from the top, then counted bottom up (children before parents)
+    order = [k for k, item in found.items() if item.parent is None or item.parent not in found]
+    for key in order:  # grows while it is walked
+        order.extend(found[key].children)
+    for key in reversed(order):
+        parent = found[key].parent
+        if parent is not None and parent in found:
+            found[parent].below += found[key].below + 1
+
+
+def _first_words(text: str, words: int = TREE_WORDS) -> str:
+    parts = text.split()
+    shown = " ".join(parts[:words])
+    return shown + ("…" if len(parts) > words else "")
+
+
+def _tree_label(item: _TreeNode, marked: NodeId) -> str:
+    node = item.node
+    role = node.messages[0].role if node.messages else "system"
+    text = " ".join(_text(m) for m in node.messages)
+    if node.id.seg == 0 and node.id.idx == 0:
+        label = f"system prompt: {_first_words(text)}"
+    else:
+        who = {"user": "user", "assistant": "bot"}.get(role, role)
+        label = f"[depth:{node.depth}] {who}: {_first_words(text)}"
+    details = []
+    if item.message_ids:
+        details.append(f"msg {min(item.message_ids)}")
+    details.append(f"{item.below} below")
+    label += f"  ({'; '.join(details)})"
+    if node.id == marked:
+        label += "  ◀ this message"
+    return label
+
+
+async def tree(redis: Redis, store: TranscriptStore, chat_id: int, message_id: int) -> str:
+    """The conversation tree holding the message: one line per node, branches indented."""
+    found = await locate(redis, store, chat_id, message_id)
+    nodes = await load_tree(redis, found.node.scope, found.node.tree)
+    root = nodes.get((0, 0))
+    if root is None:
+        raise OpsError(f"the conversation of message {message_id} has no root node stored")
+    leaves = sum(1 for item in nodes.values() if not item.children)
+    lines = [
+        f"conversation {found.node.tree} of chat {chat_id}: {len(nodes)} node(s), "
+        f"{leaves} branch(es); message {message_id} is node {found.node.ref} "
+        f"(depth {(await store.node(found.node)).depth})"
+    ]
+    # (key, prefix of its own line, prefix of the lines below it)
+    stack: list[tuple[tuple[int, int], str, str]] = [((0, 0), "", "")]
+    while stack:
+        key, first, rest = stack.pop()
+        item = nodes[key]
+        lines.append(first + _tree_label(item, found.node))
+        children = item.children
+        if len(children) == 1:
+            stack.append((children[0], rest, rest))
+            continue
+        for i in reversed(range(len(children))):
+            last = i == len(children) - 1
+            stack.append(
+                (children[i], rest + ("└─ " if last else "├─ "), rest + ("   " if last else "│  "))
+            )
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------ why
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    """One model call as :class:`bot.usage.accounting.Accounting` recorded it."""
+
+    at: int
+    model: str
+    user: int
+    message: int
+    sent: str
+    prompt: int
+    completion: int
+    cached: int
+    estimated: bool
+    latency: float
+    error: str | None
+    view: str
+
+    @classmethod
+    def decode(cls, data: bytes) -> AuditRecord | None:
+        try:
+            values = msgpack.unpackb(data, raw=False)
+            if not isinstance(values, list) or len(values) != len(AUDIT_FIELDS):
+                return None
+            record: dict[str, Any] = dict(zip(AUDIT_FIELDS, values, strict=True))
+            return cls(**record)
+        except Exception:  # a record that does not decode is skipped, not fatal
+            return None
+
+    @property
+    def is_summary(self) -> bool:
+        return self.view == SUMMARY_VIEW
+
+
+async def audit_records(redis: Redis, chat_id: int) -> list[AuditRecord]:
+    """Every audit record of one chat still kept (a SCAN over ``rc:{usage}:a:<chat>:*``)."""
+    pattern = bot_keys.usage_key("a", chat_id, "*")
+    names = [name async for name in redis.scan_iter(match=pattern, count=1000)]
+    records: list[AuditRecord] = []
+    for start in range(0, len(names), 500):
+        values = await guarded(redis.mget(names[start : start + 500]))
+        for value in values:
+            record = AuditRecord.decode(value) if isinstance(value, bytes) else None
+            if record is not None:
+                records.append(record)
+    return sorted(records, key=lambda r: r.at)
+
+
+def parse_view(view: str) -> tuple[str | None, int]:
+    """The fold ref (None: no fold) and the count of oldest nodes left out, of a view."""
+    base, _, dropped = view.partition("+")
+    return (base or None), int(dropped) if dropped else 0
+
+
+async def fold_at(redis: Redis, node: NodeId) -> Fold | None:
+    """The fold record standing for root → ``node``, if one was written there."""
+    data = await guarded(
+        redis.hget(keys.tree_key(node.scope, node.tree), keys.fold_field(node.seg, node.idx))
+    )
+    if data is None:
+        return None
+    depth, messages = codec.decode_fold(f"fold at {node}", data)
+    return Fold(node, depth, messages)
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """What one view of a chain sent the model, part by part, with node ids."""
+
+    root: Node
+    fold: Fold | None
+    dropped: int
+    verbatim: tuple[Node, ...]
+
+    @property
+    def messages(self) -> tuple[ChatMessage, ...]:
+        summary = self.fold.messages if self.fold else ()
+        return (*self.root.messages, *summary, *(m for n in self.verbatim for m in n.messages))
+
+
+async def render(redis: Redis, nodes: Sequence[Node], view: str) -> Rendered:
+    """The request a call of ``view`` on the chain ``nodes`` was sent, rebuilt from the store.
+
+    The same composition as :class:`bot.turn.context.ContextWindow`: the root, the
+    fold's summary, then the nodes after the fold less the ``dropped`` oldest.
+    """
+    fold_ref, dropped = parse_view(view)
+    fold: Fold | None = None
+    start = 1
+    if fold_ref is not None:
+        at = NodeId.parse(nodes[0].id.scope, fold_ref)
+        cut = next((i for i, n in enumerate(nodes) if n.id == at), None)
+        fold = await fold_at(redis, at)
+        if cut is None or fold is None:
+            raise OpsError(f"the fold at node {fold_ref} named by the audit record is not stored")
+        start = cut + 1
+    return Rendered(nodes[0], fold, dropped, tuple(nodes[start + dropped :]))
+
+
+def _when(at: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
+
+
+def _usage_line(record: AuditRecord) -> str:
+    share = f"{100 * record.cached / record.prompt:.0f} %" if record.prompt else "0 %"
+    line = (
+        f"prompt {record.prompt} tokens ({record.cached} cached, {share}), "
+        f"completion {record.completion} tokens"
+    )
+    return line + (" (estimated: the provider reported no usage)" if record.estimated else "")
+
+
+def _view_line(rendered: Rendered) -> str:
+    if rendered.fold is None:
+        line = "the full history (no fold)"
+    else:
+        line = (
+            f"the fold at node {rendered.fold.at.ref} (a summary standing for the root → "
+            f"that node, depth {rendered.fold.depth}), then the later nodes verbatim"
+        )
+    if rendered.dropped:
+        line += f"; the {rendered.dropped} oldest node(s) after it left out (over the budget)"
+    return line
+
+
+def _message_block(title: str, message: ChatMessage) -> list[str]:
+    lines = ["", f"### {title}", ""]
+    if message.content:
+        lines.append(message.content)
+    lines += [f"- calls `{c.name}({c.arguments})`" for c in message.tool_calls]
+    return lines
+
+
+def _rendered_lines(rendered: Rendered) -> list[str]:
+    wire = len(wire_messages(rendered.messages))
+    lines = [
+        "",
+        f"## Rendered request ({wire} message(s) on the wire; the system prompt and a "
+        "summary are joined into the first)",
+    ]
+    for message in rendered.root.messages:
+        lines += _message_block(f"system prompt (root, node {rendered.root.id.ref})", message)
+    if rendered.fold is not None:
+        for message in rendered.fold.messages:
+            lines += _message_block(f"fold summary (at node {rendered.fold.at.ref})", message)
+    for node in rendered.verbatim:
+        for message in node.messages:
+            lines += _message_block(
+                f"{message.role} (node {node.id.ref}, depth {node.depth})", message
+            )
+    return lines
+
+
+async def why(
+    redis: Redis, store: TranscriptStore, chat_id: int, message_id: int, *, audit_days: int
+) -> str:
+    """What the model was sent for an answer, and what came back, from the audit records."""
+    found = await locate(redis, store, chat_id, message_id)
+    nodes = await store.path(found.node)
+    node = nodes[-1]
+    role = node.messages[0].role if node.messages else "system"
+    if len(nodes) < 2 or role not in ("user", "assistant"):
+        raise OpsError(f"message {message_id} starts its conversation: no model call made it")
+    if role == "assistant":
+        asked, answer = nodes[:-1], node
+    else:
+        asked, answer = nodes, None
+    sent = str(asked[-1].id)
+    records = await audit_records(redis, chat_id)
+    calls = [r for r in records if r.sent == sent and not r.is_summary]
+    turns = {r.message for r in calls}
+    summaries = [r for r in records if r.is_summary and r.message in turns]
+    if not calls:
+        if audit_days == 0:
+            raise OpsError("no audit record: MODEL_AUDIT_DAYS=0 turns them off")
+        raise OpsError(
+            f"no audit record of the call(s) behind message {message_id}: they are kept "
+            f"MODEL_AUDIT_DAYS={audit_days} day(s), so this one has expired (or the answer "
+            "came from no model call)"
+        )
+    what = "answer" if answer is not None else "question"
+    lines = [
+        f"# Why: {what} message {message_id} in chat {chat_id}",
+        "",
+        f"Node {found.node.ref} at depth {node.depth}; the model was sent the chain up to "
+        f"node {asked[-1].id.ref} (the user's message {', '.join(map(str, sorted(turns)))}).",
+        "",
+        f"## Model calls ({len(calls)} answer call(s), {len(summaries)} summary call(s))",
+    ]
+    for record in sorted([*calls, *summaries], key=lambda r: r.at):
+        kind = "summary (fold)" if record.is_summary else "answer"
+        lines += [
+            "",
+            f"- {_when(record.at)}  {kind} call to {record.model}, {record.latency:.2f} s",
+            f"  usage: {_usage_line(record)}",
+            f"  outcome: {f'failed ({record.error})' if record.error else 'answered'}",
+        ]
+    views = list(dict.fromkeys(r.view for r in calls))
+    for view in views:
+        rendered = await render(redis, asked, view)
+        lines += ["", f"View: {_view_line(rendered)}."]
+        lines += _rendered_lines(rendered)
+    if answer is not None:
+        lines += ["", "## What came back"]
+        for message in answer.messages:
+            lines += _message_block(f"{message.role} (node {answer.id.ref})", message)
+    return "\n".join(lines) + "\n"
