@@ -141,10 +141,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .logs import configure_logging  # noqa: PLC0415
 
     configure_logging(settings)
-    # Until the bot installs its own handlers, SIGTERM/SIGINT end start-up cleanly:
-    # nothing is running yet, so nothing can be lost.
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, _exit_cleanly)
     # Imported only now: aiogram alone takes seconds to import, and a settings
     # error must not wait for it.
     from .app import StartupError, run  # noqa: PLC0415
@@ -244,6 +240,10 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Until the bot installs its own handlers, SIGTERM/SIGINT end start-up cleanly:
+    # nothing is running yet, so nothing can be lost.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _exit_cleanly)
     args = build_parser().parse_args(argv)
     return COMMANDS[args.command or "run"](args)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import signal
 import time
 from pathlib import Path
 
@@ -106,7 +107,8 @@ async def test_sigterm_at_random_points_always_exits_within_the_bound(
         took = time.monotonic() - started
         if private_redis.proc is None:
             private_redis.start_same_port()
-        assert code == 0, process.text
+        # a SIGTERM while the interpreter itself starts kills it before any of our code
+        assert code == 0 or (code == -signal.SIGTERM and not process.text), process.text
         assert took <= bound + 8, f"attempt {attempt}: exit took {took:.1f}s"
     llm.clear_faults()
     client = connect(private_redis.url)

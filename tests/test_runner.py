@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 
 from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
 
 from bot.bus.inbound import Inbound
 from bot.bus.intake import Intake
@@ -53,8 +52,16 @@ class HeldTurns:
                     await asyncio.wait_for(self.changed.wait(), 0.02)
 
 
-def _unused(_pipe: Pipeline) -> None:
-    return None
+def runner_for(turns: HeldTurns, intake: Intake, *, max_per_user: int) -> TurnRunner:
+    return TurnRunner(
+        turns,
+        intake,
+        outages={StoreUnavailableError: intake.outage},
+        in_flight=InFlight(),
+        max_concurrent=8,
+        max_per_user=max_per_user,
+        max_attempts=3,
+    )
 
 
 async def test_one_users_backlog_never_delays_another_user(redis: Redis) -> None:
@@ -65,15 +72,7 @@ async def test_one_users_backlog_never_delays_another_user(redis: Redis) -> None
         assert await intake.record(Inbound(1, message, 1, f"m{message}"), never)
     assert await intake.record(Inbound(2, 100, 2, "mine"), never)  # then user 2 one
     turns = HeldTurns()
-    runner = TurnRunner(
-        turns,
-        intake,
-        outages={StoreUnavailableError: intake.outage},
-        in_flight=InFlight(),
-        max_concurrent=8,
-        max_per_user=2,
-        max_attempts=3,
-    )
+    runner = runner_for(turns, intake, max_per_user=2)
     runner.start()
     try:
         await turns.until(lambda: (2, 100) in turns.started)
@@ -97,15 +96,7 @@ async def test_entries_waiting_for_a_busy_user_stay_pending_at_shutdown(redis: R
     for message in range(1, 5):
         assert await intake.record(Inbound(1, message, 1, f"m{message}"), never)
     turns = HeldTurns()
-    runner = TurnRunner(
-        turns,
-        intake,
-        outages={StoreUnavailableError: intake.outage},
-        in_flight=InFlight(),
-        max_concurrent=8,
-        max_per_user=1,
-        max_attempts=3,
-    )
+    runner = runner_for(turns, intake, max_per_user=1)
     runner.start()
     await turns.until(lambda: len(turns.started) == 1)
     assert await runner.drain(0.1) == 1  # the running turn is cancelled at the deadline
