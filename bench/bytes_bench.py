@@ -53,13 +53,13 @@ class ScriptedModel:
         self.answer = answer
 
     async def complete(self, messages: Sequence[ChatMessage], *, max_tokens: int) -> Answer:
-        return Answer("summary", Usage(len(messages) * 50, 10), "instant", 0.0, "stop")
+        return Answer("summary", Usage(len(messages) * 50, 10), 0.0)
 
     async def stream(
         self, messages: Sequence[ChatMessage], on_text: Callable[[str], None]
     ) -> Answer:
         on_text(self.answer)
-        return Answer(self.answer, Usage(len(messages) * 50, 40), "instant", 0.0, "stop")
+        return Answer(self.answer, Usage(len(messages) * 50, 40), 0.0)
 
 
 # ------------------------------------------------ baseline: the old usage script

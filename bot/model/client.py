@@ -63,9 +63,7 @@ class Usage:
 class Answer:
     text: str
     usage: Usage
-    model: str
     latency: float
-    finish_reason: str | None
 
 
 class ModelError(Exception):
@@ -401,8 +399,7 @@ class ModelClient:
         text = (response.choices[0].message.content or "") if response.choices else ""
         reported = response.usage
         usage = _usage(reported) if reported is not None else _estimated(messages, text)
-        finish = response.choices[0].finish_reason if response.choices else None
-        return Answer(text, usage, self.model, time.monotonic() - started, finish)
+        return Answer(text, usage, time.monotonic() - started)
 
     async def _open_stream(
         self, body: bytes | list[dict[str, Any]]
@@ -439,7 +436,6 @@ class ModelClient:
             raise _classify(exc) from exc
         text = ""
         usage: Usage | None = None
-        finish: str | None = None
         try:
             async for chunk in stream:
                 if chunk.usage is not None:
@@ -451,7 +447,6 @@ class ModelClient:
                             on_text(text)
                         except Exception as exc:
                             raise _ReaderFailedError(exc) from exc
-                    finish = choice.finish_reason or finish
         except _ReaderFailedError as wrapped:
             raise wrapped.error from None  # the reader's own failure, not the model's
         except openai.OpenAIError as exc:
@@ -468,4 +463,4 @@ class ModelClient:
             await stream.close()
         if usage is None:
             usage = _estimated(messages, text)
-        return Answer(text, usage, self.model, time.monotonic() - started, finish)
+        return Answer(text, usage, time.monotonic() - started)
