@@ -163,7 +163,7 @@ class App:
         try:
             await self._startup_step(
                 f"cannot reach the Telegram Bot API at {server}",
-                self.bot.get_me,
+                self.bot.me,  # cached: the one getMe before polling
                 (TelegramNetworkError, TelegramServerError),
             )
         except TelegramUnauthorizedError:
