@@ -129,16 +129,18 @@ def rig(redis: Redis) -> Rig:
     return Rig(redis)
 
 
-async def test_a_turn_records_every_step_and_ends_done(rig: Rig) -> None:
+async def test_a_finished_turn_keeps_only_its_mark_and_everything_is_aliased(rig: Rig) -> None:
     await rig.engine.run(inbound(1))
-    state = await rig.state(1)
-    assert state[b"d"] == b"1"
-    assert {b"r", b"u", b"a", b"p", b"c"} <= set(state)
-    [part] = [int(p) for p in state[b"p"].split(b",")]
-    assert rig.telegram.shown[part] == "[depth:2] echo: hello"
-    assert await rig.store.resolve(str(CHAT), part) is not None
-    assert 0 < await rig.redis.ttl(keys.turn_key(str(CHAT), 1)) <= 7 * 24 * 3600
+    assert await rig.state(1) == {b"d": b"1"}  # the rest is found through aliases now
+    [(part, text)] = rig.telegram.shown.items()
+    assert text == "[depth:2] echo: hello"
+    answer = await rig.store.resolve(str(CHAT), part)
+    question = await rig.store.resolve(str(CHAT), 1)
+    assert answer is not None and question is not None
+    assert [n.id for n in await rig.store.path(answer)][-2:] == [question, answer]
+    assert 0 < await rig.redis.ttl(keys.turn_key(str(CHAT), 1)) <= 2 * 24 * 3600
     assert not await rig.redis.exists(keys.lease_key(str(CHAT), 1))
+    assert not await rig.redis.exists(keys.pending_parts_key(str(CHAT)))
 
 
 async def test_running_a_finished_turn_again_is_a_no_op(rig: Rig) -> None:
@@ -156,12 +158,15 @@ async def test_resume_with_the_user_node_stored_asks_once_and_stores_once(rig: R
     user = await store_user_node(rig, inbound(1), state)
     again = await store_user_node(rig, inbound(1), await rig.states.read(inbound(1)))
     assert again.id == user.id  # the step run twice stored one node
-    await Rig(rig.redis).engine.run(inbound(1))  # a restarted process finishes it
-    history = await rig.store.history(await rig.store.resolve(str(CHAT), 1) or user.id)
-    assert [m.role for m in history.messages] == ["system", "user"]
-    answer = (await rig.state(1))[b"a"]
-    assert (await rig.store.history(user.id)).depth == 1
-    assert answer
+    fresh = Rig(rig.redis)
+    await fresh.engine.run(inbound(1))  # a restarted process finishes it
+    assert await rig.store.resolve(str(CHAT), 1) == user.id
+    assert fresh.model.calls == 1
+    [(part, _)] = fresh.telegram.shown.items()
+    answer = await rig.store.resolve(str(CHAT), part)
+    assert answer is not None
+    history = await rig.store.history(answer)
+    assert [m.role for m in history.messages] == ["system", "user", "assistant"]
 
 
 async def test_resume_with_the_answer_stored_shows_it_without_the_model(rig: Rig) -> None:

@@ -20,7 +20,8 @@ The turn (bot/turn/state.py):
                          p        answer parts Telegram accepted, comma-separated
                          c        model calls started
                          x        unexpected failures
-                         d        "1" once the turn finished (then the hash expires)
+                         d        "1" once the turn finished: then the hash holds only
+                                  this mark, and expires after two days
     rc:{S}:lease:<m>   the worker running that turn (SET NX PX)
     rc:{S}:part        hash: sent answer part -> message m whose turn still runs
     rc:{S}:orphans     hash: message m -> "low:high:node ref": a part of m's answer may

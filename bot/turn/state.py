@@ -26,8 +26,8 @@ from ..data.connection import guarded
 
 #: Queues writes on a turn's final round trip.
 Queue = Callable[[Pipeline], object]
-#: A finished turn's state is kept this long (redeliveries come within hours).
-DONE_TTL_SECONDS = 7 * 24 * 3600
+#: A finished turn's mark is kept this long (Telegram keeps an update 24 hours).
+DONE_TTL_SECONDS = 2 * 24 * 3600
 #: How long a possibly lost part can still be adopted by a reply to it.
 ORPHAN_TTL_SECONDS = 30 * 24 * 3600
 #: A worker's claim on a turn; longer than any turn can run (timeouts bound it).
@@ -148,14 +148,17 @@ class TurnStates:
         *,
         also: Sequence[Queue] = (),
     ) -> None:
-        """Mark the turn done (its state then expires) and let go of its claim.
+        """Mark the turn done and let go of its claim.
 
-        ``also`` queue more writes on the same round trip (the parts' aliases,
-        the intake's acknowledgement). Every write is idempotent, and keys of
-        several slots may meet here, so this is a pipeline, not a transaction.
+        A done turn keeps only its mark, for redeliveries, until it expires: its
+        nodes and parts are found through their aliases from then on. ``also``
+        queue more writes on the same round trip (the parts' aliases, the
+        intake's acknowledgement). Every write is idempotent, and keys of several
+        slots may meet here, so this is a pipeline, not a transaction.
         """
         async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.hset(state.key, mapping={"d": "1", "p": ",".join(map(str, parts))})
+            pipe.delete(state.key)
+            pipe.hset(state.key, "d", "1")
             pipe.expire(state.key, DONE_TTL_SECONDS)
             self._release(pipe, inbound, parts)
             for queue in also:
