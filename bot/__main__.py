@@ -83,6 +83,7 @@ def _add_operator_commands(commands: argparse._SubParsersAction[argparse.Argumen
     """``doctor``, ``export``, ``tree``, ``why``: the operator's checks and reads (bot/ops)."""
     doctor = commands.add_parser(
         "doctor",
+        prog="python -m bot doctor",
         help="check the set-up: settings, Telegram, Redis, the model endpoint",
         description="Check everything the bot needs, one line each with ✓ (fine), ⚠ (the bot "
         "runs, but fix this) or ✗ (the bot cannot run) and the fix: the settings; Telegram "
@@ -115,7 +116,7 @@ def _add_operator_commands(commands: argparse._SubParsersAction[argparse.Argumen
         ),
     }
     for name, (short, long) in reads.items():
-        read = commands.add_parser(name, help=short, description=long)
+        read = commands.add_parser(name, prog=f"python -m bot {name}", help=short, description=long)
         read.add_argument("chat_id", type=int, metavar="CHAT_ID", help="the Telegram chat id")
         read.add_argument(
             "message_id", type=int, metavar="MESSAGE_ID", help="a message id in that chat"
