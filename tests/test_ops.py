@@ -396,3 +396,16 @@ async def test_why_shows_the_fold_a_call_was_sent(
     )
     assert "question number 0:" in exported.out  # the full history is still there
     assert SUMMARY_PREFIX not in exported.out
+
+
+async def test_a_read_without_redis_is_one_line(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI
+) -> None:
+    env = env_for(tg, llm, f"redis://127.0.0.1:{free_port()}/0")
+    for command in ("export", "tree", "why"):
+        result = await cli(tmp_path, env, command, "-100123", "7")  # a group's chat id
+        assert result.code == 1, result
+        assert result.out == ""
+        assert result.err.startswith("replychain: Redis is unreachable")
+        assert result.err.rstrip().endswith("check REDIS_URL")
+        assert result.err.count("\n") == 1
