@@ -52,15 +52,19 @@ class PartJournal(Protocol):
         now, unless ``wait``, which waits until it can.
         """
 
-    async def sent(self, parts: list[int]) -> None:
-        """Telegram accepted these parts (the last one is new); waits until recorded."""
+    async def sent(self, parts: list[int], *, last: bool = False) -> None:
+        """Telegram accepted these parts (the last one is new); waits until recorded.
+
+        ``last``: nothing more is sent or edited before the answer's final write,
+        which may record it instead.
+        """
 
 
 class _NoJournal:
     async def sending(self, count: int, *, wait: bool) -> None:
         return None
 
-    async def sent(self, parts: list[int]) -> None:
+    async def sent(self, parts: list[int], *, last: bool = False) -> None:
         return None
 
 
@@ -242,7 +246,8 @@ class AnswerWriter:
                 self.parts.append(Part(message_id, chunk))
                 if len(self.parts) == 1:
                     await self._stop_typing()
-                await self.journal.sent(self.message_ids)
+                last = self._closing and i == len(chunks) - 1
+                await self.journal.sent(self.message_ids, last=last)
         await self._drop_extra(len(chunks))
         self._shown = text
 

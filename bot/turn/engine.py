@@ -134,10 +134,10 @@ class _Parts:
             self.engine.redis_outage.failed(exc)
             raise JournalUnavailableError from exc
 
-    async def sent(self, parts: list[int]) -> None:
+    async def sent(self, parts: list[int], *, last: bool = False) -> None:
         states = self.engine.states
-        if self.state.answer is not None:
-            return  # recorded by the turn's final write, one round trip for all
+        if last and self.state.answer is not None:
+            return  # the turn's final write, right after this, records it
         await self.engine._durably(lambda: states.add_part(self.inbound, self.state, parts))
 
 
