@@ -175,3 +175,17 @@ async def test_the_operator_lists_and_replays_parked_messages(
     assert await redis.xlen(keys.DEAD_LETTER_STREAM) == 0
     [back] = await intake.read_new(10, 100)
     assert back.inbound == message
+
+
+async def test_fields_from_a_newer_server_change_nothing(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory
+) -> None:
+    for method in ("getMe", "sendMessage", "editMessageText"):
+        tg.misbehave_next(method, "extra_fields", count=50)
+    async with start_bot() as app:
+        first, text = await ask(tg, app, USER, "hello")
+        _, again = await ask(
+            tg, app, USER, "more", reply_to=answers_to(tg, USER, first)[0].message_id
+        )
+    assert (text, again) == ("[depth:2] echo: hello", "[depth:4] echo: more")
+    assert len(llm.requests) == 2
