@@ -207,6 +207,8 @@ class Soak:
         self.specs = make_chats(args.chats)
         self.events = plan(self.sched, self.specs, self.chaos, args.gap)
         self.kill_times: list[float] = []
+        #: When each SIGKILL was actually sent (the soak's clock).
+        self.killed_at: list[float] = []
         t = self.sched.uniform(30, 60)
         while t < self.chaos:
             self.kill_times.append(t)
@@ -464,6 +466,7 @@ class Soak:
             await self.until(at)
             async with self.lifecycle:
                 assert self.bot is not None
+                self.killed_at.append(self.now())
                 await self.bot.kill()
                 self.kills += 1
                 self.note(f"SOAK SIGKILL bot generation {self.generation}")
@@ -631,7 +634,16 @@ class Soak:
         await self.stop_bot()
         self.absorb()
         bot_messages = {s.chat_id: self.tg.bot_messages(s.chat_id) for s in self.specs}
-        result = Checker(self.sent, bot_messages, self.observed, self.seed).run()
+        sent_at = {
+            (call.params["chat_id"], call.result["message_id"]): call.at - self.t0
+            for call in self.tg.calls
+            if call.method == "sendMessage" and call.status == 200
+            and isinstance(call.result, dict) and "message_id" in call.result
+        }  # fmt: skip
+        result = Checker(
+            self.sent, bot_messages, self.observed, self.seed,
+            sent_at=sent_at, kill_times=self.killed_at,
+        ).run()  # fmt: skip
         self.report(result, drained)
         return 1 if result.failed else 0
 
@@ -647,6 +659,10 @@ class Soak:
             ("answered exactly once", result.once),
             ("  of which with a notice (model outage etc.)", result.once_notice),
             ("answered twice or more (duplicated)", result.duplicated),
+            (
+                "  twice, first copy accepted <= 250 ms before a SIGKILL (README)",
+                result.crash_window_duplicates,
+            ),
             ("never answered (lost)", result.lost),
             ("answers on the wrong chain ([depth:N])", result.wrong_depth),
             ("model requests with the wrong history (messages)", result.wrong_history),

@@ -154,6 +154,9 @@ class Result:
     once: int = 0
     once_notice: int = 0
     duplicated: int = 0
+    #: Duplicates whose first copy Telegram accepted just before a SIGKILL: the one
+    #: window the README names (a part accepted, the bot killed before recording it).
+    crash_window_duplicates: int = 0
     lost: int = 0
     wrong_depth: int = 0
     wrong_history: int = 0
@@ -187,6 +190,11 @@ class Result:
 Chain = list[tuple[str, bool]]  # (marker, answered) of the ancestors' user messages
 
 
+#: A duplicate counts as the documented crash window only when its first copy was
+#: accepted at most this long before the SIGKILL (sending to recording takes ms).
+CRASH_WINDOW = 0.25
+
+
 class Checker:
     """Everything the soak checks, from the final state of the servers."""
 
@@ -196,8 +204,15 @@ class Checker:
         bot_messages: dict[int, list[StoredMessage]],
         observed: Sequence[Observed],
         seed: int,
+        *,
+        sent_at: dict[tuple[int, int], float] | None = None,
+        kill_times: Sequence[float] = (),
     ) -> None:
         self.sent = sent
+        #: When Telegram accepted each bot message, and when the bot was SIGKILLed
+        #: (both on the soak's clock).
+        self.sent_at = sent_at or {}
+        self.kill_times = sorted(kill_times)
         self.seed = seed
         self.observed = observed
         self.by_id = {(s.chat_id, s.message_id): s for s in sent}
@@ -211,6 +226,18 @@ class Checker:
                 if message.reply_to is not None:
                     self.replies.setdefault((chat_id, message.reply_to), []).append(message)
         self.result = Result(sent=len(sent))
+
+    def _killed_after(self, chat_id: int, found: list[Copy]) -> float | None:
+        """How long before a SIGKILL the first copy was accepted, if the next copy came
+        after that kill and the gap is within :data:`CRASH_WINDOW` (else None)."""
+        first = self.sent_at.get((chat_id, found[0].parts[-1].message_id))
+        second = self.sent_at.get((chat_id, found[1].parts[0].message_id))
+        if first is None or second is None:
+            return None
+        for kill in self.kill_times:
+            if first <= kill < second and kill - first <= CRASH_WINDOW:
+                return kill - first
+        return None
 
     def answers(self, s: Sent) -> list[Copy]:
         return copies(self.replies.get((s.chat_id, s.message_id), []))[0]
@@ -268,8 +295,16 @@ class Checker:
             self._problem(s, "lost: never answered")
             return
         if len(found) > 1:
-            result.duplicated += 1
             texts = [c.text[:60] for c in found]
+            gap = self._killed_after(s.chat_id, found)
+            if gap is not None:
+                result.crash_window_duplicates += 1
+                self._problem(
+                    s, f"(crash window: the first copy was accepted {gap * 1000:.0f} ms "
+                    f"before a SIGKILL) {len(found)} answers {texts}",
+                )  # fmt: skip
+                return
+            result.duplicated += 1
             self._problem(s, f"duplicated: {len(found)} answers {texts}")
             return
         [copy] = found
