@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 from tenacity import (
@@ -72,13 +73,15 @@ async def retrying(
     def retryable(exc: BaseException) -> bool:
         return isinstance(exc, on) and (when is None or when(exc))
 
-    stops: list[Any] = []
-    if attempts is not None:
-        stops.append(stop_after_attempt(attempts))
-    if within is not None:
-        stops.append(stop_after_delay(within))
-    if until is not None:
-        stops.append(lambda _state: until.is_set())
+    # The first try runs bare: on the hot path (a Redis write, a Telegram call) the
+    # retry machinery costs more than the call, and it is needed only after a failure.
+    try:
+        return await call()
+    except BaseException as exc:
+        if not retryable(exc):
+            raise
+        first: BaseException | None = exc
+
     exponential = wait_exponential_jitter(
         multiplier=backoff.initial, max=backoff.maximum, jitter=backoff.jitter
     )
@@ -88,30 +91,47 @@ async def retrying(
         hint = wait_hint(failure) if wait_hint and failure else None
         return hint if hint is not None else exponential(state)
 
-    async def sleep(seconds: float) -> None:
-        if until is None:
-            await asyncio.sleep(seconds)
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(until.wait(), seconds)
-
     def before_sleep(state: RetryCallState) -> None:
         failure = state.outcome.exception() if state.outcome else None
         if on_retry is not None and failure is not None:
             on_retry(failure)
 
     async def attempt() -> T:
+        nonlocal first
+        if first is not None:  # tenacity's first try is the one already made
+            failure, first = first, None
+            raise failure
         return await call()  # tenacity treats a plain function returning an awaitable as sync
 
     retryer = AsyncRetrying(
         retry=retry_if_exception(retryable),
-        stop=stop_any(*stops),
+        stop=_stops(attempts, within, until),
         wait=wait,
-        sleep=sleep,
+        sleep=partial(_sleep, until),
         before_sleep=before_sleep,
         reraise=True,
     )
     return await retryer(attempt)
+
+
+def _stops(attempts: int | None, within: float | None, until: asyncio.Event | None) -> Any:
+    stops: list[Any] = []
+    if attempts is not None:
+        stops.append(stop_after_attempt(attempts))
+    if within is not None:
+        stops.append(stop_after_delay(within))
+    if until is not None:
+        stops.append(lambda _state: until.is_set())
+    return stop_any(*stops)
+
+
+async def _sleep(until: asyncio.Event | None, seconds: float) -> None:
+    """Wait ``seconds``, or less when ``until`` is set meanwhile."""
+    if until is None:
+        await asyncio.sleep(seconds)
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(until.wait(), seconds)
 
 
 class Outage:
