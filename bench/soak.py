@@ -660,7 +660,7 @@ class Soak:
             ("  of which with a notice (model outage etc.)", result.once_notice),
             ("answered twice or more (duplicated)", result.duplicated),
             (
-                "  twice, first copy accepted <= 250 ms before a SIGKILL (README)",
+                "  twice, first copy accepted within 250 ms of a SIGKILL (README)",
                 result.crash_window_duplicates,
             ),
             ("never answered (lost)", result.lost),

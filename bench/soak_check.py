@@ -228,16 +228,22 @@ class Checker:
         self.result = Result(sent=len(sent))
 
     def _killed_after(self, chat_id: int, found: list[Copy]) -> float | None:
-        """How long before a SIGKILL the first copy was accepted, if the next copy came
-        after that kill and the gap is within :data:`CRASH_WINDOW` (else None)."""
+        """How long before a SIGKILL the first copy was accepted (negative: after it, a
+        request the killed bot had sent), if the next copy came after that kill and
+        the gap is within :data:`CRASH_WINDOW` (else None)."""
         first = self.sent_at.get((chat_id, found[0].parts[-1].message_id))
         second = self.sent_at.get((chat_id, found[1].parts[0].message_id))
         if first is None or second is None:
             return None
         for kill in self.kill_times:
-            if first <= kill < second and kill - first <= CRASH_WINDOW:
+            if abs(kill - first) <= CRASH_WINDOW and kill < second:
                 return kill - first
         return None
+
+    def accepted(self, chat_id: int, found: list[Copy]) -> str:
+        """When Telegram accepted each copy's first part (the soak's clock)."""
+        times = [self.sent_at.get((chat_id, c.parts[0].message_id)) for c in found]
+        return ", ".join("?" if t is None else f"{t:.3f}s" for t in times)
 
     def answers(self, s: Sent) -> list[Copy]:
         return copies(self.replies.get((s.chat_id, s.message_id), []))[0]
@@ -305,7 +311,8 @@ class Checker:
                 )  # fmt: skip
                 return
             result.duplicated += 1
-            self._problem(s, f"duplicated: {len(found)} answers {texts}")
+            when = self.accepted(s.chat_id, found)
+            self._problem(s, f"duplicated: {len(found)} answers (accepted at {when}) {texts}")
             return
         [copy] = found
         result.once += 1
