@@ -11,6 +11,7 @@ from .settings import Settings
 #: above unless LOG_LEVEL=DEBUG.
 CHATTY_LOGGERS = (
     "httpx",
+    "httpx2",  # what openai 3.x sends its requests with
     "httpcore",
     "openai",
     "aiohttp.access",
