@@ -273,3 +273,21 @@ def test_intake_entries_of_the_previous_version_still_decode() -> None:
     new = Inbound(CHAT, 9, 5, "now", reply_to=3, reply_to_bot=True)
     assert Inbound.decode(new.encode()) == new
     assert Inbound.decode(b"\x93garbage") is None
+
+
+async def test_a_resume_that_sends_nothing_new_notes_no_unbounded_range(rig: Rig) -> None:
+    """Regression (soak): a range without an upper bound swallowed another turn's lost part."""
+    state = await rig.states.begin(inbound(1))
+    assert state is not None
+    user = await store_user_node(rig, inbound(1), state)
+    await rig.states.add_part(inbound(1), state, [555])
+    await rig.store.append(
+        user.id, [ChatMessage("assistant", "stored")], record_in=state.record("a")
+    )
+    fresh = Rig(rig.redis)
+    await fresh.engine.run(inbound(1))  # edits part 555, sends nothing new
+    assert fresh.telegram.sends == 0
+    assert not await rig.redis.exists(keys.orphans_key(str(CHAT)))
+    # a reply to another (unknown) bot message is not pulled into this thread
+    await fresh.engine.run(Inbound(CHAT, 2, 5, "hi", reply_to=600, reply_to_bot=True))
+    assert fresh.telegram.shown[fresh.telegram.next_id] == "[depth:2] echo: hi"

@@ -60,8 +60,6 @@ PRIVATE_EDIT_INTERVAL = 1.0
 GROUP_EDIT_INTERVAL = 3.0
 #: How long a reply to a part of an answer still being written waits for that turn.
 PART_WAIT = 120.0
-#: Ids after the question where a lost part is looked for when no later part is known.
-ORPHAN_SPAN = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,12 +235,16 @@ class Engine:
         also: list[Queue] = [turn.ack]
         if node is not None:
             also.append(lambda pipe: self.store.queue_alias(pipe, inbound.scope, ids, node))
-            if turn.lost_a_part:
+            new = [i for i in ids if i not in turn.writer.existing]
+            if turn.lost_a_part and new:
                 # an earlier run may have died between sending a part and recording
-                # it: that message lies before the first one sent now
-                new = [i for i in ids if i not in turn.writer.existing]
-                high = min(new) if new else inbound.message_id + ORPHAN_SPAN
-                also.append(lambda pipe: TurnStates.queue_orphans(pipe, inbound, high, node))
+                # it: that message lies after the parts it recorded and before the
+                # first one sent now (without a new one there is no bound: no range)
+                low = max([inbound.message_id, *turn.writer.existing])
+                high = min(new)
+                also.append(
+                    lambda pipe: TurnStates.queue_orphans(pipe, inbound, node, low=low, high=high)
+                )
         await self._durably(lambda: self.states.finish(inbound, turn.state, ids, also=also))
 
     # ----------------------------------------------------------------- the steps

@@ -179,21 +179,25 @@ class TurnStates:
             pipe.hdel(keys.pending_parts_key(inbound.scope), *map(str, parts))
 
     @staticmethod
-    def queue_orphans(pipe: Pipeline, inbound: Inbound, high: int, node: NodeId) -> None:
-        """A part of this turn's answer may be on screen, unrecorded, below id ``high``."""
+    def queue_orphans(
+        pipe: Pipeline, inbound: Inbound, node: NodeId, *, low: int, high: int
+    ) -> None:
+        """A part of this turn's answer may be on screen, unrecorded, between the ids."""
         key = keys.orphans_key(inbound.scope)
-        pipe.hset(key, str(inbound.message_id), f"{inbound.message_id}:{high}:{node.ref}")
+        pipe.hset(key, str(inbound.message_id), f"{low}:{high}:{node.ref}")
         pipe.expire(key, ORPHAN_TTL_SECONDS)
 
     async def orphan_home(self, scope: str, message_id: int) -> NodeId | None:
         """The node a lost part with this id belongs to, if it falls in a noted range."""
         ranges = await guarded(self._redis.hvals(keys.orphans_key(scope)))
+        best: tuple[int, str] | None = None  # the narrowest range holding the id
         for value in ranges:
             text = value.decode() if isinstance(value, bytes) else value
             low, high, ref = text.split(":", 2)
-            if int(low) < message_id < int(high):
-                return NodeId.parse(scope, ref)
-        return None
+            width = int(high) - int(low)
+            if int(low) < message_id < int(high) and (best is None or width < best[0]):
+                best = (width, ref)
+        return None if best is None else NodeId.parse(scope, best[1])
 
     async def failed(self, inbound: Inbound) -> int:
         """One more unexpected failure of the turn; returns the count."""
