@@ -232,6 +232,8 @@ class Soak:
         self.observed: list[Observed] = []
         self.model_calls = 0
         self.tg_calls_dropped = 0
+        #: (chat, bot message id) -> when Telegram accepted it (the soak's clock)
+        self.accepted_at: dict[tuple[int, int], float] = {}
         self.kills = 0
         self.redis_restarts = 0
         self.self_exits = 0
@@ -524,6 +526,15 @@ class Soak:
                     index.setdefault((spec.chat_id, m.reply_to), []).append(m)
         return index
 
+    def note_accepted(self) -> None:
+        """When Telegram accepted each bot message (kept before old calls are dropped)."""
+        for call in self.tg.calls:
+            if call.method == "sendMessage" and call.status == 200:
+                result = call.result
+                if isinstance(result, dict) and "message_id" in result:
+                    key = (int(call.params["chat_id"]), int(result["message_id"]))
+                    self.accepted_at[key] = call.at - self.t0
+
     def absorb(self) -> None:
         """Reduce the model requests to what the checks need; bound the servers' logs."""
         requests = self.llm.requests
@@ -535,6 +546,7 @@ class Soak:
         del requests[:count]
         self.model_calls += count
         if len(self.tg.calls) > 4000:
+            self.note_accepted()
             drop = len(self.tg.calls) - 500
             del self.tg.calls[:drop]
             self.tg_calls_dropped += drop
@@ -634,12 +646,8 @@ class Soak:
         await self.stop_bot()
         self.absorb()
         bot_messages = {s.chat_id: self.tg.bot_messages(s.chat_id) for s in self.specs}
-        sent_at = {
-            (call.params["chat_id"], call.result["message_id"]): call.at - self.t0
-            for call in self.tg.calls
-            if call.method == "sendMessage" and call.status == 200
-            and isinstance(call.result, dict) and "message_id" in call.result
-        }  # fmt: skip
+        self.note_accepted()
+        sent_at = self.accepted_at
         result = Checker(
             self.sent, bot_messages, self.observed, self.seed,
             sent_at=sent_at, kill_times=self.killed_at,
