@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 import time
@@ -132,7 +133,9 @@ def _load() -> Settings | None:
 
 
 def _exit_cleanly(_signum: int, _frame: object) -> None:
-    raise SystemExit(EXIT_OK)
+    # Not SystemExit: raised inside an import (aiogram builds its models in pydantic's
+    # Rust core), it surfaces as a traceback. Nothing runs yet, so nothing is lost.
+    os._exit(EXIT_OK)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
