@@ -84,6 +84,53 @@ async def test_nothing_is_sent_while_redis_is_away_so_a_kill_leaves_one_answer(
     assert second.text.count("resuming 1 turn(s) left unfinished") == 1  # started once
 
 
+async def test_a_send_held_by_flood_control_waits_for_redis_so_a_kill_leaves_one_answer(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, private_redis: RedisServer
+) -> None:
+    """The soak's last duplicate: a part noted, held 4 s by a 429, Redis gone meanwhile.
+
+    The held send must not leave while Redis is away (it could not be recorded,
+    and a kill then would send it again): after the flood wait it is noted anew,
+    which waits for Redis. Killed in that state, the restart sends one answer.
+    """
+    env = env_for(tg, llm, private_redis.url)
+    tg.fail_next("sendMessage", status=429, retry_after=4, chat_id=USER)
+    first = BotProcess(env, tmp_path)
+    await first.start()
+    message = tg.send_user_message(USER, USER, "held by the flood")["message_id"]
+
+    def throttled() -> list[float]:
+        return [c.at for c in tg.calls if c.method == "sendMessage" and c.status == 429]
+
+    await tg.wait_for(lambda: bool(throttled()), timeout=30)
+    private_redis.stop()
+    window_end = throttled()[0] + 4 + 1.5  # when the held send would have gone out
+    # absence over the window in which the old code sent the part
+    await tg.wait_for(
+        lambda: bool(answers_to(tg, USER, message)) or time.monotonic() > window_end, timeout=30
+    )
+    assert not answers_to(tg, USER, message)
+    await first.kill()
+    private_redis.start_same_port()
+    second = BotProcess(env, tmp_path)
+    await second.start()
+    try:
+        await tg.wait_for(lambda: bool(answers_to(tg, USER, message)), timeout=60)
+        [answer] = answers_to(tg, USER, message)
+        assert answer.text == "[depth:2] echo: held by the flood"
+        follow = tg.send_user_message(USER, USER, "go on", reply_to=answer.message_id)
+        await tg.wait_for(
+            lambda: (
+                [m.text for m in answers_to(tg, USER, follow["message_id"])]
+                == ["[depth:4] echo: go on"]
+            ),
+            timeout=30,
+        )
+    finally:
+        assert await second.terminate() == 0
+    assert len(answers_to(tg, USER, message)) == 1
+
+
 async def test_sigterm_at_random_points_always_exits_within_the_bound(
     tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, private_redis: RedisServer
 ) -> None:

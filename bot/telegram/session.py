@@ -17,7 +17,10 @@ update instead, so one odd update never stalls polling.
 :class:`FloodControl` is a request middleware: every call to a chat waits
 until that chat's ``retry_after`` window has passed; a 429 is waited out as
 Telegram asks, for up to ``max_wait`` seconds in all (then it counts as an
-outage); 5xx are retried briefly.
+outage); 5xx are retried briefly. A caller that noted a call before making it
+(a part about to be sent) sets :data:`AFTER_FLOOD_WAIT` around it: after any
+such wait the hook runs again before the call goes out, so the note is fresh
+when it leaves, not several flood seconds old.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any, cast
 
 from aiogram import Bot
@@ -47,6 +52,10 @@ from pydantic import ValidationError
 
 from ..retry import Backoff, retrying
 
+#: Runs before a call that flood control held back goes out (see the module text).
+AFTER_FLOOD_WAIT: ContextVar[Callable[[], Awaitable[None]] | None] = ContextVar(
+    "AFTER_FLOOD_WAIT", default=None
+)
 log = logging.getLogger("replychain.telegram")
 
 #: Added to every ``retry_after`` so a retry never lands a hair too early.
@@ -169,6 +178,8 @@ class FloodControl(BaseRequestMiddleware):
             delay = max(self._wait_for(chat), self._wait_for(None))
             if delay > 0:
                 await asyncio.sleep(delay)
+                if (renote := AFTER_FLOOD_WAIT.get()) is not None:
+                    await renote()
             try:
                 return await make_request(bot, method)
             except TelegramRetryAfter as exc:

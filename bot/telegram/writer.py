@@ -24,6 +24,7 @@ from typing import Protocol
 
 from .format import Chunk, render_chunks
 from .out import ChatUnavailableError, MessageGoneError, TelegramOut
+from .session import AFTER_FLOOD_WAIT
 
 log = logging.getLogger("replychain.answer")
 
@@ -257,10 +258,18 @@ class AnswerWriter:
         While streaming, a journal that cannot record it now (Redis away) means
         "not now"; the final text waits until it can.
         """
-        await self.journal.sending(number, wait=self._closing)
-        message_id = await self._out.send(
-            self._chat_id, chunk, reply_to=self._reply_to, thread_id=self._thread_id
-        )
+
+        async def note() -> None:
+            await self.journal.sending(number, wait=self._closing)
+
+        await note()
+        renote = AFTER_FLOOD_WAIT.set(note)  # a flood wait makes the note stale
+        try:
+            message_id = await self._out.send(
+                self._chat_id, chunk, reply_to=self._reply_to, thread_id=self._thread_id
+            )
+        finally:
+            AFTER_FLOOD_WAIT.reset(renote)
         if number <= len(self.parts):  # a replacement: record it before anything else
             self.parts[number - 1].message_id = message_id
             await self.journal.sent(self.message_ids)

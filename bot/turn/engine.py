@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -60,6 +61,8 @@ PRIVATE_EDIT_INTERVAL = 1.0
 GROUP_EDIT_INTERVAL = 3.0
 #: How long a reply to a part of an answer still being written waits for that turn.
 PART_WAIT = 120.0
+#: How long after storing the answer its final parts go out without a note of their own.
+FRESH_ANSWER = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +110,9 @@ class Turn:
     #: An earlier run may have left a part on screen unrecorded: it announced a part
     #: it never recorded, or it stored the answer (whose parts the final write records).
     lost_a_part: bool = False
+    #: When this run stored the answer node (``time.monotonic()``); ``None`` when an
+    #: earlier run stored it.
+    answer_stored_at: float | None = None
 
 
 class _StillRunning(Exception):
@@ -117,12 +123,29 @@ class _Parts:
     """The answer writer's journal: the turn's state, written through the engine."""
 
     def __init__(self, engine: Engine, turn: Turn) -> None:
-        self.engine, self.inbound, self.state = engine, turn.inbound, turn.state
+        self.engine, self.turn = engine, turn
+        self.inbound, self.state = turn.inbound, turn.state
+
+    def _answer_vouches(self) -> bool:
+        """Whether the stored answer stands for this send's note.
+
+        The final write records the parts right after they are sent. That holds
+        when the answer was stored a moment ago and Redis is up; after a flood
+        wait, an outage or a restart, the send is noted first, which also waits
+        for Redis: a part Telegram accepted while Redis was away would be sent
+        again by the next run if this process died before recording it.
+        """
+        stored = self.turn.answer_stored_at
+        return (
+            stored is not None
+            and time.monotonic() - stored < FRESH_ANSWER
+            and self.engine.redis_outage.since is None
+        )
 
     async def sending(self, count: int, *, wait: bool) -> None:
         states = self.engine.states
-        if self.state.answer is not None:
-            return  # the stored answer announces its parts; the final write records them
+        if self.state.answer is not None and self._answer_vouches():
+            return
         if wait:
             await self.engine._durably(lambda: states.sending(self.inbound, self.state, count))
             return
@@ -372,6 +395,7 @@ class Engine:
             self.accounting.record(call),
         )
         turn.state.answer = node.id
+        turn.answer_stored_at = time.monotonic()
         return node.id
 
     async def _durably(self, call: Callable[[], Awaitable[T]]) -> T:
