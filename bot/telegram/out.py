@@ -32,7 +32,6 @@ from aiogram.exceptions import (
     TelegramServerError,
 )
 from aiogram.types import Message, ReplyParameters
-from aiogram.utils.chat_action import ChatActionSender
 
 from .format import Chunk
 from .session import BadResponseError, UnreadableResultError
@@ -81,6 +80,40 @@ def _sent_id(exc: UnreadableResultError) -> int | None:
     result = exc.result
     message_id = result.get("message_id") if isinstance(result, dict) else None
     return message_id if isinstance(message_id, int) and message_id > 0 else None
+
+
+class _Typing:
+    """Sends the typing action every ``interval`` seconds until the context ends.
+
+    Ending never waits for a chat action in flight: it may be sitting out a
+    flood-control window for minutes, and the answer it decorates must be
+    recorded now (aiogram's ChatActionSender waits for it). A failed action
+    ends the typing quietly: it is cosmetic.
+    """
+
+    def __init__(self, bot: Bot, chat_id: int, thread_id: int | None, interval: float) -> None:
+        self.bot, self.chat_id, self.thread_id, self.interval = bot, chat_id, thread_id, interval
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> _Typing:
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.wait([self._task])  # (a cancellation of the caller still propagates)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.bot.send_chat_action(
+                    chat_id=self.chat_id, action="typing", message_thread_id=self.thread_id
+                )
+            except Exception as exc:
+                log.debug("typing in chat %s stopped: %s", self.chat_id, type(exc).__name__)
+                return
+            await asyncio.sleep(self.interval)
 
 
 class TelegramOut:
@@ -159,10 +192,8 @@ class TelegramOut:
     def typing(
         self, chat_id: int, thread_id: int | None, interval: float
     ) -> AbstractAsyncContextManager[object]:
-        """Shows "typing…" in the chat until the context ends (aiogram's ChatActionSender)."""
-        return ChatActionSender(
-            bot=self.bot, chat_id=chat_id, message_thread_id=thread_id, interval=interval
-        )
+        """Shows "typing…" in the chat until the context ends."""
+        return _Typing(self.bot, chat_id, thread_id, interval)
 
     async def send_text(
         self, chat_id: int, text: str, *, reply_to: int | None, thread_id: int | None
