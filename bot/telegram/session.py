@@ -188,7 +188,7 @@ class FloodControl(BaseRequestMiddleware):
                 until = time.monotonic() + exc.retry_after + _RETRY_MARGIN
                 self._not_before[chat] = max(self._not_before.get(chat, 0.0), until)
                 self._prune()
-                self.metrics.telegram_429(name)
+                self.metrics.telegram_429(method.__api_method__)
                 log.warning(
                     "Telegram flood control on %s: waiting %ss before retrying",
                     name, exc.retry_after,
