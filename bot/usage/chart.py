@@ -1,15 +1,16 @@
 """The /stats chart: tokens per day and the top users, as a PNG (matplotlib, Agg).
 
-:func:`render` is plain CPU work (about a tenth of a second warm, more the first
+:func:`render` is plain CPU work (about half a second, a second or two the first
 time, when matplotlib is imported): callers run it off the event loop
 (``asyncio.to_thread``). It draws on a :class:`~matplotlib.figure.Figure` of
-its own with the Agg canvas, never pyplot, so no global state is touched and
-no display is needed.
+its own with the Agg canvas, never pyplot, so no display is needed; renders
+are serialised, since matplotlib's font and text caches are not thread-safe.
 """
 
 from __future__ import annotations
 
 import io
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -26,6 +27,7 @@ _KINDS = ("prompt (uncached)", "prompt (cached)", "completion")
 _COLOURS = ("#4878d0", "#6acc64", "#ee854a")
 _SIZE_INCHES = (11.0, 4.8)
 _DPI = 100
+_ONE_AT_A_TIME = threading.Lock()
 
 
 def _stack(totals: Totals) -> tuple[int, int, int]:
@@ -42,6 +44,15 @@ def render(
     ``per_day``: (``YYYYMMDD``, totals), any order; ``per_user``: (user id, all-time
     totals), largest first. Users are shown by id: the bot keeps no names.
     """
+    with _ONE_AT_A_TIME:
+        return _draw(per_day, per_user, prices)
+
+
+def _draw(
+    per_day: Sequence[tuple[str, Totals]],
+    per_user: Sequence[tuple[int, Totals]],
+    prices: Prices,
+) -> bytes:
     from matplotlib.figure import Figure  # noqa: PLC0415 (heavy: only when drawn)
 
     days = sorted(per_day)
@@ -88,4 +99,12 @@ def render(
 def _thousands() -> Formatter:
     from matplotlib.ticker import FuncFormatter  # noqa: PLC0415
 
-    return FuncFormatter(lambda value, _pos: f"{value:,.0f}")
+    return FuncFormatter(lambda value, _pos: _compact(value))
+
+
+def _compact(value: float) -> str:
+    """1,500 -> 1.5k, 2,000,000 -> 2M: axis labels that stay short."""
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g}{suffix}"
+    return f"{value:.0f}"
