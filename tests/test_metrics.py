@@ -156,11 +156,18 @@ async def test_healthz_is_503_while_redis_is_away(
         status, body = await healthz(port)
         assert status == 503
         assert body.startswith("redis: unreachable")
-        _, text = await scrape(port)  # the scrape still answers, without the backlog
+        await tg.wait_for(lambda: app.intake.outage.since is not None, 15.0)  # the runner saw it
+        during, text = await scrape(port)  # the scrape still answers, without the backlog
         assert "replychain_intake_backlog" not in text
+        assert value(during, "replychain_up", service="redis") == 0
+        assert value(during, "replychain_outages_total", service="redis") == 1
         private_redis.start_same_port()
         await tg.wait_for(lambda: app.intake.outage.since is None, 15.0)
         assert (await healthz(port))[0] == 200
+        after, _ = await scrape(port)
+        assert value(after, "replychain_up", service="redis") == 1
+        assert value(after, "replychain_intake_backlog") == 0
+        assert value(after, "replychain_turn_retries_total", cause="redis") == 0  # no turn ran
 
 
 async def test_healthz_is_503_while_telegram_is_away(
