@@ -144,7 +144,13 @@ class App:
             metrics=self.metrics,
         )
         outages = {"redis": self.intake.outage, "telegram": telegram_outage}
-        self.metrics.watch(self, outages, self.intake.backlog)
+        store = self.store
+        self.metrics.watch(
+            cache=lambda: (store.cache_hits, store.cache_misses, store.cache.bytes_used),
+            in_flight=lambda: self.runner.in_flight_count,
+            outages=outages,
+            backlog=self.intake.backlog,
+        )
         self.metrics_server = (
             MetricsServer(
                 self.metrics,
@@ -253,21 +259,6 @@ class App:
                     f"METRICS_LISTEN: cannot listen on {self.settings.metrics_listen} "
                     f"({exc.strerror or type(exc).__name__}); choose a free host:port"
                 ) from None
-
-    # read by the metrics at scrape time (bot.metrics.Watched)
-    @property
-    def cache_hits(self) -> int:
-        return self.store.cache_hits
-
-    @property
-    def cache_misses(self) -> int:
-        return self.store.cache_misses
-
-    def cache_bytes(self) -> int:
-        return self.store.cache.bytes_used
-
-    def in_flight(self) -> int:
-        return self.runner.in_flight_count
 
     async def _stop_polling(self, polling: asyncio.Task[None]) -> None:
         """Stop polling; a handler waiting on Redis (its update unconfirmed) is cut off."""

@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -60,18 +60,8 @@ class Backlog:
     dead_letters: int
 
 
-class Watched(Protocol):
-    """What the scrape reads from the running bot (the app's parts)."""
-
-    @property
-    def cache_hits(self) -> int: ...
-
-    @property
-    def cache_misses(self) -> int: ...
-
-    def cache_bytes(self) -> int: ...
-
-    def in_flight(self) -> int: ...
+#: The transcript cache: reads answered from memory, reads needing Redis, bytes held.
+CacheStats = Callable[[], tuple[int, int, int]]
 
 
 class Metrics:
@@ -168,12 +158,14 @@ class Metrics:
 
     def watch(
         self,
-        parts: Watched,
+        *,
+        cache: CacheStats,
+        in_flight: Callable[[], int],
         outages: Mapping[str, Outage],
         backlog: Callable[[], Awaitable[Backlog]],
     ) -> None:
-        """Read these when scraped: cache and turns in flight, outages, the intake."""
-        self.registry.register(_Scraped(parts, outages, self))
+        """Read these when scraped: the cache, turns in flight, outages, the intake."""
+        self.registry.register(_Scraped(cache, in_flight, outages, self))
         self._read_backlog = backlog
 
     async def refresh(self) -> None:
@@ -190,14 +182,20 @@ class Metrics:
 class _Scraped(Collector):
     """Values owned by other parts, read at scrape time."""
 
-    def __init__(self, parts: Watched, outages: Mapping[str, Outage], metrics: Metrics) -> None:
-        self.parts = parts
+    def __init__(
+        self,
+        cache: CacheStats,
+        in_flight: Callable[[], int],
+        outages: Mapping[str, Outage],
+        metrics: Metrics,
+    ) -> None:
+        self.cache = cache
+        self.in_flight = in_flight
         self.outages = dict(outages)
         self.metrics = metrics
 
     def collect(self) -> Iterator[Metric]:
-        parts = self.parts
-        hits, misses = parts.cache_hits, parts.cache_misses
+        hits, misses, cache_bytes = self.cache()
         lookups = CounterMetricFamily(
             f"{PREFIX}_transcript_cache_lookups",
             "Transcript reads answered from memory (hit) or needing Redis (miss)",
@@ -214,10 +212,10 @@ class _Scraped(Collector):
         yield GaugeMetricFamily(
             f"{PREFIX}_transcript_cache_bytes",
             "Estimated bytes held by the transcript cache",
-            value=parts.cache_bytes(),
+            value=cache_bytes,
         )
         yield GaugeMetricFamily(
-            f"{PREFIX}_turns_in_flight", "Turns being answered now", value=parts.in_flight()
+            f"{PREFIX}_turns_in_flight", "Turns being answered now", value=self.in_flight()
         )
         outages = CounterMetricFamily(
             f"{PREFIX}_outages", "Times a service became unreachable", labels=["service"]
