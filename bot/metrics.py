@@ -24,15 +24,15 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.aiohttp import make_aiohttp_handler
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from .retry import Outage
 
 if TYPE_CHECKING:
+    from aiohttp import web
+
     from .model import Usage
 
 log = logging.getLogger("replychain.metrics")
@@ -317,9 +317,14 @@ class MetricsServer:
         self.health = health
         self.host, self.port = split_listen(listen)
         self._runner: web.AppRunner | None = None
-        self._export = make_aiohttp_handler(metrics.registry)
+        self._export: Callable[[web.Request], Awaitable[web.StreamResponse]] | None = None
 
     async def start(self) -> None:
+        # imported here: the server (aiohttp.web) costs start-up time only when it is on
+        from aiohttp import web  # noqa: PLC0415
+        from prometheus_client.aiohttp import make_aiohttp_handler  # noqa: PLC0415
+
+        self._export = make_aiohttp_handler(self.metrics.registry)
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
@@ -341,9 +346,12 @@ class MetricsServer:
                 await runner.cleanup()
 
     async def _metrics(self, request: web.Request) -> web.StreamResponse:
+        assert self._export is not None  # set by start(), before any request
         await self.metrics.refresh()
         return await self._export(request)
 
     async def _healthz(self, _request: web.Request) -> web.Response:
+        from aiohttp import web  # noqa: PLC0415 (loaded by start())
+
         healthy, lines = await self.health.check()
         return web.Response(status=200 if healthy else 503, text="\n".join(lines) + "\n")
