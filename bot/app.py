@@ -33,6 +33,7 @@ from transcript import StoreUnavailableError, TranscriptStore
 from .bus.intake import Intake
 from .bus.runner import InFlight, TurnRunner
 from .data.connection import connect, guarded
+from .metrics import Health, Metrics, MetricsServer
 from .model import ModelClient
 from .retry import Outage, retrying
 from .settings import Settings
@@ -64,8 +65,9 @@ class App:
 
     def __init__(self, settings: Settings, *, clock: Clock = utc_now) -> None:
         self.settings = settings
+        self.metrics = Metrics()
         session = BotApiSession(api=TelegramAPIServer.from_base(settings.telegram_api_url))
-        session.middleware(FloodControl(max_wait=settings.flood_wait_max))
+        session.middleware(FloodControl(max_wait=settings.flood_wait_max, metrics=self.metrics))
         self.bot = Bot(
             settings.telegram_bot_token.get_secret_value(),
             session=session,
@@ -96,6 +98,7 @@ class App:
                 settings.price_cached_input_per_mtok,
                 settings.price_output_per_mtok,
             ),
+            metrics=self.metrics,
         )
         self.context = ContextWindow.for_budget(
             self.store,
@@ -138,6 +141,24 @@ class App:
             max_concurrent=settings.max_concurrent_turns,
             max_per_user=settings.user_max_concurrent_turns,
             max_attempts=settings.turn_max_attempts,
+            metrics=self.metrics,
+        )
+        outages = {"redis": self.intake.outage, "telegram": telegram_outage}
+        store = self.store
+        self.metrics.watch(
+            cache=lambda: (store.cache_hits, store.cache_misses, store.cache.bytes_used),
+            in_flight=lambda: self.runner.in_flight_count,
+            outages=outages,
+            backlog=self.intake.backlog,
+        )
+        self.metrics_server = (
+            MetricsServer(
+                self.metrics,
+                Health(redis_ping=self.redis.ping, telegram_ping=self.bot.get_me, outages=outages),
+                settings.metrics_listen,
+            )
+            if settings.metrics_listen
+            else None
         )
         self.stopping = asyncio.Event()
         self.dispatcher = Dispatcher()
@@ -198,6 +219,7 @@ class App:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop, sig.name)
         try:
+            await self._serve_metrics()
             await self.check()
             await self._prepare_polling()
             self.runner.start()
@@ -227,6 +249,16 @@ class App:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(sig)
             await self.close()
+
+    async def _serve_metrics(self) -> None:
+        if self.metrics_server is not None:
+            try:
+                await self.metrics_server.start()
+            except OSError as exc:
+                raise StartupError(
+                    f"METRICS_LISTEN: cannot listen on {self.settings.metrics_listen} "
+                    f"({exc.strerror or type(exc).__name__}); choose a free host:port"
+                ) from None
 
     async def _stop_polling(self, polling: asyncio.Task[None]) -> None:
         """Stop polling; a handler waiting on Redis (its update unconfirmed) is cut off."""
@@ -261,6 +293,8 @@ class App:
         self.stopping.set()
 
     async def close(self) -> None:
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
         await self.bot.session.close()
         await self.model.close()
         await self.redis.aclose()

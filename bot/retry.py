@@ -141,10 +141,13 @@ class Outage:
         self.service = service
         self.consequence = consequence
         self.since: float | None = None
+        #: Times the service went away (for metrics).
+        self.count = 0
 
     def failed(self, exc: BaseException) -> None:
         if self.since is None:
             self.since = time.monotonic()
+            self.count += 1
             cause = exc.__cause__ or exc
             log.error(
                 "%s is unreachable (%s); retrying with backoff. %s",

@@ -86,6 +86,7 @@ SETTINGS_HELP: dict[str, str] = {
     "SHUTDOWN_TIMEOUT": "seconds in-flight answers get to finish on SIGTERM (25)",
     "BOT_INSTANCE": "this process's name on the message bus (default: the host name)",
     "LOG_LEVEL": "DEBUG, INFO, WARNING or ERROR (INFO)",
+    "METRICS_LISTEN": "host:port serving Prometheus /metrics and /healthz (unset: off)",
 }
 
 #: Host name suffixes that name a machine on this host or the local network.
@@ -197,6 +198,8 @@ class Settings(BaseSettings):
     #: Seconds in-flight answers get to finish on SIGTERM.
     shutdown_timeout: float = Field(25.0, ge=0)
     log_level: str = "INFO"
+    #: host:port serving Prometheus ``/metrics`` and ``/healthz``; unset = off.
+    metrics_listen: str | None = None
     #: This process's name in the intake consumer group; unique per running bot process.
     bot_instance: str = Field(default_factory=socket.gethostname, min_length=1)
 
@@ -233,6 +236,17 @@ class Settings(BaseSettings):
             if "://" not in value:
                 raise ValueError("must be a URL with a scheme, e.g. http://127.0.0.1:8081")
         return value.rstrip("/") if value and not value.startswith("redis") else value
+
+    @field_validator("metrics_listen")
+    @classmethod
+    def _check_listen(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        value = value.strip()
+        host, colon, port = value.rpartition(":")
+        if not colon or not port.isdigit() or not 0 < int(port) < 65536 or " " in host:
+            raise ValueError("must be host:port, e.g. 127.0.0.1:9108 (or :9108 for every address)")
+        return value
 
     @field_validator("log_level")
     @classmethod

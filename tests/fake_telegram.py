@@ -56,6 +56,7 @@ import inspect
 import json
 import math
 import re
+import struct
 import time
 import traceback
 from collections import deque
@@ -103,6 +104,7 @@ _METHODS: Final = (
     "getMyCommands",
     "deleteMyCommands",
     "sendMessage",
+    "sendPhoto",
     "editMessageText",
     "sendChatAction",
     "deleteMessage",
@@ -113,13 +115,22 @@ _METHODS: Final = (
 _CANONICAL: Final = {name.lower(): name for name in _METHODS}
 # Methods whose successful result is an object (so a field can be dropped or added).
 _OBJECT_RESULTS: Final = frozenset(
-    {"getMe", "getWebhookInfo", "getChat", "sendMessage", "editMessageText"}
+    {"getMe", "getWebhookInfo", "getChat", "sendMessage", "sendPhoto", "editMessageText"}
 )
 _RESULT_KINDS: Final = frozenset({"missing_field", "extra_fields", "null_result"})
 _DEFAULT_FAULT_STATUS: Final = {"no_ok": 500, "html": 502, "bare_error": 400}
 
 # Methods whose flood limits are per chat: a 429 for one chat blocks them all for that chat.
-_CHAT_RATE_METHODS: Final = frozenset({"sendMessage", "editMessageText", "sendChatAction"})
+_CHAT_RATE_METHODS: Final = frozenset(
+    {"sendMessage", "sendPhoto", "editMessageText", "sendChatAction"}
+)
+_MAX_CAPTION_UNITS: Final = 1024
+# sendPhoto (core.telegram.org/bots/api#sendphoto): "The photo must be at most 10 MB in
+# size. The photo's width and height must not exceed 10000 in total. Width and height
+# ratio must be at most 20." Telegram keeps a scaled copy per size (longest side).
+_MAX_PHOTO_BYTES: Final = 10 * 1024 * 1024
+_PHOTO_SIDES: Final = (90, 320, 800, 1280, 2560)
+_PNG_SIGNATURE: Final = b"\x89PNG\r\n\x1a\n"
 
 _CHAT_ACTIONS: Final = frozenset(
     {
@@ -302,6 +313,7 @@ class StoredMessage:
     reply_markup: dict[str, Any] | None = None
     edit_date: int | None = None
     history: list[str | None] = field(default_factory=list)  # earlier texts, oldest first
+    photo: bytes | None = None  # the uploaded image of a photo the bot sent
 
 
 # --------------------------------------------------------------------------- internals
@@ -1233,6 +1245,7 @@ class FakeTelegram:
             "getMyCommands": self._get_my_commands,
             "deleteMyCommands": self._delete_my_commands,
             "sendMessage": self._send_message,
+            "sendPhoto": self._send_photo,
             "editMessageText": self._edit_message_text,
             "sendChatAction": self._send_chat_action,
             "deleteMessage": self._delete_message_call,
@@ -1729,7 +1742,7 @@ class FakeTelegram:
             raise _Broken(misbehaving.status, misbehaving.kind, response)
         if method == "editMessageText":
             self._check_edit_flood(params, now)
-        if method == "sendMessage":
+        if method in ("sendMessage", "sendPhoto"):
             self._check_send_flood(chat_id, now)
         return misbehaving
 
@@ -1957,9 +1970,19 @@ class FakeTelegram:
         if thread_id is not None and not (chat.is_forum and thread_id in chat.topics):
             raise _ApiError(400, "Bad Request: message thread not found")
 
-    def _format(self, params: JSON) -> tuple[str, list[JSON], str | None, str]:
-        """Parse text + parse_mode/entities like Telegram: (text, entities, parse_mode, raw)."""
-        raw = params.get("text")
+    def _format(
+        self, params: JSON, *, caption: bool = False
+    ) -> tuple[str, list[JSON], str | None, str]:
+        """Parse text + parse_mode/entities like Telegram: (text, entities, parse_mode, raw).
+
+        ``caption``: a media caption instead (caption_entities, at most 1024 characters,
+        may be empty: then the text is "").
+        """
+        raw = params.get("caption" if caption else "text")
+        if caption and raw in (None, ""):
+            return "", [], None, ""
+        if caption:
+            params = {**params, "entities": params.get("caption_entities")}
         if raw is None or raw == "":
             raise _ApiError(400, "Bad Request: message text is empty")
         raw = raw if isinstance(raw, str) else json.dumps(raw)
@@ -1979,7 +2002,9 @@ class FakeTelegram:
         except _EntityError as exc:
             raise _ApiError(400, f"Bad Request: can't parse entities: {exc}") from None
         text, entities = _strip_formatted(text, entities)
-        if not text:
+        if caption and _u16(text) > _MAX_CAPTION_UNITS:
+            raise _ApiError(400, "Bad Request: message caption is too long")
+        if not text and not caption:
             raise _ApiError(400, "Bad Request: message text is empty")
         if _u16(text) > _MAX_TEXT_UNITS:
             raise _ApiError(400, "Bad Request: message is too long")
@@ -2053,6 +2078,59 @@ class FakeTelegram:
             reply_markup=markup,
         )
         return copy.deepcopy(message.raw)
+
+    def _send_photo(self, params: JSON) -> JSON:
+        """sendPhoto with an uploaded PNG or JPEG (multipart/form-data, directly or via
+        ``attach://name``); a file_id this server issued is accepted too."""
+        chat = self._target_chat(params)
+        data = self._photo_bytes(params)
+        width, height = _image_size(data)
+        if width + height > 10000 or max(width, height) > 20 * min(width, height):
+            raise _ApiError(400, "Bad Request: PHOTO_INVALID_DIMENSIONS")
+        caption, entities, mode, raw_caption = self._format(params, caption=True)
+        thread_id, reply = self._placement(chat, params)
+        markup = _reply_markup(params)
+        extra: JSON = {"photo": _photo_sizes(data, width, height, chat.id, chat.next_message_id)}
+        if caption:
+            extra["caption"] = caption
+            if entities:
+                extra["caption_entities"] = copy.deepcopy(entities)
+        message = self._store(
+            chat,
+            self._bot_user(),
+            is_bot=True,
+            thread_id=thread_id,
+            reply=reply,
+            html=raw_caption or None,
+            parse_mode=mode,
+            reply_markup=markup,
+            extra=extra,
+            caption=caption or None,
+        )
+        message.photo = data
+        return copy.deepcopy(message.raw)
+
+    def _photo_bytes(self, params: JSON) -> bytes:
+        photo = params.get("photo")
+        if isinstance(photo, str) and photo.startswith("attach://"):
+            photo = params.get(photo.removeprefix("attach://"))
+        if isinstance(photo, dict) and isinstance(photo.get("data"), bytes):
+            data: bytes = photo["data"]
+            if not data:
+                raise _ApiError(400, "Bad Request: file must be non-empty")
+            if len(data) > _MAX_PHOTO_BYTES:
+                raise _ApiError(400, "Bad Request: file is too big")
+            return data
+        if isinstance(photo, str) and photo:
+            for chat in self._chats.values():
+                for message in chat.messages.values():
+                    sizes = message.raw.get("photo") or []
+                    if message.photo is not None and any(s["file_id"] == photo for s in sizes):
+                        return message.photo
+            if photo.startswith(("http://", "https://")):
+                raise _ApiError(400, "Bad Request: failed to get HTTP URL content")
+            raise _ApiError(400, "Bad Request: wrong file identifier/HTTP URL specified")
+        raise _ApiError(400, "Bad Request: there is no photo in the request")
 
     def _edit_message_text(self, params: JSON) -> JSON:
         if params.get("inline_message_id"):
@@ -2204,7 +2282,11 @@ class FakeTelegram:
         ]
         lines.append(f"last API calls ({len(self.calls)} in total):")
         for call in self.calls[-12:]:
-            shown = {k: v for k, v in call.params.items() if k != "text"}
+            shown = {
+                k: f"<file {len(v['data'])} bytes>" if isinstance(v, dict) and "data" in v else v
+                for k, v in call.params.items()
+                if k != "text"
+            }
             text = call.params.get("text")
             if isinstance(text, str):
                 shown["text"] = text if len(text) <= 80 else text[:77] + "..."
@@ -2318,10 +2400,53 @@ async def _read_params(request: web.Request) -> JSON:
             form = await request.post()
             for key, value in form.items():
                 if isinstance(value, web.FileField):
-                    merged[key] = {"filename": value.filename, "content_type": value.content_type}
+                    merged[key] = {
+                        "filename": value.filename,
+                        "content_type": value.content_type,
+                        "data": value.file.read(),
+                    }
                 else:
                     merged[key] = value
     return {key: _decode_param(key, value) for key, value in merged.items()}
+
+
+def _image_size(data: bytes) -> tuple[int, int]:
+    """Width and height of a PNG (its IHDR) or a baseline/progressive JPEG (its SOF)."""
+    if data.startswith(_PNG_SIGNATURE) and data[12:16] == b"IHDR" and len(data) >= 24:
+        width, height = struct.unpack(">II", data[16:24])
+        if width and height:
+            return width, height
+    elif data.startswith(b"\xff\xd8"):
+        pos = 2
+        while pos + 9 <= len(data) and data[pos] == 0xFF:
+            marker, length = data[pos + 1], struct.unpack(">H", data[pos + 2 : pos + 4])[0]
+            if marker in (0xC0, 0xC1, 0xC2):
+                height, width = struct.unpack(">HH", data[pos + 5 : pos + 9])
+                if width and height:
+                    return width, height
+                break
+            pos += 2 + length
+    raise _ApiError(400, "Bad Request: IMAGE_PROCESS_FAILED")
+
+
+def _photo_sizes(data: bytes, width: int, height: int, chat_id: int, message_id: int) -> list[JSON]:
+    """The PhotoSize array Telegram returns: a scaled copy per size, the largest last."""
+    stem = f"{abs(chat_id)}x{message_id}"
+    longest = max(width, height)
+    sides = [side for side in _PHOTO_SIDES if side < longest] + [min(longest, _PHOTO_SIDES[-1])]
+    sizes = []
+    for side in sides:
+        scale = side / longest
+        sizes.append(
+            {
+                "file_id": f"AgACAgIAAxkDPH{stem}-{side}",
+                "file_unique_id": f"AQADPH{stem}{side}",
+                "width": max(1, round(width * scale)),
+                "height": max(1, round(height * scale)),
+                "file_size": max(1, round(len(data) * scale * scale)),
+            }
+        )
+    return sizes
 
 
 def _explicit_entities(value: Any) -> list[JSON]:

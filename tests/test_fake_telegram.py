@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 import json
 import random
+import struct
+import zlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -27,6 +29,7 @@ from aiogram.exceptions import (
 )
 from aiogram.types import (
     BotCommand,
+    BufferedInputFile,
     InlineKeyboardButton,
     InlineKeyboardMarkup,
     Message,
@@ -1068,6 +1071,61 @@ async def test_chat_actions_and_deletes(fake: FakeTelegram, bot: Bot) -> None:
     fake.send_user_message(-100, 5, "not yours")
     with pytest.raises(TelegramBadRequest, match="message can't be deleted"):
         await bot.delete_message(-100, 1)
+
+
+def _png(width: int, height: int) -> bytes:
+    """A valid grey PNG of that size (signature, IHDR, one IDAT, IEND)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    rows = b"".join(b"\x00" + b"\x80" * width for _ in range(height))
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
+
+
+async def test_send_photo_rules(fake: FakeTelegram, bot: Bot) -> None:
+    fake.add_private_chat(1)
+    question = fake.send_user_message(1, 1, "chart please")["message_id"]
+    png = _png(400, 300)
+    sent = await bot.send_photo(
+        1,
+        BufferedInputFile(png, "chart.png"),
+        caption="<b>Tokens</b> per day",
+        parse_mode="HTML",
+        reply_parameters=ReplyParameters(message_id=question),
+    )
+    assert sent.photo is not None
+    assert [(p.width, p.height) for p in sent.photo] == [(90, 68), (320, 240), (400, 300)]
+    assert sent.caption == "Tokens per day"
+    assert sent.caption_entities is not None and sent.caption_entities[0].type == "bold"
+    stored = fake.message(1, sent.message_id)
+    assert stored.photo == png
+    assert stored.reply_to == question
+    # a file_id the server issued is accepted again, without an upload
+    again = await bot.send_photo(1, sent.photo[-1].file_id)
+    assert fake.message(1, again.message_id).photo == png
+    with pytest.raises(TelegramBadRequest, match="wrong file identifier"):
+        await bot.send_photo(1, "no-such-file-id")
+    with pytest.raises(TelegramBadRequest, match="IMAGE_PROCESS_FAILED"):
+        await bot.send_photo(1, BufferedInputFile(b"GIF89a not a png", "x.png"))
+    with pytest.raises(TelegramBadRequest, match="PHOTO_INVALID_DIMENSIONS"):
+        await bot.send_photo(1, BufferedInputFile(_png(2100, 100), "wide.png"))
+    with pytest.raises(TelegramBadRequest, match="message caption is too long"):
+        await bot.send_photo(1, BufferedInputFile(png, "x.png"), caption="x" * 1025)
+    status, body = await raw_call(fake, "sendPhoto", data={"chat_id": "1"})
+    assert (status, body["description"]) == (400, "Bad Request: there is no photo in the request")
+    form = aiohttp.FormData()
+    form.add_field("chat_id", "1")
+    form.add_field("photo", png, filename="direct.png")  # uploaded under its own name
+    status, body = await raw_call(fake, "sendPhoto", data=form)
+    assert status == 200 and body["result"]["photo"][-1]["width"] == 400
 
 
 async def test_bot_commands(fake: FakeTelegram, bot: Bot) -> None:

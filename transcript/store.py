@@ -114,7 +114,9 @@ class TranscriptStore:
 
     Every write is idempotent and never changes an existing record. Reads go
     through a byte-bounded LRU that is filled lazily and written through.
-    ``round_trips`` counts Redis round trips (for benchmarks and tests).
+    ``round_trips`` counts Redis round trips (for benchmarks and tests);
+    ``cache_hits`` and ``cache_misses`` count reads answered from the LRU alone and
+    reads that needed Redis (alias lookups and node loads; for metrics).
     """
 
     def __init__(
@@ -132,6 +134,8 @@ class TranscriptStore:
         self._append_script = redis.register_script(_APPEND_LUA)
         self._fold_script = redis.register_script(_FOLD_LUA)
         self.round_trips = 0
+        self.cache_hits = 0
+        self.cache_misses = 0
 
     @property
     def cache(self) -> RecordCache:
@@ -277,7 +281,9 @@ class TranscriptStore:
         field = str(message_id)
         cached = self._cache.alias(scope, field)
         if cached is not None:
+            self.cache_hits += 1
             return cached
+        self.cache_misses += 1
         ref = await self._io(self._redis.hget(keys.alias_key(scope), field))
         if ref is None:
             return None
@@ -290,6 +296,8 @@ class TranscriptStore:
         entry = self._cache.segment(node_id.scope, node_id.tree, node_id.seg)
         if entry is None or node_id.idx >= len(entry.nodes):
             entry = (await self._load(node_id.scope, node_id.tree, [(node_id.seg, node_id.idx)]))[0]
+        else:
+            self.cache_hits += 1  # (_load counts its own)
         return entry.nodes[node_id.idx]
 
     async def history(self, leaf: NodeId) -> Transcript:
@@ -434,7 +442,9 @@ class TranscriptStore:
                 wanted.append((entry, seg, len(entry.nodes)))
                 fields.extend(keys.node_field(seg, i) for i in range(len(entry.nodes), cut + 1))
         if not fields:
+            self.cache_hits += 1
             return found
+        self.cache_misses += 1
         values = await self._io(self._redis.hmget(keys.tree_key(scope, tree), fields))
         offset = 0
         for (entry, seg, start), (_, cut) in zip(wanted, _runs_of(wanted, runs), strict=True):

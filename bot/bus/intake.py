@@ -26,6 +26,7 @@ from transcript import StoreUnavailableError
 
 from ..data import keys
 from ..data.connection import guarded
+from ..metrics import Backlog
 from ..retry import Outage
 from .inbound import Inbound
 
@@ -155,6 +156,20 @@ class Intake:
                 await guarded(pipe.execute())
             moved += 1
         return moved
+
+    async def backlog(self) -> Backlog:
+        """Entries not finished, the oldest one's age, parked turns: one round trip."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.xlen(keys.INTAKE_STREAM)
+            pipe.xrange(keys.INTAKE_STREAM, count=1)
+            pipe.xlen(keys.DEAD_LETTER_STREAM)
+            pipe.time()  # the entry ids are Redis's clock too
+            entries, first, parked, (seconds, micros) = await guarded(pipe.execute())
+        oldest = 0.0
+        if first:
+            accepted_ms = int(bytes(first[0][0]).split(b"-")[0])
+            oldest = max(0.0, seconds + micros / 1e6 - accepted_ms / 1e3)
+        return Backlog(int(entries), oldest, int(parked))
 
     def _entries(self, response: Any) -> list[Entry]:
         return [

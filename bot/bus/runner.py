@@ -28,6 +28,7 @@ from redis.asyncio.client import Pipeline
 
 from transcript import StoreUnavailableError
 
+from ..metrics import Metrics
 from ..retry import Outage, retrying
 from .inbound import Inbound
 from .intake import Entry, Intake
@@ -114,6 +115,7 @@ class TurnRunner:
         max_per_user: int,
         max_attempts: int,
         claim_idle_ms: int = CLAIM_IDLE_MS,
+        metrics: Metrics | None = None,
     ) -> None:
         self.handler = handler
         self.intake = intake
@@ -128,6 +130,7 @@ class TurnRunner:
         self._waiting_count = 0
         self.max_attempts = max_attempts
         self.claim_idle_ms = claim_idle_ms
+        self.metrics = metrics or Metrics()
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
         self._consumer: asyncio.Task[None] | None = None
@@ -282,13 +285,17 @@ class TurnRunner:
             )  # fmt: skip
             await self.handler.give_up(inbound, exc)
             await self.intake.park(entry, type(exc).__name__)
+            self.metrics.turn("parked")
             return True
 
     def _note_retry(self, exc: BaseException) -> None:
         self.retried += 1
+        cause = "error"
         for kind, outage in self.outages.items():
             if isinstance(exc, kind):
                 outage.failed(exc)
+                cause = outage.service.lower()
+        self.metrics.turn_retry(cause)
 
     async def _settle(self, call: Callable[[], Awaitable[None]]) -> None:
         """A bookkeeping write that must happen: retried while Redis is away."""

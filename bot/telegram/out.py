@@ -31,7 +31,7 @@ from aiogram.exceptions import (
     TelegramRetryAfter,
     TelegramServerError,
 )
-from aiogram.types import Message, ReplyParameters
+from aiogram.types import BufferedInputFile, Message, ReplyParameters
 
 from .format import Chunk
 from .session import BadResponseError, UnreadableResultError
@@ -200,6 +200,33 @@ class TelegramOut:
     ) -> int:
         """A short notice (plain text, never parsed)."""
         return await self.send(chat_id, Chunk(text, text), reply_to=reply_to, thread_id=thread_id)
+
+    async def send_photo(
+        self,
+        chat_id: int,
+        png: bytes,
+        *,
+        caption: str,
+        reply_to: int | None,
+        thread_id: int | None,
+    ) -> int:
+        """An image (uploaded) with a plain-text caption, as a reply."""
+        reply = (
+            ReplyParameters(message_id=reply_to, allow_sending_without_reply=True)
+            if reply_to is not None
+            else None
+        )
+        message = await self._call(
+            self.bot.send_photo(
+                chat_id=chat_id,
+                photo=BufferedInputFile(png, filename="chart.png"),
+                caption=caption,
+                parse_mode=None,
+                reply_parameters=reply,
+                message_thread_id=thread_id,
+            )
+        )
+        return message.message_id if isinstance(message, Message) else 0
 
     async def delete(self, chat_id: int, message_id: int) -> None:
         """Best effort: a message that cannot be deleted is left as it is."""

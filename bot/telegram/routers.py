@@ -28,7 +28,7 @@ from ..bus.inbound import Inbound
 from ..bus.intake import Intake
 from ..settings import Settings
 from ..usage.accounting import Accounting
-from ..usage.reports import OWNER_ONLY_TEXT, stats_report, usage_report
+from ..usage.reports import OWNER_ONLY_TEXT, stats_chart, stats_report, usage_report
 from .out import Notifier
 
 log = logging.getLogger("replychain.handlers")
@@ -283,7 +283,13 @@ def _usage_router() -> Router:
             return
 
         async def reply() -> None:
-            _notice(notifier, message, await stats_report(accounting))
+            chat, thread = message.chat.id, thread_of(message)
+            text = await stats_report(accounting)
+            await notifier.out.send_text(chat, text, reply_to=message.message_id, thread_id=thread)
+            png, caption = await stats_chart(accounting)  # the text first: this takes a moment
+            await notifier.out.send_photo(
+                chat, png, caption=caption, reply_to=message.message_id, thread_id=thread
+            )
 
         notifier.run(reply, name=f"stats-{message.chat.id}")
 

@@ -50,6 +50,7 @@ from aiogram.methods.base import TelegramType
 from aiogram.types import Update
 from pydantic import ValidationError
 
+from ..metrics import Metrics
 from ..retry import Backoff, retrying
 
 #: Runs before a call that flood control held back goes out (see the module text).
@@ -158,8 +159,9 @@ def _without_undecodable(bot: Bot, content: str) -> str | None:
 class FloodControl(BaseRequestMiddleware):
     """Honour ``retry_after`` per chat for every Telegram call; retry 5xx briefly."""
 
-    def __init__(self, max_wait: float = 600.0) -> None:
+    def __init__(self, max_wait: float = 600.0, metrics: Metrics | None = None) -> None:
         self.max_wait = max_wait
+        self.metrics = metrics or Metrics()
         self._not_before: dict[object, float] = {}
 
     def _wait_for(self, chat: object) -> float:
@@ -186,6 +188,7 @@ class FloodControl(BaseRequestMiddleware):
                 until = time.monotonic() + exc.retry_after + _RETRY_MARGIN
                 self._not_before[chat] = max(self._not_before.get(chat, 0.0), until)
                 self._prune()
+                self.metrics.telegram_429(method.__api_method__)
                 log.warning(
                     "Telegram flood control on %s: waiting %ss before retrying",
                     name, exc.retry_after,
@@ -195,18 +198,21 @@ class FloodControl(BaseRequestMiddleware):
         async def waited_out() -> Response[TelegramType]:
             # the next attempt itself waits until the chat's window has passed
             return await retrying(
-                attempt, on=(TelegramRetryAfter,), within=self.max_wait, wait_hint=lambda _: 0.0
-            )
+                attempt, on=(TelegramRetryAfter,), within=self.max_wait, wait_hint=lambda _: 0.0,
+                on_retry=lambda _exc: self.metrics.telegram_retry("flood_control"),
+            )  # fmt: skip
 
         return await retrying(
             waited_out,
             on=(TelegramServerError,),
             attempts=SERVER_ERROR_ATTEMPTS,
             backoff=SERVER_ERROR_BACKOFF,
-            on_retry=lambda exc: log.warning(
-                "Telegram server error on %s (%s); retrying", name, exc
-            ),
+            on_retry=lambda exc: self._server_error(name, exc),
         )
+
+    def _server_error(self, method: str, exc: BaseException) -> None:
+        self.metrics.telegram_retry("server_error")
+        log.warning("Telegram server error on %s (%s); retrying", method, exc)
 
     def _prune(self) -> None:
         if len(self._not_before) > _PRUNE_AT:

@@ -106,6 +106,8 @@ class AnswerWriter:
         #: The chat refused us while streaming: every later step raises this.
         self._fatal: ChatUnavailableError | None = None
         self._typing: AbstractAsyncContextManager[object] | None = None
+        #: When the first part of this run went on screen (monotonic), if it did.
+        self.first_shown_at: float | None = None
 
     @property
     def closing(self) -> bool:
@@ -246,6 +248,7 @@ class AnswerWriter:
                 message_id = await self._send_new(chunk, i + 1)
                 self.parts.append(Part(message_id, chunk))
                 if len(self.parts) == 1:
+                    self.first_shown_at = time.monotonic()
                     await self._stop_typing()
                 last = self._closing and i == len(chunks) - 1
                 await self.journal.sent(self.message_ids, last=last)

@@ -44,6 +44,7 @@ from transcript import (
 
 from ..bus.inbound import Inbound
 from ..bus.runner import Ack, InFlight
+from ..metrics import Metrics
 from ..model import Answer, Model, ModelError
 from ..retry import Outage, retrying
 from ..telegram.out import AnswerRejectedError, ChatUnavailableError, TelegramOut
@@ -187,6 +188,8 @@ class Engine:
         self.in_flight = in_flight
         self.redis_outage = redis_outage
         self.rules = rules
+        #: The bot's metrics: the registry its accounting records model calls in.
+        self.metrics: Metrics = accounting.metrics
 
     # ------------------------------------------------------------------ the turn
 
@@ -196,6 +199,7 @@ class Engine:
         ``True`` when this run finished the turn (``ack`` was queued on its final
         write), ``False`` when another worker runs it or it was finished before.
         """
+        started = time.monotonic()
         state = await self.states.begin(inbound)
         if state is None or state.done:
             return False
@@ -219,12 +223,16 @@ class Engine:
                 log.error("turn in chat %s failed: %s", inbound.chat_id, exc)
                 reply = Reply(notices.DAMAGED_HISTORY.format(ref=exc.ref), None, notice=True)
             await self._deliver(turn, reply)
+            self.metrics.turn("notice" if reply.notice else "answer", started)
+            self.metrics.first_text(started, writer.first_shown_at)
         except ChatUnavailableError as exc:
             log.info("chat %s is unavailable (%s); dropping its answer", inbound.chat_id, exc)
             await self.states.finish(inbound, state, writer.message_ids, also=[ack])
+            self.metrics.turn("chat_unavailable", started)
         except AnswerRejectedError as exc:
             log.warning("Telegram refused the answer in chat %s: %s", inbound.chat_id, exc)
             await self.states.finish(inbound, state, writer.message_ids, also=[ack])
+            self.metrics.turn("rejected", started)
         finally:
             await writer.close()  # after a failure nothing more is sent; a later run resumes
         return True

@@ -34,6 +34,7 @@ from transcript import NodeId, StoreUnavailableError
 from ..bus.inbound import Inbound
 from ..data import keys
 from ..data.connection import guarded
+from ..metrics import Metrics
 from ..model import Usage
 from ..retry import Outage
 
@@ -284,6 +285,7 @@ class Accounting:
         audit_days: int = 7,
         prices: Prices | None = None,
         detail_days: int = DETAIL_DAYS,
+        metrics: Metrics | None = None,
     ) -> None:
         if detail_days < 1:
             raise ValueError("detail_days must be at least 1")
@@ -296,6 +298,7 @@ class Accounting:
         #: Days the per-turn and per-node detail is kept after its last write.
         self.detail_days = detail_days
         self._script = redis.register_script(_RECORD_LUA)
+        self.metrics = metrics or Metrics()
 
     async def record(self, call: CallRecord) -> None:
         """Count one call exactly once; waits while Redis is away (a call costs money).
@@ -303,6 +306,7 @@ class Accounting:
         The call id makes a repeated record a no-op, so waiting and retrying
         can never count a call twice.
         """
+        self.metrics.model_call(call.usage, call.latency, call.error)
         await self.outage.guard(lambda: self._save(call), on=(StoreUnavailableError,))
 
     async def _save(self, call: CallRecord) -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from transcript import TranscriptStore
 
+from . import chart
 from .accounting import Accounting, Totals, next_reset
 
 OWNER_ONLY_TEXT = "/stats is only for the bot's owner (OWNER_USER_IDS)."
@@ -75,3 +78,16 @@ async def stats_report(accounting: Accounting) -> str:
         total = sum((t for _, t in per_day), Totals())
         lines.append(f"Estimated cost of the days above: ${accounting.prices.cost(total):.4f}")
     return "\n".join(lines)
+
+
+async def stats_chart(accounting: Accounting) -> tuple[bytes, str]:
+    """The /stats chart (PNG) and its caption: tokens per day over the last 30 days
+    and the top users; with prices set, the estimated cost."""
+    per_user, per_day = await accounting.stats(days=chart.DAYS, users=chart.TOP_USERS)
+    top = [(user, all_time) for user, all_time, _today in per_user]
+    png = await asyncio.to_thread(chart.render, per_day, top, accounting.prices)
+    total = sum((totals for _, totals in per_day), Totals())
+    caption = f"Tokens per day over the last {chart.DAYS} days (UTC) and the top users"
+    if accounting.prices.configured:
+        caption += f"; estimated cost of these days: ${accounting.prices.cost(total):.4f}"
+    return png, caption
