@@ -169,6 +169,7 @@ class App:
         self.dispatcher["stopping"] = self.stopping
         self.dispatcher["accounting"] = self.accounting
         self.dispatcher["store"] = self.store
+        self.dispatcher["redis"] = self.redis
         self.dispatcher["settings"] = settings
 
     async def check(self) -> None:

@@ -105,6 +105,7 @@ _METHODS: Final = (
     "deleteMyCommands",
     "sendMessage",
     "sendPhoto",
+    "sendDocument",
     "editMessageText",
     "sendChatAction",
     "deleteMessage",
@@ -115,14 +116,22 @@ _METHODS: Final = (
 _CANONICAL: Final = {name.lower(): name for name in _METHODS}
 # Methods whose successful result is an object (so a field can be dropped or added).
 _OBJECT_RESULTS: Final = frozenset(
-    {"getMe", "getWebhookInfo", "getChat", "sendMessage", "sendPhoto", "editMessageText"}
+    {
+        "getMe",
+        "getWebhookInfo",
+        "getChat",
+        "sendMessage",
+        "sendPhoto",
+        "sendDocument",
+        "editMessageText",
+    }
 )
 _RESULT_KINDS: Final = frozenset({"missing_field", "extra_fields", "null_result"})
 _DEFAULT_FAULT_STATUS: Final = {"no_ok": 500, "html": 502, "bare_error": 400}
 
 # Methods whose flood limits are per chat: a 429 for one chat blocks them all for that chat.
 _CHAT_RATE_METHODS: Final = frozenset(
-    {"sendMessage", "sendPhoto", "editMessageText", "sendChatAction"}
+    {"sendMessage", "sendPhoto", "sendDocument", "editMessageText", "sendChatAction"}
 )
 _MAX_CAPTION_UNITS: Final = 1024
 # sendPhoto (core.telegram.org/bots/api#sendphoto): "The photo must be at most 10 MB in
@@ -131,6 +140,7 @@ _MAX_CAPTION_UNITS: Final = 1024
 _MAX_PHOTO_BYTES: Final = 10 * 1024 * 1024
 _PHOTO_SIDES: Final = (90, 320, 800, 1280, 2560)
 _PNG_SIGNATURE: Final = b"\x89PNG\r\n\x1a\n"
+_MAX_UPLOAD_BYTES: Final = 50 * 1024 * 1024
 
 _CHAT_ACTIONS: Final = frozenset(
     {
@@ -314,6 +324,8 @@ class StoredMessage:
     edit_date: int | None = None
     history: list[str | None] = field(default_factory=list)  # earlier texts, oldest first
     photo: bytes | None = None  # the uploaded image of a photo the bot sent
+    #: A document the bot uploaded: (file name, bytes).
+    document: tuple[str, bytes] | None = None
 
 
 # --------------------------------------------------------------------------- internals
@@ -1246,6 +1258,7 @@ class FakeTelegram:
             "deleteMyCommands": self._delete_my_commands,
             "sendMessage": self._send_message,
             "sendPhoto": self._send_photo,
+            "sendDocument": self._send_document,
             "editMessageText": self._edit_message_text,
             "sendChatAction": self._send_chat_action,
             "deleteMessage": self._delete_message_call,
@@ -2132,6 +2145,53 @@ class FakeTelegram:
             raise _ApiError(400, "Bad Request: wrong file identifier/HTTP URL specified")
         raise _ApiError(400, "Bad Request: there is no photo in the request")
 
+    def _send_document(self, params: JSON) -> JSON:
+        """An uploaded file (multipart/form-data); file ids and URLs are not kept here."""
+        chat = self._target_chat(params)
+        document = params.get("document")
+        if document is None or document == "":
+            raise _ApiError(400, "Bad Request: there is no document in the request")
+        if isinstance(document, str) and document.startswith("attach://"):
+            # a file sent in the same multipart request under that part's name
+            document = params.get(document.removeprefix("attach://"))
+            if not isinstance(document, dict):
+                raise _ApiError(400, "Bad Request: wrong remote file identifier specified")
+        if isinstance(document, str):
+            raise _ApiError(400, "Bad Request: wrong file identifier/HTTP URL specified")
+        if not isinstance(document, dict) or not isinstance(document.get("data"), bytes):
+            raise _ApiError(400, "Bad Request: wrong type of the web page content")
+        data: bytes = document["data"]
+        if not data:
+            raise _ApiError(400, "Bad Request: file must be non-empty")
+        if len(data) > _MAX_UPLOAD_BYTES:
+            raise _ApiError(413, "Request Entity Too Large")
+        caption, entities, mode, raw = self._format(params, caption=True)
+        thread_id, reply = self._placement(chat, params)
+        name = str(document.get("filename") or "document")
+        message = self._store(
+            chat,
+            self._bot_user(),
+            is_bot=True,
+            thread_id=thread_id,
+            reply=reply,
+            html=raw or None,
+            parse_mode=mode,
+            reply_markup=_reply_markup(params),
+            caption=caption or None,
+            extra={
+                "document": {
+                    "file_id": f"BQACAgIAAxkDoc{abs(chat.id)}x{chat.next_message_id}",
+                    "file_unique_id": f"AgADoc{chat.next_message_id}",
+                    "file_name": name,
+                    "mime_type": document.get("content_type") or "application/octet-stream",
+                    "file_size": len(data),
+                },
+                **({"caption": caption} if caption else {}),
+                **({"caption_entities": entities} if caption and entities else {}),
+            },
+        )
+        message.document = (name, data)
+        return copy.deepcopy(message.raw)
     def _edit_message_text(self, params: JSON) -> JSON:
         if params.get("inline_message_id"):
             raise _ApiError(400, "Bad Request: inline messages are not supported by FakeTelegram")

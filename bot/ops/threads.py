@@ -187,25 +187,34 @@ def _tree_label(item: _TreeNode, marked: NodeId) -> str:
     return label
 
 
-async def tree(redis: Redis, store: TranscriptStore, chat_id: int, message_id: int) -> str:
-    """The conversation tree holding the message: one line per node, branches indented."""
+async def tree(
+    redis: Redis, store: TranscriptStore, chat_id: int, message_id: int, *, limit: int = 0
+) -> str:
+    """The conversation tree holding the message: one line per node, branches indented.
+
+    With ``limit`` (characters, e.g. Telegram's 4096 for ``/tree``) a tree too
+    long to show whole is summarised around the marked path: the lines nearest
+    the marked node (its ancestors, its replies, the branches beside its path)
+    stay, the rest become ``… N more`` lines.
+    """
     found = await locate(redis, store, chat_id, message_id)
     nodes = await load_tree(redis, found.node.scope, found.node.tree)
     root = nodes.get((0, 0))
     if root is None:
         raise OpsError(f"the conversation of message {message_id} has no root node stored")
     leaves = sum(1 for item in nodes.values() if not item.children)
-    lines = [
+    header = (
         f"conversation {found.node.tree} of chat {chat_id}: {len(nodes)} node(s), "
         f"{leaves} branch(es); message {message_id} is node {found.node.ref} "
         f"(depth {(await store.node(found.node)).depth})"
-    ]
+    )
+    lines: list[_Line] = []
     # (key, prefix of its own line, prefix of the lines below it)
     stack: list[tuple[tuple[int, int], str, str]] = [((0, 0), "", "")]
     while stack:
         key, first, rest = stack.pop()
         item = nodes[key]
-        lines.append(first + _tree_label(item, found.node))
+        lines.append(_Line(key, first, _tree_label(item, found.node)))
         children = item.children
         if len(children) == 1:
             stack.append((children[0], rest, rest))
@@ -215,7 +224,64 @@ async def tree(redis: Redis, store: TranscriptStore, chat_id: int, message_id: i
             stack.append(
                 (children[i], rest + ("└─ " if last else "├─ "), rest + ("   " if last else "│  "))
             )
-    return "\n".join(lines) + "\n"
+    text = _render_lines(header, lines, None)
+    if not limit or len(text) <= limit:
+        return text
+    marked = (found.node.seg, found.node.idx)
+    distance = _distances(nodes, marked)
+    order = sorted(range(len(lines)), key=lambda i: (distance[lines[i].key], i))
+    low, high = 1, len(lines)  # the most lines that fit, nearest first
+    while low < high:
+        middle = (low + high + 1) // 2
+        if len(_render_lines(header, lines, set(order[:middle]))) <= limit:
+            low = middle
+        else:
+            high = middle - 1
+    return _render_lines(header, lines, set(order[:low]), limit)
+
+
+@dataclass(frozen=True, slots=True)
+class _Line:
+    key: tuple[int, int]
+    prefix: str
+    label: str
+
+
+def _render_lines(
+    header: str, lines: Sequence[_Line], shown: set[int] | None, limit: int = 0
+) -> str:
+    """The tree's text; lines not ``shown`` are folded into ``… N more`` lines."""
+    out = [header]
+    hidden = 0
+    for index, line in enumerate(lines):
+        if shown is None or index in shown:
+            if hidden:
+                out.append(f"{line.prefix}… {hidden} more")
+                hidden = 0
+            out.append(line.prefix + line.label)
+        else:
+            hidden += 1
+    if hidden:
+        out.append(f"… {hidden} more")
+    text = "\n".join(out) + "\n"
+    return text[: limit - 2] + "…\n" if limit and len(text) > limit else text
+
+
+def _distances(
+    nodes: dict[tuple[int, int], _TreeNode], marked: tuple[int, int]
+) -> dict[tuple[int, int], int]:
+    """Steps in the tree from the marked node to every node (the root counts as near)."""
+    distance = {marked: 0}
+    queue = [marked]
+    for key in queue:  # grows while it is walked: breadth first
+        item = nodes[key]
+        neighbours = [*item.children, *([item.parent] if item.parent in nodes else [])]
+        for other in neighbours:
+            if other is not None and other not in distance:
+                distance[other] = distance[key] + 1
+                queue.append(other)
+    distance[(0, 0)] = 0
+    return {key: distance.get(key, len(nodes)) for key in nodes}
 
 
 # ------------------------------------------------------------------------ why

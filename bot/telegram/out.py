@@ -31,7 +31,7 @@ from aiogram.exceptions import (
     TelegramRetryAfter,
     TelegramServerError,
 )
-from aiogram.types import BufferedInputFile, Message, ReplyParameters
+from aiogram.types import BufferedInputFile, InlineKeyboardMarkup, Message, ReplyParameters
 
 from .format import Chunk
 from .session import BadResponseError, UnreadableResultError
@@ -126,14 +126,9 @@ class TelegramOut:
         self, chat_id: int, chunk: Chunk, *, reply_to: int | None, thread_id: int | None
     ) -> int:
         """Send one part as a reply (kept even if the replied message is gone)."""
-        reply = (
-            ReplyParameters(message_id=reply_to, allow_sending_without_reply=True)
-            if reply_to is not None
-            else None
-        )
         common: dict[str, Any] = {
             "chat_id": chat_id,
-            "reply_parameters": reply,
+            "reply_parameters": _reply(reply_to),
             "message_thread_id": thread_id,
         }
         try:
@@ -228,6 +223,61 @@ class TelegramOut:
         )
         return message.message_id if isinstance(message, Message) else 0
 
+    async def send_buttons(
+        self,
+        chat_id: int,
+        text: str,
+        markup: InlineKeyboardMarkup,
+        *,
+        reply_to: int | None,
+        thread_id: int | None,
+    ) -> int:
+        """A plain-text notice with inline buttons under it."""
+        try:
+            message = await self._call(
+                self.bot.send_message(
+                    chat_id=chat_id,
+                    text=text,
+                    parse_mode=None,
+                    reply_parameters=_reply(reply_to),
+                    message_thread_id=thread_id,
+                    reply_markup=markup,
+                )
+            )
+        except TelegramBadRequest as exc:
+            raise AnswerRejectedError(exc.message) from exc
+        except UnreadableResultError as exc:
+            return _sent_id(exc) or 0
+        return message.message_id if isinstance(message, Message) else 0
+
+    async def send_document(
+        self,
+        chat_id: int,
+        name: str,
+        data: bytes,
+        *,
+        caption: str,
+        reply_to: int | None,
+        thread_id: int | None,
+    ) -> int:
+        """Upload ``data`` as a file called ``name`` (multipart), with a plain caption."""
+        try:
+            message = await self._call(
+                self.bot.send_document(
+                    chat_id=chat_id,
+                    document=BufferedInputFile(data, filename=name),
+                    caption=caption,
+                    parse_mode=None,
+                    reply_parameters=_reply(reply_to),
+                    message_thread_id=thread_id,
+                )
+            )
+        except TelegramBadRequest as exc:
+            raise AnswerRejectedError(exc.message) from exc
+        except UnreadableResultError as exc:  # it was sent; its id may be unknown
+            return _sent_id(exc) or 0
+        return message.message_id if isinstance(message, Message) else 0
+
     async def delete(self, chat_id: int, message_id: int) -> None:
         """Best effort: a message that cannot be deleted is left as it is."""
         try:
@@ -253,6 +303,12 @@ class TelegramOut:
         except TelegramAPIError as exc:
             # any other status (404, 409, an error without a description): not ours to fix
             raise TelegramUnavailableError(exc.message or type(exc).__name__) from exc
+
+
+def _reply(reply_to: int | None) -> ReplyParameters | None:
+    if reply_to is None:
+        return None
+    return ReplyParameters(message_id=reply_to, allow_sending_without_reply=True)
 
 
 class Notifier:

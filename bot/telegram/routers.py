@@ -30,6 +30,7 @@ from ..settings import Settings
 from ..usage.accounting import Accounting
 from ..usage.reports import OWNER_ONLY_TEXT, stats_chart, stats_report, usage_report
 from .out import Notifier
+from .steering import steering_router
 
 log = logging.getLogger("replychain.handlers")
 
@@ -37,6 +38,8 @@ COMMANDS = [
     BotCommand(command="start", description="What this bot is and how threads work"),
     BotCommand(command="help", description="How to continue, branch and start conversations"),
     BotCommand(command="usage", description="Your tokens today and in total (reply: this chain)"),
+    BotCommand(command="tree", description="Reply: the tree of this conversation"),
+    BotCommand(command="export", description="Reply: this branch as a Markdown file"),
 ]
 
 HELP_TEXT = (
@@ -48,7 +51,10 @@ HELP_TEXT = (
     "Each answer starts with [depth:N], the number of messages in its conversation.\n"
     "In groups I answer when you reply to me, mention me or send a command.\n\n"
     "/usage shows your tokens today and in total; sent as a reply inside a conversation "
-    "it also shows that conversation's."
+    "it also shows that conversation's.\n\n"
+    "Sent as a reply to a message of a conversation:\n"
+    "/tree shows the conversation's tree (branches, depths, where you are);\n"
+    "/export sends that branch, from its start to the message, as a Markdown file."
 )
 
 UNSUPPORTED_TEXT = (
@@ -187,7 +193,7 @@ def build_router(allowed_user_ids: frozenset[int]) -> Router:
     """The bot's router; ``notifier``, ``intake`` and the rest come from the dispatcher's data."""
     root = Router(name="replychain")
     access = AccessControl(allowed_user_ids)
-    for child in (_usage_router(), _conversation_router()):
+    for child in (_usage_router(), steering_router(), _conversation_router()):
         child.message.middleware(access)  # only for messages a handler would answer
         root.include_router(child)
     return root
