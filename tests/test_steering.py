@@ -8,15 +8,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgpack
 from redis.asyncio import Redis
 
+from bot.bus.inbound import EDIT, RETRY, Inbound
 from bot.ops import threads
 from bot.telegram.steering import EXPORT_HINT, NOT_A_THREAD, TREE_HINT
+from bot.turn import notices
 from transcript import ChatMessage, TranscriptStore
 
 from .fake_openai import FakeOpenAI
 from .fake_telegram import FakeTelegram, StoredMessage
-from .harness import USER, BotFactory, answers_to, ask
+from .harness import USER, BotFactory, answers_to, ask, turns_done
 
 TIMEOUT = 15.0
 
@@ -119,3 +122,139 @@ async def test_a_300_node_tree_fits_one_message_around_the_marked_path(
     assert any("spine question 39" in line for line in lines)  # its question, above it
     assert any("spine question 40" in line for line in lines)  # the reply below it
     assert any("… " in line and " more" in line for line in lines)
+
+
+# ---------------------------------------------------------------------- /retry
+
+
+def numbered(llm: FakeOpenAI) -> None:
+    """Each answer differs: "answer N to: <last user text>"."""
+
+    def respond(messages: list[dict[str, Any]]) -> str:
+        last = [m for m in messages if m["role"] == "user"][-1]["content"]
+        return f"answer {len(llm.requests)} to: {last}"
+
+    llm.responder = respond
+
+
+def sent_texts(llm: FakeOpenAI, index: int = -1) -> list[str]:
+    return [str(m["content"]) for m in llm.requests[index].messages]
+
+
+async def test_retry_asks_again_with_the_same_history_as_a_sibling(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory
+) -> None:
+    numbered(llm)
+    async with start_bot() as app:
+        hello, _ = await ask(tg, app, USER, "hello")
+        first = answers_to(tg, USER, hello)[-1].message_id
+        joke, joke_answer = await ask(tg, app, USER, "tell me a joke", reply_to=first)
+        assert joke_answer == "[depth:4] answer 2 to: tell me a joke"
+        joke_part = answers_to(tg, USER, joke)[-1].message_id
+        before = llm.requests[-1].messages
+
+        retry, again = await ask(tg, app, USER, "/retry", reply_to=joke_part)
+        assert again == "[depth:4] answer 3 to: tell me a joke"  # a sibling: the same depth
+        assert llm.requests[-1].messages == before  # byte-identical history
+
+        # both answers continue apart
+        again_part = answers_to(tg, USER, retry)[-1].message_id
+        _, old = await ask(tg, app, USER, "and then?", reply_to=joke_part)
+        assert old.startswith("[depth:6] ")
+        assert "answer 2 to: tell me a joke" in sent_texts(llm)
+        assert "answer 3 to: tell me a joke" not in sent_texts(llm)
+        _, new = await ask(tg, app, USER, "and then?", reply_to=again_part)
+        assert new.startswith("[depth:6] ")
+        assert "answer 3 to: tell me a joke" in sent_texts(llm)
+        assert "answer 2 to: tell me a joke" not in sent_texts(llm)
+
+
+async def test_misplaced_retry_gets_a_one_line_hint(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory
+) -> None:
+    async with start_bot() as app:
+        hello, _ = await ask(tg, app, USER, "hello")
+        hint = await command(tg, "/retry")
+        assert hint.text == notices.RETRY_USAGE
+        _, stray = await ask(tg, app, USER, "/retry", reply_to=hint.message_id)
+        assert stray == notices.RETRY_NOT_AN_ANSWER
+        assert len(llm.requests) == 1 and hello
+
+
+# ---------------------------------------------------------------------- edits
+
+
+async def test_an_edited_question_is_asked_again_as_a_sibling(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory
+) -> None:
+    numbered(llm)
+    async with start_bot() as app:
+        hello, _ = await ask(tg, app, USER, "hello")
+        first = answers_to(tg, USER, hello)[-1].message_id
+        joke, _ = await ask(tg, app, USER, "tell me a joke", reply_to=first)
+        old_part = answers_to(tg, USER, joke)[-1].message_id
+
+        done = app.runner.completed + 1
+        tg.edit_user_message(USER, joke, "tell me a pun")
+        await tg.wait_for(lambda: len(answers_to(tg, USER, joke)) == 2, TIMEOUT)
+        await turns_done(tg, app, done)
+        new = answers_to(tg, USER, joke)[-1]
+        assert new.text == "[depth:4] answer 3 to: tell me a pun"  # same depth, replies to it
+        assert "tell me a joke" not in sent_texts(llm)
+
+        # an edit delivered twice, or back to the first wording: nothing new is asked
+        for text in ("tell me a pun", "tell me a joke"):
+            done = app.runner.completed + 1
+            tg.edit_user_message(USER, joke, text)
+            await turns_done(tg, app, done)
+        assert len(llm.requests) == 3 and len(answers_to(tg, USER, joke)) == 2
+
+        _, old = await ask(tg, app, USER, "more", reply_to=old_part)
+        assert old.startswith("[depth:6] ")
+        assert "tell me a joke" in sent_texts(llm) and "tell me a pun" not in sent_texts(llm)
+        _, fresh = await ask(tg, app, USER, "more", reply_to=new.message_id)
+        assert fresh.startswith("[depth:6] ")
+        assert "tell me a pun" in sent_texts(llm) and "tell me a joke" not in sent_texts(llm)
+
+
+async def test_an_edit_while_the_first_answer_streams(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory
+) -> None:
+    llm.responder = lambda messages: "word " * 60 + str(messages[-1]["content"])
+    llm.chunk_delay = 0.05
+    async with start_bot() as app:
+        done = app.runner.completed + 2
+        sent = tg.send_user_message(USER, USER, "first wording")
+        asked = sent["message_id"]
+        # the answer is on screen and still growing
+        await tg.wait_for(
+            lambda: (
+                bool(answers_to(tg, USER, asked))
+                and app.runner.in_flight.get((USER, asked)) is not None
+            ),
+            TIMEOUT,
+        )
+        tg.edit_user_message(USER, asked, "second wording")
+        await turns_done(tg, app, done)
+        await tg.wait_for(lambda: len(answers_to(tg, USER, asked)) == 2, TIMEOUT)
+        first, second = answers_to(tg, USER, asked)
+        assert (first.text or "").startswith("[depth:2] word")
+        assert (first.text or "").endswith("first wording")
+        assert (second.text or "").startswith("[depth:2] word")
+        assert (second.text or "").endswith("second wording")
+        assert len(llm.requests) == 2
+        assert "first wording" not in sent_texts(llm)
+
+
+def test_intake_entries_carry_their_kind_and_old_entries_still_read() -> None:
+    plain = Inbound(5, 10, 7, "hello")
+    assert msgpack.unpackb(plain.encode())[0] == 2  # a new message: the earlier layout
+    assert Inbound.decode(plain.encode()) == plain and plain.turn == "10"
+    edit = Inbound(5, 10, 7, "hello again", reply_to=3, kind=EDIT)
+    assert Inbound.decode(edit.encode()) == edit
+    again = Inbound(5, 10, 7, "hello again", kind=EDIT)
+    other = Inbound(5, 10, 7, "hello, once more", kind=EDIT)
+    # an edit is a turn of its own; the same wording twice is the same turn
+    assert edit.turn == again.turn != other.turn and edit.turn.startswith("10:e")
+    retry = Inbound(5, 11, 7, "", reply_to=4, kind=RETRY)
+    assert Inbound.decode(retry.encode()) == retry and retry.turn == "11"

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import msgpack
 
 _VERSION = 2
-_FIELDS_OF = {1: 8, 2: 9}  # entries of an older version are still read
+#: Entries of another kind than a new message (an edit, a /retry) carry the kind.
+_KIND_VERSION = 3
+_FIELDS_OF = {1: 8, 2: 9, 3: 10}  # entries of an older version are still read
+
+#: A new message (the only kind before version 3).
+MESSAGE = ""
+#: The user edited message ``message_id``; ``text`` is its new wording.
+EDIT = "edit"
+#: ``/retry`` (message ``message_id``) replying to ``reply_to``: ask that answer again.
+RETRY = "retry"
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +33,21 @@ class Inbound:
     is_group: bool = False
     #: The message replied to is the bot's (it may be a part the bot lost track of).
     reply_to_bot: bool = False
+    #: :data:`MESSAGE`, :data:`EDIT` or :data:`RETRY`.
+    kind: str = MESSAGE
+
+    @property
+    def turn(self) -> str:
+        """The id of this message's turn in the chat.
+
+        A message's id, except for an edit: the same message edited to a new
+        wording is a turn of its own (the wording's digest tells them apart, so
+        the same edit delivered twice is still one turn).
+        """
+        if self.kind == EDIT:
+            digest = hashlib.sha256(self.text.encode()).hexdigest()[:12]
+            return f"{self.message_id}:e{digest}"
+        return str(self.message_id)
 
     @property
     def scope(self) -> str:
@@ -31,9 +56,10 @@ class Inbound:
 
     def encode(self) -> bytes:
         """The msgpack form kept in the intake stream (versioned)."""
+        extra = [self.kind] if self.kind != MESSAGE else []
         data: bytes = msgpack.packb(
             [
-                _VERSION,
+                _KIND_VERSION if extra else _VERSION,
                 self.chat_id,
                 self.message_id,
                 self.user_id,
@@ -42,6 +68,7 @@ class Inbound:
                 self.thread_id,
                 self.is_group,
                 self.reply_to_bot,
+                *extra,
             ]
         )
         return data
@@ -55,6 +82,7 @@ class Inbound:
                 return None
             _, chat, message, user, text, reply_to, thread, group, *rest = fields
             to_bot = bool(rest[0]) if rest else False
-            return cls(chat, message, user, text, reply_to, thread, bool(group), to_bot)
+            kind = str(rest[1]) if len(rest) > 1 else MESSAGE
+            return cls(chat, message, user, text, reply_to, thread, bool(group), to_bot, kind)
         except Exception:  # a damaged entry must not stop the bus
             return None

@@ -13,7 +13,8 @@ The message bus:
 
 The turn (bot/turn/state.py):
 
-    rc:{S}:turn:<m>    hash: the state of the turn answering message m
+    rc:{S}:turn:<m>    hash: the state of the turn answering message m (an edit of m
+                         to a new wording is turn "<m>:e<digest of the wording>")
                          r, u, a  root, user and answer node refs (each written by
                                   the store's append in the same atomic step)
                          s        the number of the answer part about to be sent
@@ -65,12 +66,12 @@ INTAKE_GROUP = "turns"
 DEAD_LETTER_STREAM = f"{NAMESPACE}:deadletter"
 
 
-def turn_key(scope: str, message_id: int) -> str:
-    return f"{scope_prefix(scope)}turn:{message_id}"
+def turn_key(scope: str, turn: int | str) -> str:
+    return f"{scope_prefix(scope)}turn:{turn}"
 
 
-def lease_key(scope: str, message_id: int) -> str:
-    return f"{scope_prefix(scope)}lease:{message_id}"
+def lease_key(scope: str, turn: int | str) -> str:
+    return f"{scope_prefix(scope)}lease:{turn}"
 
 
 def pending_parts_key(scope: str) -> str:

@@ -24,7 +24,7 @@ from aiogram.types.update import UpdateTypeLookupError
 
 from transcript import TranscriptStore
 
-from ..bus.inbound import Inbound
+from ..bus.inbound import EDIT, MESSAGE, Inbound
 from ..bus.intake import Intake
 from ..settings import Settings
 from ..usage.accounting import Accounting
@@ -38,6 +38,7 @@ COMMANDS = [
     BotCommand(command="start", description="What this bot is and how threads work"),
     BotCommand(command="help", description="How to continue, branch and start conversations"),
     BotCommand(command="usage", description="Your tokens today and in total (reply: this chain)"),
+    BotCommand(command="retry", description="Reply to an answer: another answer to it"),
     BotCommand(command="tree", description="Reply: the tree of this conversation"),
     BotCommand(command="export", description="Reply: this branch as a Markdown file"),
 ]
@@ -52,7 +53,10 @@ HELP_TEXT = (
     "In groups I answer when you reply to me, mention me or send a command.\n\n"
     "/usage shows your tokens today and in total; sent as a reply inside a conversation "
     "it also shows that conversation's.\n\n"
+    "Edit a question I answered: its new wording is asked as a branch beside the first.\n"
     "Sent as a reply to a message of a conversation:\n"
+    "/retry (to one of my answers) asks its question again, with the same history; "
+    "both answers can be continued;\n"
     "/tree shows the conversation's tree (branches, depths, where you are);\n"
     "/export sends that branch, from its start to the message, as a Markdown file."
 )
@@ -195,6 +199,7 @@ def build_router(allowed_user_ids: frozenset[int]) -> Router:
     access = AccessControl(allowed_user_ids)
     for child in (_usage_router(), steering_router(), _conversation_router()):
         child.message.middleware(access)  # only for messages a handler would answer
+        child.edited_message.middleware(access)
         root.include_router(child)
     return root
 
@@ -220,33 +225,60 @@ def _conversation_router() -> Router:
     async def on_text(
         message: Message, *, notifier: Notifier, intake: Intake, stopping: asyncio.Event, bot: Bot
     ) -> None:
-        me = await bot.me()
-        text = message.text or message.caption or ""
-        if is_group(message):
-            text = _strip_mention(text, me.username)
-        if not text.strip():
-            _notice(notifier, message, EMPTY_MENTION_TEXT)
-            return
-        sender = message.from_user.id if message.from_user else 0
-        inbound = Inbound(
-            chat_id=message.chat.id,
-            message_id=message.message_id,
-            user_id=sender,
-            text=text,
-            reply_to=replied_id(message),
-            reply_to_bot=_from(message.reply_to_message, me.id),
-            thread_id=thread_of(message),
-            is_group=is_group(message),
+        await _take_in(
+            message, MESSAGE, notifier=notifier, intake=intake, stopping=stopping, bot=bot
         )
-        if not await intake.record(inbound, stopping):
-            # stopping before it was stored: never let aiogram confirm this update
-            await asyncio.Event().wait()
+
+    @router.edited_message(F.text, Addressed())
+    async def on_edit(
+        message: Message, *, notifier: Notifier, intake: Intake, stopping: asyncio.Event, bot: Bot
+    ) -> None:
+        """An edited question is asked again as a sibling (the turn decides if it is new)."""
+        if not (message.text or "").startswith("/"):
+            await _take_in(
+                message, EDIT, notifier=notifier, intake=intake, stopping=stopping, bot=bot
+            )
 
     @router.message(F.content_type.in_(UNSUPPORTED), Addressed())
     async def on_unsupported(message: Message, notifier: Notifier) -> None:
         _notice(notifier, message, UNSUPPORTED_TEXT)
 
     return router
+
+
+async def _take_in(
+    message: Message,
+    kind: str,
+    *,
+    notifier: Notifier,
+    intake: Intake,
+    stopping: asyncio.Event,
+    bot: Bot,
+) -> None:
+    """Record a message for the model in the durable intake (``kind``: new or edited)."""
+    me = await bot.me()
+    text = message.text or message.caption or ""
+    if is_group(message):
+        text = _strip_mention(text, me.username)
+    if not text.strip():
+        if kind == MESSAGE:
+            _notice(notifier, message, EMPTY_MENTION_TEXT)
+        return
+    sender = message.from_user.id if message.from_user else 0
+    inbound = Inbound(
+        chat_id=message.chat.id,
+        message_id=message.message_id,
+        user_id=sender,
+        text=text,
+        reply_to=replied_id(message),
+        reply_to_bot=_from(message.reply_to_message, me.id),
+        thread_id=thread_of(message),
+        is_group=is_group(message),
+        kind=kind,
+    )
+    if not await intake.record(inbound, stopping):
+        # stopping before it was stored: never let aiogram confirm this update
+        await asyncio.Event().wait()
 
 
 def _usage_router() -> Router:

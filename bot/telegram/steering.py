@@ -1,14 +1,17 @@
-"""Commands that steer a thread without asking the model: /tree and /export.
+"""Commands that steer a thread: /tree, /export (no model call) and /retry.
 
-Both are sent as a reply to a message of a conversation and read that
-conversation with the operator's renderers (:mod:`bot.ops.threads`, the same
-text ``python -m bot tree`` and ``export`` print). They answer in the
+/retry goes into the durable intake like a message (a turn of kind ``retry``:
+the engine asks the answer's question again and stores the new answer as a
+sibling). /tree and /export are sent as a reply to a message of a
+conversation and read it with the operator's renderers (:mod:`bot.ops.threads`,
+the same text ``python -m bot tree`` and ``export`` print). They answer in the
 background through the ``notifier`` (the update handler never waits on
 Telegram); misuse gets a one-line hint.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable
 
@@ -19,7 +22,10 @@ from redis.asyncio import Redis
 
 from transcript import TranscriptError, TranscriptStore
 
+from ..bus.inbound import RETRY, Inbound
+from ..bus.intake import Intake
 from ..ops import threads
+from ..turn.notices import RETRY_USAGE
 from .format import TELEGRAM_LIMIT, Chunk, escape_html
 from .out import Notifier
 
@@ -77,6 +83,29 @@ def steering_router() -> Router:
                 )
 
         notifier.run(reply, name=f"tree-{chat}")
+
+    @router.message(Command("retry"))
+    async def on_retry(
+        message: Message, *, notifier: Notifier, intake: Intake, stopping: asyncio.Event
+    ) -> None:
+        target = replied(message)
+        if target is None:
+            notice(notifier, message, RETRY_USAGE)
+            return
+        reply_to = message.reply_to_message
+        inbound = Inbound(
+            chat_id=message.chat.id,
+            message_id=message.message_id,
+            user_id=message.from_user.id if message.from_user else 0,
+            text="",
+            reply_to=target,
+            reply_to_bot=bool(reply_to and reply_to.from_user and reply_to.from_user.is_bot),
+            thread_id=thread_of(message),
+            is_group=message.chat.type in ("group", "supergroup"),
+            kind=RETRY,
+        )
+        if not await intake.record(inbound, stopping):
+            await asyncio.Event().wait()  # stopping before it was stored: never confirm it
 
     @router.message(Command("export"))
     async def on_export(

@@ -42,7 +42,7 @@ from transcript import (
     TranscriptStore,
 )
 
-from ..bus.inbound import Inbound
+from ..bus.inbound import EDIT, RETRY, Inbound
 from ..bus.runner import Ack, InFlight
 from ..metrics import Metrics
 from ..model import Answer, Model, ModelError
@@ -114,6 +114,10 @@ class Turn:
     #: When this run stored the answer node (``time.monotonic()``); ``None`` when an
     #: earlier run stored it.
     answer_stored_at: float | None = None
+
+
+class _NothingToDo(Exception):
+    """An edit that asks nothing new (unchanged wording, or a message never taken in)."""
 
 
 class _StillRunning(Exception):
@@ -217,6 +221,9 @@ class Engine:
         try:
             try:
                 reply = await self._steps(turn)
+            except _NothingToDo:
+                await self.states.finish(inbound, state, [], also=[ack])
+                return True
             except TurnEnded as ended:
                 reply = ended.reply
             except RecordError as exc:
@@ -285,7 +292,9 @@ class Engine:
         inbound, state = turn.inbound, turn.state
         if state.user is not None:
             return await self.store.node(state.user)
-        parent = await self._route(inbound)
+        if inbound.kind == RETRY:
+            return await self._retried(turn)
+        parent = await self._edited(inbound) if inbound.kind == EDIT else await self._route(inbound)
         if parent is None:
             root = await self.store.start(
                 inbound.scope,
@@ -297,10 +306,41 @@ class Engine:
             parent,
             [ChatMessage("user", inbound.text)],
             record_in=state.record("u"),
-            aliases=[inbound.message_id],
+            aliases=[] if inbound.kind == EDIT else [inbound.message_id],
         )
         state.user = user.id
         return user
+
+    async def _retried(self, turn: Turn) -> Node:
+        """/retry: the question of the answer replied to, asked again as it was."""
+        node_id = await self._route(turn.inbound)
+        nodes = await self.store.path(node_id) if node_id is not None else []
+        role = nodes[-1].messages[-1].role if nodes and nodes[-1].messages else None
+        if role == "assistant" and len(nodes) > 2:
+            user = nodes[-2]
+        elif role == "user":
+            user = nodes[-1]  # the question itself: one more answer to it
+        else:
+            raise TurnEnded(Reply(notices.RETRY_NOT_AN_ANSWER, None, notice=True))
+        await self._durably(lambda: self.states.set_user(turn.state, user.id))
+        return user
+
+    async def _edited(self, inbound: Inbound) -> NodeId:
+        """An edit: the parent of the message's first wording, or nothing to do.
+
+        The edited wording becomes a sibling of the first; an edit of a message
+        never taken in, or one leaving its text as it was, asks nothing new.
+        """
+        first = await self.store.resolve(inbound.scope, inbound.message_id)
+        if first is None:
+            raise _NothingToDo
+        nodes = await self.store.path(first)
+        node = nodes[-1]
+        if len(nodes) < 2 or not node.messages or node.messages[0].role != "user":
+            raise _NothingToDo
+        if node.messages[0].content == inbound.text:
+            raise _NothingToDo
+        return nodes[-2].id
 
     async def _route(self, inbound: Inbound) -> NodeId | None:
         """The node the message continues, or ``None`` for a new conversation.

@@ -61,3 +61,10 @@ def daily_limit(limit: int, now: datetime) -> str:
     return DAILY_LIMIT.format(
         limit=limit, reset=reset.strftime("%H:%M UTC"), wait=_duration(reset - now)
     )
+
+
+RETRY_USAGE = "Send /retry as a reply to one of my answers to get another answer to it."
+RETRY_NOT_AN_ANSWER = (
+    "That message is not one of my answers in a conversation I have stored: send /retry "
+    "as a reply to one of my answers."
+)

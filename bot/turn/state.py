@@ -109,19 +109,24 @@ class TurnStates:
         no answer is stored, so resumes can never call the model more often
         than the per-turn guard allows.
         """
-        scope, message = inbound.scope, inbound.message_id
-        key = keys.turn_key(scope, message)
+        scope, turn = inbound.scope, inbound.turn
+        key = keys.turn_key(scope, turn)
         flat = await guarded(
-            self._begin(keys=[keys.lease_key(scope, message), key], args=[self.owner, LEASE_MS])
+            self._begin(keys=[keys.lease_key(scope, turn), key], args=[self.owner, LEASE_MS])
         )
         return None if flat is None else TurnState.parse(key, scope, flat)
 
     async def read(self, inbound: Inbound) -> TurnState:
         """The state as it is, without claiming the turn."""
-        key = keys.turn_key(inbound.scope, inbound.message_id)
+        key = keys.turn_key(inbound.scope, inbound.turn)
         raw = await guarded(self._redis.hgetall(key))
         flat = [item for pair in raw.items() for item in pair]
         return TurnState.parse(key, inbound.scope, flat)
+
+    async def set_user(self, state: TurnState, node: NodeId) -> None:
+        """Record an existing node as the turn's question (a /retry asks it again)."""
+        await guarded(self._redis.hset(state.key, "u", node.ref))
+        state.user = node
 
     async def sending(self, inbound: Inbound, state: TurnState, count: int) -> None:
         """Part number ``count`` is about to be sent (its id is recorded by :meth:`add_part`).
@@ -174,7 +179,7 @@ class TurnStates:
 
     @staticmethod
     def _release(pipe: Pipeline, inbound: Inbound, parts: list[int]) -> None:
-        pipe.delete(keys.lease_key(inbound.scope, inbound.message_id))
+        pipe.delete(keys.lease_key(inbound.scope, inbound.turn))
         if parts:
             pipe.hdel(keys.pending_parts_key(inbound.scope), *map(str, parts))
 
@@ -184,7 +189,7 @@ class TurnStates:
     ) -> None:
         """A part of this turn's answer may be on screen, unrecorded, between the ids."""
         key = keys.orphans_key(inbound.scope)
-        pipe.hset(key, str(inbound.message_id), f"{low}:{high}:{node.ref}")
+        pipe.hset(key, inbound.turn, f"{low}:{high}:{node.ref}")
         pipe.expire(key, ORPHAN_TTL_SECONDS)
 
     async def orphan_home(self, scope: str, message_id: int) -> NodeId | None:
@@ -201,7 +206,7 @@ class TurnStates:
 
     async def failed(self, inbound: Inbound) -> int:
         """One more unexpected failure of the turn; returns the count."""
-        key = keys.turn_key(inbound.scope, inbound.message_id)
+        key = keys.turn_key(inbound.scope, inbound.turn)
         return int(await guarded(self._redis.hincrby(key, "x", 1)))
 
     async def turn_of_part(self, scope: str, part_id: int) -> int | None:
