@@ -109,6 +109,7 @@ _METHODS: Final = (
     "editMessageText",
     "sendChatAction",
     "deleteMessage",
+    "answerCallbackQuery",
     "close",
     "logOut",
     "getChat",
@@ -1238,6 +1239,10 @@ class FakeTelegram:
         self._updates: list[JSON] = []
         self._next_update_id = 1
         self._allowed_updates: frozenset[str] | None = None
+        #: Callback queries pushed and not yet answered: id -> (chat, message id).
+        self.open_queries: dict[str, tuple[int, int]] = {}
+        #: answerCallbackQuery calls: id -> its text (None when it showed nothing).
+        self.query_answers: dict[str, str | None] = {}
         self._poll: _Poll | None = None
         self._faults: list[_Fault] = []
         self._misbehaving: list[_Misbehaving] = []
@@ -1262,6 +1267,7 @@ class FakeTelegram:
             "editMessageText": self._edit_message_text,
             "sendChatAction": self._send_chat_action,
             "deleteMessage": self._delete_message_call,
+            "answerCallbackQuery": self._answer_callback_query,
             "close": lambda _params: True,
             "logOut": lambda _params: True,
             "getChat": self._get_chat,
@@ -1456,6 +1462,32 @@ class FakeTelegram:
             message.raw.pop("entities", None)
         self.push_update({"edited_message": copy.deepcopy(message.raw)})
         return copy.deepcopy(message.raw)
+
+    def press_button(self, chat_id: int, message_id: int, user_id: int, data: str) -> str:
+        """The user presses the inline button carrying ``data`` under a bot message.
+
+        Queues a ``callback_query`` update; returns the query's id. Only data a
+        button of that message holds can be pressed (Telegram sends nothing else).
+        """
+        message = self.message(chat_id, message_id)
+        markup = message.reply_markup or {}
+        held = [b.get("callback_data") for row in markup.get("inline_keyboard", []) for b in row]
+        if not message.is_bot or message.deleted or data not in held:
+            raise ValueError(f"message {message_id} in chat {chat_id} has no button {data!r}")
+        query_id = str(4_000_000_000_000 + len(self.open_queries) + len(self.query_answers))
+        self.open_queries[query_id] = (chat_id, message_id)
+        self.push_update(
+            {
+                "callback_query": {
+                    "id": query_id,
+                    "from": self._ensure_user(user_id).as_dict(),
+                    "message": copy.deepcopy(message.raw),
+                    "chat_instance": f"ci{abs(chat_id)}",
+                    "data": data,
+                }
+            }
+        )
+        return query_id
 
     def push_update(self, update: dict[str, Any]) -> int:
         """Queue a raw update of any shape; ``update_id`` is assigned when missing."""
@@ -2224,6 +2256,22 @@ class FakeTelegram:
         _set_or_drop(raw, "reply_markup", _visible_markup(markup))
         self._notify()
         return copy.deepcopy(raw)
+
+    def _answer_callback_query(self, params: JSON) -> bool:
+        query_id = params.get("callback_query_id")
+        if not query_id:
+            raise _ApiError(400, "Bad Request: QUERY_ID_INVALID")
+        if str(query_id) not in self.open_queries:
+            raise _ApiError(
+                400,
+                "Bad Request: query is too old and response timeout expired or query ID is invalid",
+            )
+        text = params.get("text")
+        if text is not None and len(str(text)) > 200:
+            raise _ApiError(400, "Bad Request: MESSAGE_TOO_LONG")
+        del self.open_queries[str(query_id)]
+        self.query_answers[str(query_id)] = None if text is None else str(text)
+        return True
 
     def _send_chat_action(self, params: JSON) -> bool:
         chat = self._target_chat(params)

@@ -12,14 +12,21 @@ import msgpack
 from redis.asyncio import Redis
 
 from bot.bus.inbound import EDIT, RETRY, Inbound
+from bot.data import keys as bot_keys
 from bot.ops import threads
-from bot.telegram.steering import EXPORT_HINT, NOT_A_THREAD, TREE_HINT
+from bot.telegram.steering import (
+    EXPORT_HINT,
+    FORGET_ASK,
+    FORGET_CANCELLED,
+    NOT_A_THREAD,
+    TREE_HINT,
+)
 from bot.turn import notices
 from transcript import ChatMessage, TranscriptStore
 
 from .fake_openai import FakeOpenAI
 from .fake_telegram import FakeTelegram, StoredMessage
-from .harness import USER, BotFactory, answers_to, ask, turns_done
+from .harness import OTHER_USER, USER, BotFactory, answers_to, ask, turns_done
 
 TIMEOUT = 15.0
 
@@ -258,3 +265,78 @@ def test_intake_entries_carry_their_kind_and_old_entries_still_read() -> None:
     assert edit.turn == again.turn != other.turn and edit.turn.startswith("10:e")
     retry = Inbound(5, 11, 7, "", reply_to=4, kind=RETRY)
     assert Inbound.decode(retry.encode()) == retry and retry.turn == "11"
+
+
+# ---------------------------------------------------------------------- /forget
+
+
+async def stored_bytes(redis: Redis) -> dict[bytes, bytes]:
+    """Every key in Redis with everything it holds, as bytes (to search for a marker)."""
+    found: dict[bytes, bytes] = {}
+    async for name in redis.scan_iter(count=1000):
+        kind = await redis.type(name)
+        if kind == b"string":
+            value: Any = await redis.get(name)
+        elif kind == b"hash":
+            value = await redis.hgetall(name)
+        elif kind == b"stream":
+            value = await redis.xrange(name)
+        elif kind == b"zset":
+            value = await redis.zrange(name, 0, -1, withscores=True)
+        elif kind == b"list":
+            value = await redis.lrange(name, 0, -1)
+        else:
+            value = await redis.smembers(name)
+        found[name] = repr(value).encode() + b"|" + name
+    return found
+
+
+def holding(found: dict[bytes, bytes], marker: str) -> list[bytes]:
+    return [name for name, value in found.items() if marker.encode() in value]
+
+
+async def test_forget_erases_every_key_holding_the_chats_text_and_nothing_else(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory, redis: Redis
+) -> None:
+    async with start_bot() as app:
+        hello, _ = await ask(tg, app, USER, "hello MARKER-A")
+        first = answers_to(tg, USER, hello)[-1].message_id
+        await ask(tg, app, USER, "more MARKER-A", reply_to=first)
+        await ask(tg, app, OTHER_USER, "hello MARKER-B", user=OTHER_USER)
+        for chat in (USER, OTHER_USER):  # a parked message of each chat
+            parked = Inbound(chat, 999, chat, f"parked MARKER-{'A' if chat == USER else 'B'}")
+            await redis.xadd(bot_keys.DEAD_LETTER_STREAM, {b"m": parked.encode(), b"why": b"x"})
+        before = await stored_bytes(redis)
+        assert holding(before, "MARKER-A") and holding(before, "MARKER-B")
+        assert any(bot_keys.usage_key("a", USER).encode() in name for name in before)
+
+        # asked first; cancelling erases nothing
+        ask_message = await command(tg, "/forget")
+        assert ask_message.text == FORGET_ASK
+        tg.press_button(USER, ask_message.message_id, USER, "forget:no")
+        await tg.wait_for(lambda: tg.message(USER, ask_message.message_id).edits == 1, TIMEOUT)
+        assert tg.message(USER, ask_message.message_id).text == FORGET_CANCELLED
+        assert holding(await stored_bytes(redis), "MARKER-A")
+
+        confirm = await command(tg, "/forget")
+        [[erase, _]] = (confirm.reply_markup or {})["inline_keyboard"]
+        query = tg.press_button(USER, confirm.message_id, USER, erase["callback_data"])
+        await tg.wait_for(lambda: tg.message(USER, confirm.message_id).edits == 1, TIMEOUT)
+        said_text = tg.message(USER, confirm.message_id).text or ""
+        assert said_text.startswith("Erased everything I stored about this chat: 1 conversation")
+        assert "1 queued or parked message(s)" in said_text
+        assert tg.message(USER, confirm.message_id).reply_markup is None  # the buttons are gone
+        assert query in tg.query_answers
+
+        after = await stored_bytes(redis)
+        assert holding(after, "MARKER-A") == []
+        assert holding(after, "MARKER-B")  # the other chat is untouched
+        assert len(holding(after, "MARKER-B")) == len(holding(before, "MARKER-B"))
+        assert not any(f"{{usage}}:a:{USER}:".encode() in name for name in after)
+        assert any(f"{{usage}}:a:{OTHER_USER}:".encode() in name for name in after)
+
+        # a reply to an erased answer starts fresh
+        _, fresh = await ask(tg, app, USER, "again", reply_to=first)
+        assert fresh.startswith("[depth:2] ")
+        assert not any("MARKER-A" in text for text in sent_texts(llm))
+        assert len(llm.requests) == 4

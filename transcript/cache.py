@@ -137,6 +137,13 @@ class RecordCache:
     def put_fold_index(self, scope: str, tree: int, index: FoldIndex) -> None:
         self._put(("F", scope, tree), index)
 
+    def forget_scope(self, scope: str) -> int:
+        """Drop every cached record of one scope (its data was erased); returns how many."""
+        gone = [key for key in list(self._lru.keys()) if key[1] == scope]
+        for key in gone:
+            self._lru.pop(key, None)
+        return len(gone)
+
     def _put(self, key: CacheKey, value: CacheValue) -> None:
         try:
             self._lru[key] = value

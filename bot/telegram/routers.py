@@ -41,6 +41,7 @@ COMMANDS = [
     BotCommand(command="retry", description="Reply to an answer: another answer to it"),
     BotCommand(command="tree", description="Reply: the tree of this conversation"),
     BotCommand(command="export", description="Reply: this branch as a Markdown file"),
+    BotCommand(command="forget", description="Erase everything stored about this chat"),
 ]
 
 HELP_TEXT = (
@@ -58,7 +59,8 @@ HELP_TEXT = (
     "/retry (to one of my answers) asks its question again, with the same history; "
     "both answers can be continued;\n"
     "/tree shows the conversation's tree (branches, depths, where you are);\n"
-    "/export sends that branch, from its start to the message, as a Markdown file."
+    "/export sends that branch, from its start to the message, as a Markdown file.\n\n"
+    "/forget erases everything I stored about this chat (after you confirm)."
 )
 
 UNSUPPORTED_TEXT = (

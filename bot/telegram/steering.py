@@ -13,18 +13,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable
 
-from aiogram import Router
+from aiogram import F, Router
+from aiogram.enums import ChatType
 from aiogram.filters import Command
-from aiogram.types import Message
+from aiogram.types import CallbackQuery, InlineKeyboardButton, InlineKeyboardMarkup, Message
 from redis.asyncio import Redis
 
-from transcript import TranscriptError, TranscriptStore
+from transcript import StoreUnavailableError, TranscriptError, TranscriptStore
 
 from ..bus.inbound import RETRY, Inbound
 from ..bus.intake import Intake
 from ..ops import threads
+from ..ops.forget import forget_chat
+from ..settings import Settings
 from ..turn.notices import RETRY_USAGE
 from .format import TELEGRAM_LIMIT, Chunk, escape_html
 from .out import Notifier
@@ -38,6 +42,18 @@ NOT_A_THREAD = (
     "answers or to a message I answered."
 )
 UNREADABLE = "That conversation cannot be read right now; try again in a moment."
+FORGET_ASK = (
+    "Erase everything I stored about this chat: every conversation and its messages, "
+    "queued messages, and the usage and audit detail? This cannot be undone."
+)
+FORGET_OWNERS_ONLY = "In groups only the bot's owner can erase what is stored about the chat."
+FORGET_CANCELLED = "Nothing was erased."
+FORGET_NOT_YOURS = "Only the person who sent /forget can confirm it."
+FORGET_EXPIRED = "This confirmation has expired; send /forget again."
+FORGET_FAILED = "Redis is unreachable: nothing (or not everything) was erased. Press again."
+#: How long a /forget confirmation button works.
+FORGET_CONFIRM_SECONDS = 600
+_FORGET = "forget"
 #: Characters of a /tree answer (Telegram's limit, less the margin <pre> needs none of).
 TREE_LIMIT = TELEGRAM_LIMIT
 
@@ -61,77 +77,144 @@ def notice(notifier: Notifier, message: Message, text: str) -> None:
 
 def steering_router() -> Router:
     router = Router(name="steering")
-
-    @router.message(Command("tree"))
-    async def on_tree(
-        message: Message, *, notifier: Notifier, store: TranscriptStore, redis: Redis
-    ) -> None:
-        target = replied(message)
-        if target is None:
-            notice(notifier, message, TREE_HINT)
-            return
-        chat = message.chat.id
-
-        async def reply() -> None:
-            text = await _read(
-                notifier, message, threads.tree(redis, store, chat, target, limit=TREE_LIMIT)
-            )
-            if text is not None:
-                chunk = Chunk(f"<pre>{escape_html(text.rstrip())}</pre>", text.rstrip())
-                await notifier.out.send(
-                    chat, chunk, reply_to=message.message_id, thread_id=thread_of(message)
-                )
-
-        notifier.run(reply, name=f"tree-{chat}")
-
-    @router.message(Command("retry"))
-    async def on_retry(
-        message: Message, *, notifier: Notifier, intake: Intake, stopping: asyncio.Event
-    ) -> None:
-        target = replied(message)
-        if target is None:
-            notice(notifier, message, RETRY_USAGE)
-            return
-        reply_to = message.reply_to_message
-        inbound = Inbound(
-            chat_id=message.chat.id,
-            message_id=message.message_id,
-            user_id=message.from_user.id if message.from_user else 0,
-            text="",
-            reply_to=target,
-            reply_to_bot=bool(reply_to and reply_to.from_user and reply_to.from_user.is_bot),
-            thread_id=thread_of(message),
-            is_group=message.chat.type in ("group", "supergroup"),
-            kind=RETRY,
-        )
-        if not await intake.record(inbound, stopping):
-            await asyncio.Event().wait()  # stopping before it was stored: never confirm it
-
-    @router.message(Command("export"))
-    async def on_export(
-        message: Message, *, notifier: Notifier, store: TranscriptStore, redis: Redis
-    ) -> None:
-        target = replied(message)
-        if target is None:
-            notice(notifier, message, EXPORT_HINT)
-            return
-        chat = message.chat.id
-
-        async def reply() -> None:
-            text = await _read(notifier, message, threads.export(redis, store, chat, target))
-            if text is not None:
-                await notifier.out.send_document(
-                    chat,
-                    f"conversation-{abs(chat)}-{target}.md",
-                    text.encode(),
-                    caption="This branch of the conversation, from its root to that message.",
-                    reply_to=message.message_id,
-                    thread_id=thread_of(message),
-                )
-
-        notifier.run(reply, name=f"export-{chat}")
-
+    router.message.register(on_tree, Command("tree"))
+    router.message.register(on_retry, Command("retry"))
+    router.message.register(on_export, Command("export"))
+    router.message.register(on_forget, Command("forget"))
+    router.callback_query.register(on_forget_pressed, F.data.startswith(f"{_FORGET}:"))
     return router
+
+
+async def on_tree(
+    message: Message, *, notifier: Notifier, store: TranscriptStore, redis: Redis
+) -> None:
+    target = replied(message)
+    if target is None:
+        notice(notifier, message, TREE_HINT)
+        return
+    chat = message.chat.id
+
+    async def reply() -> None:
+        text = await _read(
+            notifier, message, threads.tree(redis, store, chat, target, limit=TREE_LIMIT)
+        )
+        if text is not None:
+            chunk = Chunk(f"<pre>{escape_html(text.rstrip())}</pre>", text.rstrip())
+            await notifier.out.send(
+                chat, chunk, reply_to=message.message_id, thread_id=thread_of(message)
+            )
+
+    notifier.run(reply, name=f"tree-{chat}")
+
+
+async def on_retry(
+    message: Message, *, notifier: Notifier, intake: Intake, stopping: asyncio.Event
+) -> None:
+    target = replied(message)
+    if target is None:
+        notice(notifier, message, RETRY_USAGE)
+        return
+    reply_to = message.reply_to_message
+    inbound = Inbound(
+        chat_id=message.chat.id,
+        message_id=message.message_id,
+        user_id=message.from_user.id if message.from_user else 0,
+        text="",
+        reply_to=target,
+        reply_to_bot=bool(reply_to and reply_to.from_user and reply_to.from_user.is_bot),
+        thread_id=thread_of(message),
+        is_group=message.chat.type in ("group", "supergroup"),
+        kind=RETRY,
+    )
+    if not await intake.record(inbound, stopping):
+        await asyncio.Event().wait()  # stopping before it was stored: never confirm it
+
+
+async def on_export(
+    message: Message, *, notifier: Notifier, store: TranscriptStore, redis: Redis
+) -> None:
+    target = replied(message)
+    if target is None:
+        notice(notifier, message, EXPORT_HINT)
+        return
+    chat = message.chat.id
+
+    async def reply() -> None:
+        text = await _read(notifier, message, threads.export(redis, store, chat, target))
+        if text is not None:
+            await notifier.out.send_document(
+                chat,
+                f"conversation-{abs(chat)}-{target}.md",
+                text.encode(),
+                caption="This branch of the conversation, from its root to that message.",
+                reply_to=message.message_id,
+                thread_id=thread_of(message),
+            )
+
+    notifier.run(reply, name=f"export-{chat}")
+
+
+async def on_forget(message: Message, *, notifier: Notifier, settings: Settings) -> None:
+    user = message.from_user.id if message.from_user else 0
+    if message.chat.type != ChatType.PRIVATE and user not in settings.owner_user_ids:
+        notice(notifier, message, FORGET_OWNERS_ONLY)
+        return
+    markup = InlineKeyboardMarkup(
+        inline_keyboard=[
+            [
+                InlineKeyboardButton(
+                    text="Erase everything",
+                    callback_data=f"{_FORGET}:{user}:{int(time.time())}",
+                ),
+                InlineKeyboardButton(text="Cancel", callback_data=f"{_FORGET}:no"),
+            ]
+        ]
+    )
+    notifier.run(
+        lambda: notifier.out.send_buttons(
+            message.chat.id,
+            FORGET_ASK,
+            markup,
+            reply_to=message.message_id,
+            thread_id=thread_of(message),
+        ),
+        name=f"forget-{message.chat.id}",
+    )
+
+
+async def on_forget_pressed(
+    query: CallbackQuery, *, notifier: Notifier, store: TranscriptStore, redis: Redis
+) -> None:
+    """The confirmation: erase (once the presser is the asker), then say what went."""
+    message = query.message
+    if not isinstance(message, Message):
+        await query.answer(FORGET_EXPIRED)
+        return
+    _, who, *when = (query.data or "").split(":")
+    chat = message.chat.id
+
+    async def say(text: str) -> None:
+        await notifier.out.edit(chat, message.message_id, Chunk(escape_html(text), text))
+
+    if who == "no":
+        await query.answer(FORGET_CANCELLED)
+        await say(FORGET_CANCELLED)
+        return
+    if not who.isdigit() or query.from_user.id != int(who):
+        await query.answer(FORGET_NOT_YOURS, show_alert=True)
+        return
+    if not when or time.time() - int(when[0]) > FORGET_CONFIRM_SECONDS:
+        await query.answer(FORGET_EXPIRED)
+        await say(FORGET_EXPIRED)
+        return
+    try:
+        erased = await forget_chat(redis, store, chat)
+    except StoreUnavailableError:
+        await query.answer(FORGET_FAILED, show_alert=True)
+        return
+    log.info("erased what was stored about chat %s (/forget)", chat)
+    await query.answer("Erased.")
+    await say(erased.summary())
 
 
 async def _read(notifier: Notifier, message: Message, reading: Awaitable[str]) -> str | None:

@@ -1,0 +1,121 @@
+"""Erasing everything stored about one chat (``/forget``).
+
+What a chat leaves in Redis, found by its key shapes (:mod:`transcript.keys`,
+:mod:`bot.data.keys`):
+
+* every key with the chat's hash tag ``rc:{<chat>}:*``: conversation trees (every
+  message, fold summaries), aliases, turn states, leases, answer parts, orphan
+  ranges, and anything later kept per chat under the tag (media blobs). Only the
+  tree counter ``rc:{<chat>}:seq`` stays: a number without text, kept so a tree id
+  is never reused (another process's cache may still hold nodes of an erased tree);
+* entries of that chat in the intake stream and the dead-letter stream (they hold
+  the message text);
+* the chat's usage detail and audit records: ``rc:{usage}:t:<chat>:*``,
+  ``rc:{usage}:n:<chat>:*`` (and the older ``rc:{usage}:n:<chat>``),
+  ``rc:{usage}:a:<chat>:*``. The per-user and per-day totals hold no text and no
+  chat, and stay.
+
+Nothing of another chat is touched: every pattern ends at the chat id's colon or
+closing brace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+
+from transcript import TranscriptStore, keys
+
+from ..bus.inbound import Inbound
+from ..data import keys as bot_keys
+from ..data.connection import guarded
+
+_BATCH = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Erased:
+    """What one erase removed."""
+
+    conversations: int
+    messages: int
+    turn_records: int
+    queued: int
+    usage_records: int
+
+    def summary(self) -> str:
+        return (
+            f"Erased everything I stored about this chat: {self.conversations} "
+            f"conversation(s) with {self.messages} message id(s), {self.turn_records} "
+            f"turn record(s), {self.queued} queued or parked message(s), and "
+            f"{self.usage_records} usage and audit record(s). Your token totals (numbers "
+            "without text) stay. A new message starts a fresh conversation."
+        )
+
+
+async def forget_chat(redis: Redis, store: TranscriptStore, chat_id: int) -> Erased:
+    """Erase what is stored about ``chat_id`` (see the module docstring)."""
+    scope = str(chat_id)
+    tagged = [name async for name in redis.scan_iter(match=_glob(keys.scope_prefix(scope)) + "*")]
+    seq = keys.seq_key(scope).encode()
+    tagged = [n for n in tagged if _bytes(n) != seq]
+    trees = sum(_bytes(n).startswith(keys.tree_key_prefix(scope).encode()) for n in tagged)
+    aliases = int(await guarded(redis.hlen(keys.alias_key(scope))))
+    other = len(tagged) - trees - (1 if aliases else 0)
+    await _delete(redis, tagged)
+    store.cache.forget_scope(scope)
+
+    usage: list[Any] = []
+    for kind in ("t", "n", "a"):
+        pattern = _glob(bot_keys.usage_key(kind, chat_id)) + ":*"
+        usage += [name async for name in redis.scan_iter(match=pattern)]
+    usage += (
+        [bot_keys.usage_key("n", chat_id)]
+        if await redis.exists(bot_keys.usage_key("n", chat_id))
+        else []
+    )
+    await _delete(redis, usage)
+
+    queued = await _drop_entries(redis, bot_keys.INTAKE_STREAM, chat_id, ack=True)
+    queued += await _drop_entries(redis, bot_keys.DEAD_LETTER_STREAM, chat_id, ack=False)
+    return Erased(trees, aliases, other, queued, len(usage))
+
+
+async def _drop_entries(redis: Redis, stream: str, chat_id: int, *, ack: bool) -> int:
+    """Delete the stream's entries of that chat (acknowledged first in the intake)."""
+    found: Any = await guarded(redis.xrange(stream))
+    ids = []
+    for entry_id, fields in found or []:
+        raw = (fields or {}).get(b"m")
+        inbound = Inbound.decode(raw) if isinstance(raw, bytes) else None
+        if inbound is not None and inbound.chat_id == chat_id:
+            ids.append(entry_id)
+    for start in range(0, len(ids), _BATCH):
+        batch = ids[start : start + _BATCH]
+        async with redis.pipeline(transaction=False) as pipe:
+            if ack:
+                pipe.xack(stream, bot_keys.INTAKE_GROUP, *batch)
+            pipe.xdel(stream, *batch)
+            await guarded(pipe.execute())
+    return len(ids)
+
+
+async def _delete(redis: Redis, names: list[Any]) -> None:
+    for start in range(0, len(names), _BATCH):
+        await _run(redis.unlink(*names[start : start + _BATCH]))
+
+
+async def _run(call: Awaitable[Any]) -> Any:
+    return await guarded(call)
+
+
+def _glob(literal: str) -> str:
+    """``literal`` as a SCAN pattern matching itself only."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in literal)
+
+
+def _bytes(name: Any) -> bytes:
+    return name if isinstance(name, bytes) else str(name).encode()
