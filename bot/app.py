@@ -43,6 +43,7 @@ from .telegram.session import BadResponseError, BotApiSession, FloodControl, Unr
 from .turn.context import ContextWindow
 from .turn.engine import Engine, Rules
 from .turn.state import TurnStates
+from .turn.topics import TopicTitles
 from .usage.accounting import Accounting, Clock, Prices, utc_now
 
 log = logging.getLogger("replychain")
@@ -110,6 +111,10 @@ class App:
             summary_tokens=settings.summary_max_tokens,
         )
         in_flight = InFlight()
+        self.topics = TopicTitles(
+            self.redis, store=self.store, model=self.model, out=self.out,
+            accounting=self.accounting, enabled=settings.topic_titles,
+        )  # fmt: skip
         self.engine = Engine(
             store=self.store,
             model=self.model,
@@ -127,6 +132,7 @@ class App:
                 max_tokens_per_turn=settings.turn_max_tokens,
             ),
         )
+        self.engine.topics = self.topics
         telegram_outage = Outage(
             "Telegram", "Answers being written are kept and finished when it is back."
         )
@@ -170,6 +176,7 @@ class App:
         self.dispatcher["accounting"] = self.accounting
         self.dispatcher["store"] = self.store
         self.dispatcher["redis"] = self.redis
+        self.dispatcher["topics"] = self.topics
         self.dispatcher["settings"] = settings
 
     async def check(self) -> None:

@@ -64,7 +64,7 @@ SETTINGS_HELP: dict[str, str] = {
     "SYSTEM_PROMPT": "the root system prompt of new conversations",
     "SYSTEM_PROMPT_FILE": "file holding it (default config/system_prompt.txt)",
     "ALLOWED_USER_IDS": "comma-separated user ids allowed to talk to the bot (empty: everyone)",
-    "OWNER_USER_IDS": "comma-separated user ids allowed to use /stats",
+    "OWNER_USER_IDS": "comma-separated user ids allowed to use /stats (and /forget in groups)",
     "CONTEXT_TOKEN_BUDGET": "most prompt tokens one model call may use (32000)",
     "CONTEXT_FOLD_AT": "summarise the older part past this many tokens (0: 75 % of budget)",
     "CONTEXT_KEEP_RECENT": "tokens kept verbatim after a fold (0: 40 % of budget)",
@@ -83,6 +83,7 @@ SETTINGS_HELP: dict[str, str] = {
     "PRICE_CACHED_INPUT_PER_MTOK": "USD per million cached input tokens (0: none)",
     "PRICE_OUTPUT_PER_MTOK": "USD per million output tokens (0: none)",
     "MAX_INPUT_CHARS": "longest user message sent to the model (16000)",
+    "TOPIC_TITLES": "title private-chat topics whose name Telegram made up (true)",
     "SHUTDOWN_TIMEOUT": "seconds in-flight answers get to finish on SIGTERM (25)",
     "BOT_INSTANCE": "this process's name on the message bus (default: the host name)",
     "LOG_LEVEL": "DEBUG, INFO, WARNING or ERROR (INFO)",
@@ -195,6 +196,8 @@ class Settings(BaseSettings):
     price_output_per_mtok: float = Field(0.0, ge=0)
     #: Longest user message (characters) sent to the model.
     max_input_chars: int = Field(16000, ge=100)
+    #: Rename a private-chat topic whose name Telegram made up after its first answer.
+    topic_titles: bool = True
     #: Seconds in-flight answers get to finish on SIGTERM.
     shutdown_timeout: float = Field(25.0, ge=0)
     log_level: str = "INFO"

@@ -110,6 +110,7 @@ _METHODS: Final = (
     "sendChatAction",
     "deleteMessage",
     "answerCallbackQuery",
+    "editForumTopic",
     "close",
     "logOut",
     "getChat",
@@ -438,6 +439,8 @@ class _Chat:
     first_name: str | None = None
     username: str | None = None
     is_forum: bool = False
+    #: A private chat in which the user has topics (Bot API 9.3 "threaded mode").
+    private_topics: bool = False
     bot_is_admin: bool = False
     blocked: bool = False
     topics: dict[int, str] = field(default_factory=dict)
@@ -455,6 +458,10 @@ class _Chat:
         if self.is_forum:
             chat["is_forum"] = True
         return chat
+
+    @property
+    def has_topics(self) -> bool:
+        return self.is_forum or self.private_topics
 
     def allocate_id(self) -> int:
         message_id = self.next_message_id
@@ -1241,6 +1248,8 @@ class FakeTelegram:
         self._allowed_updates: frozenset[str] | None = None
         #: Callback queries pushed and not yet answered: id -> (chat, message id).
         self.open_queries: dict[str, tuple[int, int]] = {}
+        #: Topics in private chats are on for this bot (getMe ``has_topics_enabled``).
+        self.topics_enabled = False
         #: answerCallbackQuery calls: id -> its text (None when it showed nothing).
         self.query_answers: dict[str, str | None] = {}
         self._poll: _Poll | None = None
@@ -1268,6 +1277,7 @@ class FakeTelegram:
             "sendChatAction": self._send_chat_action,
             "deleteMessage": self._delete_message_call,
             "answerCallbackQuery": self._answer_callback_query,
+            "editForumTopic": self._edit_forum_topic,
             "close": lambda _params: True,
             "logOut": lambda _params: True,
             "getChat": self._get_chat,
@@ -1360,27 +1370,46 @@ class FakeTelegram:
         *,
         creator_id: int | None = None,
         queue_update: bool = True,
+        implicit: bool = False,
     ) -> int:
-        """Create a forum topic: its forum_topic_created message id is the message_thread_id."""
+        """Create a topic: its forum_topic_created message id is the message_thread_id.
+
+        In a forum supergroup, or in a private chat with topics (Bot API 9.3; turn
+        them on with ``private_topics``): there the user creates it, and
+        ``implicit`` marks a name Telegram made up (``is_name_implicit``).
+        """
         chat = self._chat(chat_id)
-        if not chat.is_forum:
-            raise ValueError(f"chat {chat_id} is not a forum supergroup")
+        if not chat.has_topics:
+            raise ValueError(f"chat {chat_id} is not a forum supergroup nor a chat with topics")
+        if chat.type == "private":
+            creator_id = chat.id
         if creator_id is None:
             creator_id = _ADMIN_ID
             self._users.setdefault(_ADMIN_ID, _User(_ADMIN_ID, "Admin", "group_admin"))
         creator = self._ensure_user(creator_id)
         thread_id = chat.next_message_id
         chat.topics[thread_id] = name
+        created: JSON = {"name": name, "icon_color": 0x6FB9F0}
+        if implicit:
+            created["is_name_implicit"] = True
         message = self._store(
             chat,
             creator.as_dict(),
             is_bot=False,
             thread_id=thread_id,
-            extra={"forum_topic_created": {"name": name, "icon_color": 0x6FB9F0}},
+            extra={"forum_topic_created": created},
         )
         if queue_update:
             self.push_update({"message": copy.deepcopy(message.raw)})
         return thread_id
+
+    def private_topics(self, user_id: int) -> None:
+        """The bot has topics in private chats, and this user's chat with it shows them."""
+        self.topics_enabled = True
+        chat = self._chat(user_id)
+        if chat.type != "private":
+            raise ValueError(f"chat {user_id} is not a private chat")
+        chat.private_topics = True
 
     def block_chat(self, chat_id: int) -> None:
         """Every send/edit/action/delete to this chat now fails with 403."""
@@ -1416,7 +1445,7 @@ class FakeTelegram:
         self._check_user_content(text, caption, media)
         user = self._ensure_user(from_user_id)
         reply = self._user_reply_target(chat, reply_to)
-        if thread_id is not None and not (chat.is_forum and thread_id in chat.topics):
+        if thread_id is not None and not (chat.has_topics and thread_id in chat.topics):
             raise ValueError(f"no topic {thread_id} in chat {chat_id}")
         if thread_id is None and reply is not None:
             thread_id = reply.thread_id
@@ -1901,6 +1930,7 @@ class FakeTelegram:
             "supports_inline_queries": False,
             "can_connect_to_business": False,
             "has_main_web_app": False,
+            "has_topics_enabled": self.topics_enabled,
         }
 
     def _bot_user(self) -> JSON:
@@ -2012,7 +2042,7 @@ class FakeTelegram:
         return chat
 
     def _check_thread(self, chat: _Chat, thread_id: int | None) -> None:
-        if thread_id is not None and not (chat.is_forum and thread_id in chat.topics):
+        if thread_id is not None and not (chat.has_topics and thread_id in chat.topics):
             raise _ApiError(400, "Bad Request: message thread not found")
 
     def _format(
@@ -2256,6 +2286,35 @@ class FakeTelegram:
         _set_or_drop(raw, "reply_markup", _visible_markup(markup))
         self._notify()
         return copy.deepcopy(raw)
+
+    def _edit_forum_topic(self, params: JSON) -> bool:
+        """Rename a topic: the bot in a private chat with topics, or a forum's admin."""
+        chat = self._target_chat(params)
+        if not chat.has_topics:
+            raise _ApiError(400, "Bad Request: the chat is not a forum")
+        thread_id = _opt_int(params, "message_thread_id")
+        if thread_id is None or thread_id not in chat.topics:
+            raise _ApiError(400, "Bad Request: message thread not found")
+        if chat.type != "private" and not chat.bot_is_admin:
+            raise _ApiError(400, "Bad Request: not enough rights to manage topics")
+        name = params.get("name")
+        if name is not None:
+            name = str(name)
+            if not name.strip():
+                raise _ApiError(400, "Bad Request: TOPIC_TITLE_EMPTY")
+            if len(name) > 128:
+                raise _ApiError(400, "Bad Request: TOPIC_TITLE_TOO_LONG")
+            if name == chat.topics[thread_id]:
+                raise _ApiError(400, "Bad Request: TOPIC_NOT_MODIFIED")
+            chat.topics[thread_id] = name
+            self._store(
+                chat,
+                self._bot_user(),
+                is_bot=True,
+                thread_id=thread_id,
+                extra={"forum_topic_edited": {"name": name}},
+            )
+        return True
 
     def _answer_callback_query(self, params: JSON) -> bool:
         query_id = params.get("callback_query_id")

@@ -340,3 +340,64 @@ async def test_forget_erases_every_key_holding_the_chats_text_and_nothing_else(
         assert fresh.startswith("[depth:2] ")
         assert not any("MARKER-A" in text for text in sent_texts(llm))
         assert len(llm.requests) == 4
+
+
+# ---------------------------------------------------------------------- private topics
+
+
+def titling(llm: FakeOpenAI) -> None:
+    def respond(messages: list[dict[str, Any]]) -> str:
+        if str(messages[0]["content"]).startswith("Give a short title"):
+            return '"Pancakes for Beginners."'
+        return "echo: " + str(messages[-1]["content"])
+
+    llm.responder = respond
+
+
+async def test_private_topics_keep_their_answers_and_implicit_names_get_a_title(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory
+) -> None:
+    titling(llm)
+    tg.private_topics(USER)
+    async with start_bot() as app:
+        unnamed = tg.add_topic(USER, "New chat", implicit=True)
+        named = tg.add_topic(USER, "Recipes")
+        asked, answer = await ask(tg, app, USER, "how do I make pancakes", thread_id=unnamed)
+        assert answer == "[depth:2] echo: how do I make pancakes"  # replies to nothing: new
+        assert {m.thread_id for m in answers_to(tg, USER, asked)} == {unnamed}
+        await tg.wait_for(lambda: bool(tg.calls_to("editForumTopic")), TIMEOUT)
+        [rename] = tg.calls_to("editForumTopic")
+        assert rename.params["message_thread_id"] == unnamed
+        assert rename.params["name"] == "Pancakes for Beginners"
+        assert rename.status == 200
+        # the title call is counted like any other
+        await tg.wait_for(lambda: len(llm.requests) == 2, TIMEOUT)
+        total = await app.accounting.user_all_time(USER)
+        assert total.calls == 2
+
+        # a second message in the topic replying to nothing: a new conversation, no new title
+        again, second = await ask(tg, app, USER, "and waffles?", thread_id=unnamed)
+        assert second == "[depth:2] echo: and waffles?"
+        first_part = answers_to(tg, USER, asked)[-1].message_id
+        _, more = await ask(tg, app, USER, "with syrup?", reply_to=first_part)
+        assert more.startswith("[depth:4] ")
+        # a topic its creator named is never renamed
+        _, in_named = await ask(tg, app, USER, "hello", thread_id=named)
+        assert in_named == "[depth:2] echo: hello"
+        assert len(tg.calls_to("editForumTopic")) == 1
+        assert len(llm.requests) == 5 and again
+        # service messages (the topics' creation, the rename) were never answered
+        assert not answers_to(tg, USER, unnamed) and not answers_to(tg, USER, named)
+        assert len(tg.bot_messages(USER)) == 4 + 1  # four answers and the rename's notice
+
+
+async def test_topic_titles_can_be_turned_off(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory
+) -> None:
+    titling(llm)
+    tg.private_topics(USER)
+    async with start_bot(topic_titles=False) as app:
+        unnamed = tg.add_topic(USER, "New chat", implicit=True)
+        await ask(tg, app, USER, "how do I make pancakes", thread_id=unnamed)
+        await ask(tg, app, USER, "and waffles?", thread_id=unnamed)
+        assert tg.calls_to("editForumTopic") == [] and len(llm.requests) == 2

@@ -30,6 +30,12 @@ The turn (bot/turn/state.py):
                          recorded (a crash between sending and recording it); a reply
                          to such a bot message is adopted into m's thread
 
+Private-chat topics (bot/turn/topics.py):
+
+    rc:{S}:topics      hash: topic (message_thread_id) -> "implicit": a topic of a
+                         private chat whose name Telegram made up, waiting for its
+                         title (the field is taken, HDEL, by the turn that titles it)
+
 Token accounting (bot/usage/accounting.py), all in the one slot of the tag {usage}.
 What is kept, and for how long (fields p/c/k/n/e/x: prompt, completion, cached
 tokens, calls, estimated calls, failed calls; a zero field is absent):
@@ -80,6 +86,10 @@ def pending_parts_key(scope: str) -> str:
 
 def orphans_key(scope: str) -> str:
     return scope_prefix(scope) + "orphans"
+
+
+def topics_key(scope: str) -> str:
+    return scope_prefix(scope) + "topics"
 
 
 USAGE_TAG = f"{NAMESPACE}:{{usage}}"

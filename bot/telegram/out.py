@@ -223,6 +223,12 @@ class TelegramOut:
         )
         return message.message_id if isinstance(message, Message) else 0
 
+    async def rename_topic(self, chat_id: int, thread_id: int, name: str) -> None:
+        """Rename a topic (``editForumTopic``); a refusal is raised as Telegram's error."""
+        await self._call(
+            self.bot.edit_forum_topic(chat_id=chat_id, message_thread_id=thread_id, name=name)
+        )
+
     async def send_buttons(
         self,
         chat_id: int,

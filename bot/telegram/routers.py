@@ -30,7 +30,7 @@ from ..settings import Settings
 from ..usage.accounting import Accounting
 from ..usage.reports import OWNER_ONLY_TEXT, stats_chart, stats_report, usage_report
 from .out import Notifier
-from .steering import steering_router
+from .steering import steering_router, topic_router
 
 log = logging.getLogger("replychain.handlers")
 
@@ -203,6 +203,7 @@ def build_router(allowed_user_ids: frozenset[int]) -> Router:
         child.message.middleware(access)  # only for messages a handler would answer
         child.edited_message.middleware(access)
         root.include_router(child)
+    root.include_router(topic_router())  # service messages: noted, never answered
     return root
 
 

@@ -30,6 +30,7 @@ from ..ops import threads
 from ..ops.forget import forget_chat
 from ..settings import Settings
 from ..turn.notices import RETRY_USAGE
+from ..turn.topics import TopicTitles
 from .format import TELEGRAM_LIMIT, Chunk, escape_html
 from .out import Notifier
 
@@ -83,6 +84,27 @@ def steering_router() -> Router:
     router.message.register(on_forget, Command("forget"))
     router.callback_query.register(on_forget_pressed, F.data.startswith(f"{_FORGET}:"))
     return router
+
+
+def topic_router() -> Router:
+    """Service messages about private-chat topics: noted, never answered."""
+    router = Router(name="topics")
+    router.message.register(
+        on_topic_created, F.forum_topic_created, F.chat.type == ChatType.PRIVATE
+    )
+    return router
+
+
+async def on_topic_created(message: Message, *, topics: TopicTitles) -> None:
+    created = message.forum_topic_created
+    if created is None or not created.is_name_implicit or message.message_thread_id is None:
+        return  # a topic its creator named keeps its name
+    try:
+        await topics.note(message.chat.id, message.message_thread_id)
+    except StoreUnavailableError:
+        log.warning(
+            "could not note topic %s of chat %s", message.message_thread_id, message.chat.id
+        )
 
 
 async def on_tree(

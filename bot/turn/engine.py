@@ -53,6 +53,7 @@ from ..usage.accounting import Accounting, CallRecord
 from . import notices
 from .context import ContextWindow, MessageTooLargeError, Window
 from .state import Queue, TurnState, TurnStates
+from .topics import TopicTitles
 
 log = logging.getLogger("replychain.engine")
 
@@ -194,6 +195,8 @@ class Engine:
         self.rules = rules
         #: The bot's metrics: the registry its accounting records model calls in.
         self.metrics: Metrics = accounting.metrics
+        #: Titles private-chat topics after their first answer (set by the app).
+        self.topics: TopicTitles | None = None
 
     # ------------------------------------------------------------------ the turn
 
@@ -232,6 +235,8 @@ class Engine:
             await self._deliver(turn, reply)
             self.metrics.turn("notice" if reply.notice else "answer", started)
             self.metrics.first_text(started, writer.first_shown_at)
+            if self.topics is not None and reply.node is not None and not reply.notice:
+                await self.topics.answered(inbound, reply.node)  # a topic's first answer
         except ChatUnavailableError as exc:
             log.info("chat %s is unavailable (%s); dropping its answer", inbound.chat_id, exc)
             await self.states.finish(inbound, state, writer.message_ids, also=[ack])
