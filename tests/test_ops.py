@@ -395,7 +395,9 @@ async def test_why_shows_the_fold_a_call_was_sent(
         tmp_path, env_for(tg, llm, redis_server.url), "export", str(USER), str(reply_to)
     )
     assert "question number 0:" in exported.out  # the full history is still there
-    assert SUMMARY_PREFIX not in exported.out
+    # the fold summary is there too, marked as such, after the message it was made at
+    summary = exported.out.split("## Fold summary (stands for everything above)\n\n", 1)[1]
+    assert summary.startswith(SUMMARY_PREFIX + "The user asked numbered questions")
 
 
 async def test_a_read_without_redis_is_one_line(

@@ -14,10 +14,13 @@ from redis.asyncio import Redis
 from bot.bus.inbound import EDIT, RETRY, Inbound
 from bot.data import keys as bot_keys
 from bot.ops import threads
+from bot.telegram.routers import HELP_TEXT
 from bot.telegram.steering import (
     EXPORT_HINT,
     FORGET_ASK,
     FORGET_CANCELLED,
+    FORGET_NOT_YOURS,
+    FORGET_OWNERS_ONLY,
     NOT_A_THREAD,
     TREE_HINT,
 )
@@ -26,7 +29,7 @@ from transcript import ChatMessage, TranscriptStore
 
 from .fake_openai import FakeOpenAI
 from .fake_telegram import FakeTelegram, StoredMessage
-from .harness import OTHER_USER, USER, BotFactory, answers_to, ask, turns_done
+from .harness import OTHER_USER, ROOT, USER, BotFactory, answers_to, ask, turns_done
 
 TIMEOUT = 15.0
 
@@ -401,3 +404,63 @@ async def test_topic_titles_can_be_turned_off(
         await ask(tg, app, USER, "how do I make pancakes", thread_id=unnamed)
         await ask(tg, app, USER, "and waffles?", thread_id=unnamed)
         assert tg.calls_to("editForumTopic") == [] and len(llm.requests) == 2
+
+
+# ---------------------------------------------------------------------- groups, registration
+
+GROUP = -100777
+
+
+async def group_reply(tg: FakeTelegram, text: str, user: int, **kw: Any) -> StoredMessage:
+    sent = tg.send_user_message(GROUP, user, text, **kw)
+    await tg.wait_for(lambda: bool(answers_to(tg, GROUP, sent["message_id"])), TIMEOUT)
+    [reply] = answers_to(tg, GROUP, sent["message_id"])
+    return reply
+
+
+async def test_forget_in_a_group_is_the_owners_and_only_the_asker_confirms(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory, redis: Redis
+) -> None:
+    tg.add_group(GROUP, "Team")
+    async with start_bot(owner_user_ids=str(USER)) as app:
+        await ask(tg, app, GROUP, "@replychain_bot remember MARKER-G", user=OTHER_USER)
+        refused = await group_reply(tg, "/forget@replychain_bot", OTHER_USER)
+        assert refused.text == FORGET_OWNERS_ONLY
+        confirm = await group_reply(tg, "/forget@replychain_bot", USER)
+        [[erase, _]] = (confirm.reply_markup or {})["inline_keyboard"]
+        query = tg.press_button(GROUP, confirm.message_id, OTHER_USER, erase["callback_data"])
+        await tg.wait_for(lambda: query in tg.query_answers, TIMEOUT)
+        assert tg.query_answers[query] == FORGET_NOT_YOURS  # shown to the presser only
+        assert tg.message(GROUP, confirm.message_id).edits == 0
+        assert holding(await stored_bytes(redis), "MARKER-G")  # nothing erased
+        tg.press_button(GROUP, confirm.message_id, USER, erase["callback_data"])
+        await tg.wait_for(lambda: tg.message(GROUP, confirm.message_id).edits == 1, TIMEOUT)
+        assert holding(await stored_bytes(redis), "MARKER-G") == []
+
+
+async def test_group_edits_count_only_for_messages_the_bot_answers(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory
+) -> None:
+    tg.add_group(GROUP, "Team")
+    async with start_bot() as app:
+        chatter = tg.send_user_message(GROUP, USER, "just humans talking")
+        tg.edit_user_message(GROUP, chatter["message_id"], "still just humans")
+        asked, _ = await ask(tg, app, GROUP, "@replychain_bot what is 2+2?")
+        done = app.runner.completed + 1
+        tg.edit_user_message(GROUP, asked, "@replychain_bot what is 3+3?")
+        await turns_done(tg, app, done)
+        assert len(llm.requests) == 2  # the chatter and its edit were never taken in
+        assert "what is 3+3?" in sent_texts(llm)
+        assert answers_to(tg, GROUP, chatter["message_id"]) == []
+
+
+async def test_every_command_is_registered_and_described(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory
+) -> None:
+    async with start_bot():
+        await tg.wait_for(lambda: bool(tg.calls_to("setMyCommands")), TIMEOUT)
+    registered = {c["command"] for c in tg.calls_to("setMyCommands")[-1].params["commands"]}
+    assert {"tree", "export", "retry", "forget"} <= registered
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for name in ("tree", "export", "retry", "forget"):
+        assert f"/{name}" in HELP_TEXT and f"`/{name}`" in readme

@@ -79,9 +79,17 @@ def _text(message: ChatMessage) -> str:
 
 
 async def export(redis: Redis, store: TranscriptStore, chat_id: int, message_id: int) -> str:
-    """The thread root → the message's node as Markdown: a title, a heading per message."""
+    """The thread root → the message's node as Markdown: a title, a heading per message.
+
+    A fold summary made on this branch follows the message it was made at, under
+    its own heading (it stands for everything above it; the messages stay too).
+    """
     found = await locate(redis, store, chat_id, message_id)
     nodes = await store.path(found.node)
+    folded = await guarded(
+        redis.hget(keys.tree_key(found.node.scope, found.node.tree), keys.FOLD_INDEX_FIELD)
+    )
+    fold_refs = set((folded.decode() if isinstance(folded, bytes) else folded or "").split(","))
     history = await store.history(found.node)
     count = len(history.messages)
     lines = [
@@ -103,6 +111,11 @@ async def export(redis: Redis, store: TranscriptStore, chat_id: int, message_id:
                 lines.append(message.content)
             for call in message.tool_calls:
                 lines.append(f"- calls `{call.name}({call.arguments})`")
+        if keys.node_field(node.id.seg, node.id.idx) in fold_refs:
+            fold = await fold_at(redis, node.id)
+            for message in fold.messages if fold else ():
+                lines += ["", "## Fold summary (stands for everything above)", ""]
+                lines.append(_text(message))
     return "\n".join(lines) + "\n"
 
 
