@@ -1287,3 +1287,63 @@ async def test_dispatcher_round_trip(fake: FakeTelegram, bot: Bot) -> None:
     reply = fake.bot_messages(21)[0]
     assert (reply.text, reply.reply_to) == ("echo: hello", 1)
     assert fake.violations == []
+
+
+# --------------------------------------------------------------------------- steering methods
+
+
+async def test_send_document_takes_an_upload_and_refuses_what_telegram_refuses(
+    fake: FakeTelegram, bot: Bot
+) -> None:
+    fake.add_private_chat(1)
+    sent = await bot.send_document(
+        1, BufferedInputFile(b"# hi\n", filename="a.md"), caption="the file", parse_mode=None
+    )
+    assert sent.document is not None and sent.document.file_name == "a.md"
+    assert fake.message(1, sent.message_id).document == ("a.md", b"# hi\n")
+    assert sent.caption == "the file"
+    with pytest.raises(TelegramBadRequest, match="file must be non-empty"):
+        await bot.send_document(1, BufferedInputFile(b"", filename="e.md"))
+    with pytest.raises(TelegramBadRequest, match="wrong file identifier"):
+        await bot.send_document(1, "not-a-known-file-id")
+    with pytest.raises(TelegramBadRequest, match="caption is too long"):
+        await bot.send_document(1, BufferedInputFile(b"x", filename="x"), caption="c" * 1025)
+
+
+async def test_callback_queries_are_answered_once_and_only_for_held_buttons(
+    fake: FakeTelegram, bot: Bot
+) -> None:
+    fake.add_private_chat(1)
+    markup = InlineKeyboardMarkup(
+        inline_keyboard=[[InlineKeyboardButton(text="Yes", callback_data="yes")]]
+    )
+    sent = await bot.send_message(1, "sure?", reply_markup=markup)
+    with pytest.raises(ValueError, match="no button"):
+        fake.press_button(1, sent.message_id, 1, "no")
+    query = fake.press_button(1, sent.message_id, 1, "yes")
+    [update] = await bot.get_updates(allowed_updates=["callback_query"])
+    assert update.callback_query is not None and update.callback_query.data == "yes"
+    assert await bot.answer_callback_query(query, text="done")
+    assert fake.query_answers[query] == "done"
+    with pytest.raises(TelegramBadRequest, match="query is too old"):
+        await bot.answer_callback_query(query)
+
+
+async def test_private_chat_topics_and_edit_forum_topic(fake: FakeTelegram, bot: Bot) -> None:
+    fake.add_private_chat(1)
+    with pytest.raises(ValueError, match="topics"):
+        fake.add_topic(1, "T")
+    fake.private_topics(1)
+    assert (await bot.get_me()).has_topics_enabled is True
+    topic = fake.add_topic(1, "New chat", implicit=True)
+    created = fake.message(1, topic).raw["forum_topic_created"]
+    assert created["is_name_implicit"] is True
+    sent = await bot.send_message(1, "in the topic", message_thread_id=topic)
+    assert sent.message_thread_id == topic and sent.is_topic_message
+    assert await bot.edit_forum_topic(1, topic, name="Pancakes")
+    with pytest.raises(TelegramBadRequest, match="TOPIC_TITLE_TOO_LONG"):
+        await bot.edit_forum_topic(1, topic, name="x" * 129)
+    with pytest.raises(TelegramBadRequest, match="thread not found"):
+        await bot.edit_forum_topic(1, topic + 100, name="Other")
+    with pytest.raises(TelegramBadRequest, match="thread not found"):
+        await bot.send_message(1, "nowhere", message_thread_id=topic + 100)

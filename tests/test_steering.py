@@ -22,6 +22,7 @@ from bot.telegram.steering import (
     FORGET_NOT_YOURS,
     FORGET_OWNERS_ONLY,
     NOT_A_THREAD,
+    RETRY_USAGE,
     TREE_HINT,
 )
 from bot.turn import notices
@@ -185,7 +186,7 @@ async def test_misplaced_retry_gets_a_one_line_hint(
     async with start_bot() as app:
         hello, _ = await ask(tg, app, USER, "hello")
         hint = await command(tg, "/retry")
-        assert hint.text == notices.RETRY_USAGE
+        assert hint.text == RETRY_USAGE
         _, stray = await ask(tg, app, USER, "/retry", reply_to=hint.message_id)
         assert stray == notices.RETRY_NOT_AN_ANSWER
         assert len(llm.requests) == 1 and hello

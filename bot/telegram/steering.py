@@ -1,12 +1,16 @@
-"""Commands that steer a thread: /tree, /export (no model call) and /retry.
+"""Commands that steer a thread: /tree, /export, /retry and /forget; topic notes.
 
 /retry goes into the durable intake like a message (a turn of kind ``retry``:
 the engine asks the answer's question again and stores the new answer as a
 sibling). /tree and /export are sent as a reply to a message of a
 conversation and read it with the operator's renderers (:mod:`bot.ops.threads`,
-the same text ``python -m bot tree`` and ``export`` print). They answer in the
-background through the ``notifier`` (the update handler never waits on
-Telegram); misuse gets a one-line hint.
+the same text ``python -m bot tree`` and ``export`` print; the one place this
+edge reaches into ``bot.ops``). /forget asks for a confirmation button and, on
+the asker's press, erases the chat (:mod:`bot.ops.forget`). A private-chat
+topic created with a made-up name is noted for a title (``topic_router``, which
+answers nothing). Local answers go out in the background through the
+``notifier`` (the update handler never waits on Telegram); misuse gets a
+one-line hint.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable
+from typing import Protocol
 
 from aiogram import F, Router
 from aiogram.enums import ChatType
@@ -29,13 +34,12 @@ from ..bus.intake import Intake
 from ..ops import threads
 from ..ops.forget import forget_chat
 from ..settings import Settings
-from ..turn.notices import RETRY_USAGE
-from ..turn.topics import TopicTitles
 from .format import TELEGRAM_LIMIT, Chunk, escape_html
 from .out import Notifier
 
 log = logging.getLogger("replychain.handlers")
 
+RETRY_USAGE = "Send /retry as a reply to one of my answers to get another answer to it."
 TREE_HINT = "Send /tree as a reply to a message of a conversation to see its tree."
 EXPORT_HINT = "Send /export as a reply to a message of a conversation to get it as a file."
 NOT_A_THREAD = (
@@ -95,7 +99,13 @@ def topic_router() -> Router:
     return router
 
 
-async def on_topic_created(message: Message, *, topics: TopicTitles) -> None:
+class TopicNotes(Protocol):
+    """Where a topic whose name Telegram made up is noted (:class:`bot.turn.topics.TopicTitles`)."""
+
+    async def note(self, chat_id: int, thread_id: int) -> None: ...
+
+
+async def on_topic_created(message: Message, *, topics: TopicNotes) -> None:
     created = message.forum_topic_created
     if created is None or not created.is_name_implicit or message.message_thread_id is None:
         return  # a topic its creator named keeps its name

@@ -63,7 +63,6 @@ def daily_limit(limit: int, now: datetime) -> str:
     )
 
 
-RETRY_USAGE = "Send /retry as a reply to one of my answers to get another answer to it."
 RETRY_NOT_AN_ANSWER = (
     "That message is not one of my answers in a conversation I have stored: send /retry "
     "as a reply to one of my answers."
