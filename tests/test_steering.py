@@ -179,6 +179,26 @@ async def test_retry_asks_again_with_the_same_history_as_a_sibling(
         assert "answer 3 to: tell me a joke" in sent_texts(llm)
         assert "answer 2 to: tell me a joke" not in sent_texts(llm)
 
+        # the same /retry update delivered again is the same turn: nothing new
+        calls, done = len(llm.requests), app.runner.completed + 1
+        tg.push_update({"message": tg.message(USER, retry).raw})
+        await turns_done(tg, app, done)
+        assert len(llm.requests) == calls and len(answers_to(tg, USER, retry)) == 1
+
+
+async def test_retry_of_any_part_of_a_split_answer(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory
+) -> None:
+    llm.responder = lambda messages: f"{len(llm.requests)} " + "long answer words. " * 400
+    async with start_bot() as app:
+        hello, _ = await ask(tg, app, USER, "write a lot")
+        parts = answers_to(tg, USER, hello)
+        assert len(parts) >= 2
+        retry, again = await ask(tg, app, USER, "/retry", reply_to=parts[0].message_id)
+        assert again.startswith("[depth:2] 2 long answer")
+        assert llm.requests[-1].messages == llm.requests[0].messages
+        assert len(answers_to(tg, USER, retry)) >= 2
+
 
 async def test_misplaced_retry_gets_a_one_line_hint(
     tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory
@@ -218,6 +238,10 @@ async def test_an_edited_question_is_asked_again_as_a_sibling(
             done = app.runner.completed + 1
             tg.edit_user_message(USER, joke, text)
             await turns_done(tg, app, done)
+        # the edited_message update delivered again: the same turn, nothing new
+        done = app.runner.completed + 1
+        tg.push_update({"edited_message": {**tg.message(USER, joke).raw, "text": "tell me a pun"}})
+        await turns_done(tg, app, done)
         assert len(llm.requests) == 3 and len(answers_to(tg, USER, joke)) == 2
 
         _, old = await ask(tg, app, USER, "more", reply_to=old_part)
