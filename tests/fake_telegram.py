@@ -2254,6 +2254,7 @@ class FakeTelegram:
         )
         message.document = (name, data)
         return copy.deepcopy(message.raw)
+
     def _edit_message_text(self, params: JSON) -> JSON:
         if params.get("inline_message_id"):
             raise _ApiError(400, "Bad Request: inline messages are not supported by FakeTelegram")
