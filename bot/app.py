@@ -34,12 +34,16 @@ from .bus.intake import Intake
 from .bus.runner import InFlight, TurnRunner
 from .data.connection import connect, guarded
 from .metrics import Health, Metrics, MetricsServer
-from .model import ModelClient
+from .model import ModelClient, estimate_text
 from .retry import Outage, retrying
 from .settings import Settings
 from .telegram.out import Notifier, TelegramOut, TelegramUnavailableError
 from .telegram.routers import COMMANDS, SkipUnknownUpdates, build_router
 from .telegram.session import BadResponseError, BotApiSession, FloodControl, UnreadableResultError
+from .tools.config import load_config
+from .tools.hub import ToolHub
+from .tools.loop import ToolLoop
+from .tools.retention import stub_old_results
 from .turn.context import ContextWindow
 from .turn.engine import Engine, Rules
 from .turn.state import TurnStates
@@ -110,6 +114,24 @@ class App:
             summary_tokens=settings.summary_max_tokens,
         )
         in_flight = InFlight()
+        self.tools: ToolHub | None = None
+        tool_loop: ToolLoop | None = None
+        if settings.mcp_config is not None:  # checked by load_settings
+            self.tools = ToolHub(
+                load_config(settings.mcp_config),
+                allowed=settings.allowed_tools,
+                call_timeout=settings.tool_timeout,
+            )
+            tool_loop = ToolLoop(
+                self.tools,
+                self.model,
+                self.store,
+                self.redis,
+                max_rounds=settings.tool_max_rounds,
+                in_groups=settings.tools_in_groups,
+                max_result_chars=settings.context_token_budget,  # about a quarter of it
+            )
+            self.context.shape = stub_old_results
         self.engine = Engine(
             store=self.store,
             model=self.model,
@@ -127,6 +149,7 @@ class App:
                 max_tokens_per_turn=settings.turn_max_tokens,
             ),
         )
+        self.engine.tools = tool_loop
         telegram_outage = Outage(
             "Telegram", "Answers being written are kept and finished when it is back."
         )
@@ -221,6 +244,10 @@ class App:
         try:
             await self._serve_metrics()
             await self.check()
+            if self.tools is not None:
+                await self.tools.start()  # a server that fails is logged and skipped
+                if self.tools.spec_bytes:
+                    self.context.reserve(estimate_text(self.tools.spec_bytes.decode()))
             await self._prepare_polling()
             self.runner.start()
             polling = asyncio.create_task(
@@ -295,6 +322,8 @@ class App:
     async def close(self) -> None:
         if self.metrics_server is not None:
             await self.metrics_server.stop()
+        if self.tools is not None:
+            await self.tools.close()
         await self.bot.session.close()
         await self.model.close()
         await self.redis.aclose()
