@@ -36,8 +36,11 @@ def _log(tool: str, **args: object) -> None:
 async def _held() -> None:
     """Wait while the file named by ``MCP_HOLD`` exists (a test holds a call in flight)."""
     hold = os.environ.get("MCP_HOLD")
+    if not hold:
+        return
+    held = Path(hold)
     # another process (the test) removes the file: there is no event to wait on
-    while hold and await asyncio.to_thread(os.path.exists, hold):  # noqa: ASYNC110
+    while await asyncio.to_thread(held.exists):  # noqa: ASYNC110
         await asyncio.sleep(0.02)
 
 

@@ -18,6 +18,7 @@ import openai
 import pytest
 from redis.asyncio import Redis
 
+from bot.settings import SettingsError, load_settings
 from bot.tools.loop import ERROR_MARK, INTERRUPTED
 from bot.turn.notices import TOOL_ROUNDS
 from transcript import TranscriptStore
@@ -55,6 +56,8 @@ def tool_responder(messages: list[dict[str, Any]]) -> str | ToolCalls:
         return ToolCalls([("t__weather", '{"city": "Oslo"}'), ("t__add", '{"a": 2, "b": 3}')])
     if asked == "fail":
         return ToolCalls([("t__fail", '{"reason": "boom"}')])
+    if asked == "slow":
+        return ToolCalls([("t__slow_read", '{"seconds": 0}')])
     if asked == "big":
         return ToolCalls([("t__big", '{"chars": 3000}')])
     if asked in ("loop", "mail after weather"):
@@ -286,6 +289,49 @@ async def test_allowed_tools_and_groups_limit_what_is_offered(
         _, text = await ask(tg, app, GROUP, "@replychain_bot weather Oslo")
     assert "tools" not in tool_llm.requests[-1].body
     assert text == "[depth:2] no tools here"
+
+
+async def test_the_answer_shows_which_tool_is_working(
+    tmp_path: Path, tg: FakeTelegram, tool_llm: FakeOpenAI, redis_server: RedisServer
+) -> None:
+    log, hold = tmp_path / "calls.log", tmp_path / "hold"
+    config = write_config(tmp_path / "mcp.json", {"t": stdio_server(log, MCP_HOLD=str(hold))})
+    hold.touch()
+    async with running_bot(settings_for(tg, tool_llm, redis_server.url, mcp_config=config)):
+        message = tg.send_user_message(USER, USER, "slow")["message_id"]
+        await tg.wait_for(
+            lambda: (
+                [m.text for m in answers_to(tg, USER, message)] == ["[depth:2] 🔧 Using slow_read…"]
+            ),
+            timeout=30,
+        )
+        hold.unlink()
+        await tg.wait_for(
+            lambda: (
+                [m.text for m in answers_to(tg, USER, message)]
+                == ["[depth:2] result: read after 0.0s"]
+            ),
+            timeout=30,
+        )
+
+
+def test_a_bad_mcp_config_is_one_clear_settings_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123:abc")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:1/v1")
+    bad = tmp_path / "mcp.json"
+    bad.write_text('{"mcpServers": {"x": {"args": []}}}')
+    monkeypatch.setenv("MCP_CONFIG", str(bad))
+    with pytest.raises(SettingsError) as caught:
+        load_settings(env_file=None)
+    assert str(caught.value) == (
+        'MCP_CONFIG mcpServers.x needs either "command" (stdio) or "url" (HTTP); '
+        "see the README's Tools section for the format"
+    )
+    monkeypatch.setenv("MCP_CONFIG", str(tmp_path / "missing.json"))
+    with pytest.raises(SettingsError, match=r"MCP_CONFIG cannot read .*missing\.json"):
+        load_settings(env_file=None)
 
 
 def free_port() -> int:
