@@ -18,6 +18,7 @@ import openai
 import pytest
 from redis.asyncio import Redis
 
+from bot.ops.doctor import doctor
 from bot.settings import SettingsError, load_settings
 from bot.tools.loop import ERROR_MARK, INTERRUPTED
 from bot.turn.notices import TOOL_ROUNDS
@@ -259,6 +260,21 @@ async def test_a_server_that_fails_at_start_is_logged_and_skipped(
     assert len(failed) == 2
     assert any(line.startswith("tool server broken failed to start") for line in failed)
     assert any(line.startswith("tool server missing failed to start") for line in failed)
+
+
+async def test_doctor_names_each_tool_server(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, redis_server: RedisServer
+) -> None:
+    log = tmp_path / "calls.log"
+    config = write_config(
+        tmp_path / "mcp.json",
+        {"t": stdio_server(log), "broken": stdio_server(log, MCP_FAIL_AT_START="1")},
+    )
+    lines, failed = await doctor(settings_for(tg, llm, redis_server.url, mcp_config=config))
+    assert not failed
+    assert "✓ tool server t: 6 tool(s) offered" in lines
+    [broken] = [line for line in lines if "tool server broken" in line]
+    assert broken.startswith("⚠ tool server broken: failed to start (")
 
 
 async def test_only_failing_servers_or_no_config_send_no_tools(

@@ -163,6 +163,8 @@ class ToolHub:
         self.call_timeout = call_timeout
         self.tools: dict[str, Tool] = {}
         self._servers: dict[str, _Server] = {}
+        #: Servers that failed to start, and why (one line each; for ``doctor``).
+        self.failures: dict[str, str] = {}
         #: The request's ``tools`` array, encoded once (byte-stable across calls).
         self.spec_bytes: bytes | None = None
 
@@ -181,6 +183,7 @@ class ToolHub:
                     else (_describe(result))
                 )
                 log.warning("tool server %s failed to start (%s); running without it", name, what)
+                self.failures[name] = what
                 await server.stop()
                 continue
             self._servers[name] = server
