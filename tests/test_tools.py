@@ -21,7 +21,7 @@ from redis.asyncio import Redis
 from bot.ops.doctor import doctor
 from bot.settings import SettingsError, load_settings
 from bot.tools.loop import ERROR_MARK, INTERRUPTED
-from bot.turn.notices import TOOL_ROUNDS
+from bot.turn.notices import TOOL_ROUNDS, TURN_GUARD
 from transcript import TranscriptStore
 
 from .fake_openai import FakeOpenAI, ToolCalls
@@ -131,6 +131,9 @@ async def test_a_tool_turn_end_to_end_and_the_next_turn_keeps_the_pair(
             "system", "user", "assistant", "tool", "assistant",
         ]  # fmt: skip
         assert history.depth == 2
+        spent = await app.accounting.turn(USER, message)
+        assert spent.calls == 2  # both calls of the loop are accounted
+        assert spent.prompt == sum(r.usage.prompt_tokens for r in tool_llm.requests if r.usage)
         # the next turn sends the call and its result again, paired (else: 400)
         _, text = await ask(tg, app, USER, "thanks", reply_to=answer.message_id)
         assert text == "[depth:4] echo: thanks"
@@ -218,6 +221,20 @@ async def test_the_pairs_stay_on_a_branch_after_a_restart_and_across_a_fold(
     for request in folded:
         # the verbatim part after the summary starts with a user's message: no orphans
         assert request.messages[1]["role"] == "user"
+
+
+async def test_the_turn_token_guard_covers_the_whole_loop(
+    tg: FakeTelegram, tool_llm: FakeOpenAI, redis_server: RedisServer, config: Path
+) -> None:
+    settings = settings_for(tg, tool_llm, redis_server.url, mcp_config=config, turn_max_tokens=1)
+    async with running_bot(settings) as app:
+        message, text = await ask(tg, app, USER, "loop")
+        assert TURN_GUARD in text
+        assert len(tool_llm.requests) == 1  # no second call past the guard
+        assert (await app.accounting.turn(USER, message)).calls == 1
+        [notice] = answers_to(tg, USER, message)
+        _, text = await ask(tg, app, USER, "hello again", reply_to=notice.message_id)
+    assert text == "[depth:3] echo: hello again"  # the user's message was kept
 
 
 async def test_large_results_of_earlier_turns_become_stubs_keeping_the_pair(
