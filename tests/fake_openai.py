@@ -678,6 +678,9 @@ class FakeOpenAI:
         self.chunk_chars = 8
         self.chunk_delay = 0.0
         self.report_usage = True
+        #: Sloppy like some OpenAI-compatible servers: each tool call streamed whole in one
+        #: delta without ``index``.
+        self.whole_tool_calls = False
         self.gate: asyncio.Event | None = None
         self.allowed_extra_params: frozenset[str] = frozenset()
         self.requests: list[Request] = []
@@ -1156,6 +1159,9 @@ class FakeOpenAI:
         events = [chunk({"role": "assistant", "content": None if calls and not reply else ""})]
         events += [chunk({"content": reply[i : i + size]}) for i in range(0, len(reply), size)]
         for index, call in enumerate(calls):
+            if self.whole_tool_calls:
+                events.append(chunk({"tool_calls": [call]}))
+                continue
             function = call["function"]
             head = {**call, "function": {"name": function["name"], "arguments": ""}}
             events.append(chunk({"tool_calls": [{"index": index, **head}]}))

@@ -20,6 +20,8 @@ from redis.asyncio import Redis
 
 from bot.ops.doctor import doctor
 from bot.settings import SettingsError, load_settings
+from bot.tools.config import parse_config
+from bot.tools.hub import ToolHub, ToolResult
 from bot.tools.loop import ERROR_MARK, INTERRUPTED
 from bot.turn.notices import TOOL_ROUNDS, TURN_GUARD
 from transcript import TranscriptStore
@@ -144,9 +146,11 @@ async def test_a_tool_turn_end_to_end_and_the_next_turn_keeps_the_pair(
         ]  # fmt: skip
 
 
+@pytest.mark.parametrize("whole", [False, True], ids=["openai", "whole-calls"])
 async def test_two_tools_in_one_round_run_and_come_back_in_order(
-    tg: FakeTelegram, tool_llm: FakeOpenAI, redis_server: RedisServer, config: Path
+    tg: FakeTelegram, tool_llm: FakeOpenAI, redis_server: RedisServer, config: Path, whole: bool
 ) -> None:
+    tool_llm.whole_tool_calls = whole  # sloppy servers send each call whole, no index
     settings = settings_for(tg, tool_llm, redis_server.url, mcp_config=config)
     async with running_bot(settings) as app:
         _, text = await ask(tg, app, USER, "two tools")
@@ -277,6 +281,34 @@ async def test_a_server_that_fails_at_start_is_logged_and_skipped(
     assert len(failed) == 2
     assert any(line.startswith("tool server broken failed to start") for line in failed)
     assert any(line.startswith("tool server missing failed to start") for line in failed)
+
+
+async def test_bad_calls_come_back_as_error_results(tmp_path: Path) -> None:
+    hold = tmp_path / "hold"
+    hold.touch()
+    server = parse_config(
+        json.dumps({"mcpServers": {"t": stdio_server(tmp_path / "log", MCP_HOLD=str(hold))}})
+    )
+    hub = ToolHub(server, call_timeout=0.5)
+    await hub.start()
+    try:
+        assert await hub.call("t__add", "{not json") == ToolResult(
+            "the arguments are not valid JSON", error=True
+        )
+        assert await hub.call("t__add", "[1, 2]") == ToolResult(
+            "the arguments must be a JSON object", error=True
+        )
+        assert await hub.call("t__nope", "{}") == ToolResult(
+            "there is no tool named 't__nope'", error=True
+        )
+        assert await hub.call("t__slow_read", '{"seconds": 0}') == ToolResult(
+            "the tool did not answer within 0.5s", error=True
+        )
+        assert await hub.call("t__add", '{"a": 1, "b": 2}') == ToolResult("3")
+        assert hub.idempotent("t__slow_read") and not hub.idempotent("t__send_mail")
+    finally:
+        hold.unlink()
+        await hub.close()
 
 
 async def test_doctor_names_each_tool_server(

@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, cast
@@ -319,9 +320,18 @@ def _classify(exc: Exception) -> ModelError:
 
 
 def _add_call_deltas(calls: dict[int, list[str]], deltas: object) -> None:
-    """Add streamed tool-call pieces to ``calls`` (index -> [id, name, arguments])."""
+    """Add streamed tool-call pieces to ``calls`` (index -> [id, name, arguments]).
+
+    Some OpenAI-compatible servers send each call whole in one delta, or leave out
+    ``index``: a delta with a new id then starts the next call.
+    """
     for delta in cast("list[ChoiceDeltaToolCall]", deltas or []):
-        call = calls.setdefault(delta.index, ["", "", ""])
+        index = getattr(delta, "index", None)
+        if not isinstance(index, int):
+            known = calls.get(len(calls) - 1)
+            fresh = known is None or bool(delta.id and delta.id != known[0])
+            index = len(calls) if fresh else len(calls) - 1
+        call = calls.setdefault(index, ["", "", ""])
         call[0] = delta.id or call[0]
         if delta.function is not None:
             call[1] += delta.function.name or ""
@@ -505,7 +515,10 @@ class ModelClient:
             raise error from exc
         finally:
             await stream.close()
-        tool_calls = tuple(ToolCall(*calls[i]) for i in sorted(calls))
+        tool_calls = tuple(
+            ToolCall(calls[i][0] or f"call_{uuid.uuid4().hex[:24]}", calls[i][1], calls[i][2])
+            for i in sorted(calls)
+        )  # a server that sends no id still gets its call paired with its result
         if usage is None:
             usage = _estimated(messages, text + "".join(c.arguments for c in tool_calls))
         return Answer(text, usage, time.monotonic() - started, tool_calls)
