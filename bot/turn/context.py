@@ -114,6 +114,8 @@ class ContextWindow:
         self.keep_recent = keep_recent
         self.summary_tokens = summary_tokens
         self.estimator = Estimator()
+        #: Tokens of every request kept for what is not a message (the tools array).
+        self.reserved = 0
         #: Turns large tool results of earlier exchanges into stubs (on with MCP_CONFIG).
         self.shape: Callable[[Sequence[ChatMessage]], tuple[ChatMessage, ...]] | None = None
         #: What views are fitted to: estimates are estimates, so keep ~3 % spare.
@@ -169,11 +171,16 @@ class ContextWindow:
             window = await self._window(inbound, nodes, fold)
         return await self._fit(inbound, nodes, window)
 
-    def learn(self, messages: Sequence[ChatMessage], usage: Usage) -> None:
+    def learn(self, messages: Sequence[ChatMessage], usage: Usage, *, tools: bool = False) -> None:
+        """Calibrate estimates by a call's reported size (``tools``: it offered tools,
+        whose share of the prompt is not the messages')."""
+        if tools and self.reserved:
+            usage = replace(usage, prompt_tokens=usage.prompt_tokens - self.reserved)
         self.estimator.learn(messages, usage)
 
     def reserve(self, tokens: int) -> None:
         """Keep ``tokens`` of every request for what is sent besides the messages (tools)."""
+        self.reserved += tokens
         self.limit -= tokens
         self.fold_at = max(self.keep_recent + 1, self.fold_at - tokens)
 

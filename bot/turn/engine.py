@@ -427,7 +427,7 @@ class Engine:
             await self.accounting.record(call)
             text = f"⚠️ {notices.MODEL_ERRORS[exc.kind]} {notices.RETRY_HINT}"
             raise TurnEnded(Reply(text, user.id, notice=True)) from None
-        self.context.learn(window.messages, answer.usage)
+        self.context.learn(window.messages, answer.usage, tools=tools is not None)
         return answer
 
     async def _store_answer(self, turn: Turn, user: Node, window: Window, answer: Answer) -> NodeId:
