@@ -96,23 +96,24 @@ def _tool_engine(redis: Redis, telegram: InstantTelegram) -> tuple[Engine, ToolM
 
 
 async def _per_round(redis: Redis) -> list[list[object]]:
+    """Turns with 0, 1, 4, 8 rounds, interleaved so a busy machine slows each alike."""
     telegram = InstantTelegram()
     engine, model = _tool_engine(redis, telegram)
-    rows: list[list[object]] = []
-    base = 0.0
-    for rounds in ROUNDS:
-        model.rounds = rounds
-        times: list[float] = []
-        for i in range(TURNS):
+    times: dict[int, list[float]] = {rounds: [] for rounds in ROUNDS}
+    for i in range(TURNS):
+        for rounds in ROUNDS:
+            model.rounds = rounds
             chat = 9000 + rounds * 1000 + i
             inbound = Inbound(chat, telegram.next_id(chat), chat, "What is the weather?")
             started = time.perf_counter()
             await engine.run(inbound)
-            times.append((time.perf_counter() - started) * 1000)
-        turn = median(times)
-        base = base or turn
+            times[rounds].append((time.perf_counter() - started) * 1000)
+    base = median(times[0])
+    rows: list[list[object]] = []
+    for rounds in ROUNDS:
+        turn = median(times[rounds])
         per_round = (turn - base) / rounds if rounds else 0.0
-        rows.append([rounds, turn, percentile(times, 99), per_round])
+        rows.append([rounds, turn, percentile(times[rounds], 99), per_round])
     return rows
 
 
