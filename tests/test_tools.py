@@ -18,6 +18,7 @@ import openai
 import pytest
 from redis.asyncio import Redis
 
+from bot.data import keys
 from bot.ops.doctor import doctor
 from bot.settings import SettingsError, load_settings
 from bot.tools.config import parse_config
@@ -50,7 +51,11 @@ def tool_responder(messages: list[dict[str, Any]]) -> str | ToolCalls:
             return ToolCalls([("t__add", '{"a": 1, "b": 1}')])
         if asked == "mail after weather" and len([m for m in messages if m["role"] == "tool"]) == 1:
             return ToolCalls(
-                [("t__send_mail", '{"to": "ada"}'), ("t__slow_read", '{"seconds": 0}')]
+                [
+                    ("t__send_mail", '{"to": "ada"}'),
+                    ("t__slow_read", '{"seconds": 0}'),
+                    ("t__add", '{"a": 20, "b": 22}'),
+                ]
             )
         return "result: " + " | ".join(results)
     if asked.startswith("weather "):
@@ -455,22 +460,32 @@ async def test_kill_mid_loop_resumes_without_rerunning_a_stored_call(
     first = BotProcess(env, tmp_path)
     await first.start()
     message = tg.send_user_message(USER, USER, "mail after weather")["message_id"]
-    # round 1 (weather) is stored; round 2's two calls are in flight, held
+    # round 1 (weather) is stored; in round 2 add's result is noted, two calls are held
     await tg.wait_for(
-        lambda: sorted(calls_logged(log)) == ["send_mail", "slow_read", "weather"], 30
+        lambda: sorted(calls_logged(log)) == ["add", "send_mail", "slow_read", "weather"], 30
     )
+    turn_key = keys.turn_key(str(USER), message)
+    for _ in range(500):
+        if await redis.hexists(turn_key, "q2.2"):
+            break
+        await asyncio.sleep(0.02)
+    assert await redis.hexists(turn_key, "q2.2")
+    assert not await redis.hexists(turn_key, "q2.0")
     await first.kill()
     hold.unlink()
     second = BotProcess(env, tmp_path)
     await second.start()
-    await tg.wait_for(lambda: bool(answers_to(tg, USER, message)), timeout=30)
-    await second.terminate()
+    try:  # a new process and its tool server start first: give it time on a busy machine
+        await tg.wait_for(lambda: bool(answers_to(tg, USER, message)), timeout=60)
+    finally:
+        await second.terminate()
+        print(second.text)  # shown when the test fails
     [answer] = answers_to(tg, USER, message)
-    # weather's stored result is reused; the mail is not sent twice; the read is run again
-    assert sorted(calls_logged(log)) == ["send_mail", "slow_read", "slow_read", "weather"]
-    assert answer.text == f"[depth:2] result: {INTERRUPTED} | read after 0.0s"
+    # stored and noted results are reused; the mail is not sent twice; the read runs again
+    assert sorted(calls_logged(log)) == ["add", "send_mail", "slow_read", "slow_read", "weather"]
+    assert answer.text == f"[depth:2] result: {INTERRUPTED} | read after 0.0s | 42"
     last = tool_llm.requests[-1].messages
-    assert roles(last) == ["system", "user", "assistant", "tool", "assistant", "tool", "tool"]
+    assert roles(last) == ["system", "user", "assistant", "tool", "assistant", *["tool"] * 3]
     assert len(tool_llm.requests) == 3  # weather round, mail round, the answer after restart
     assert await TranscriptStore(redis).resolve(str(USER), answer.message_id) is not None
 
