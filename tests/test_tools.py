@@ -232,6 +232,21 @@ async def test_the_pairs_stay_on_a_branch_after_a_restart_and_across_a_fold(
         assert request.messages[1]["role"] == "user"
 
 
+async def test_a_result_over_its_share_of_the_budget_is_cut_and_kept_paired(
+    tg: FakeTelegram, tool_llm: FakeOpenAI, redis_server: RedisServer, config: Path
+) -> None:
+    settings = settings_for(
+        tg, tool_llm, redis_server.url, mcp_config=config, context_token_budget=2000,
+        allowed_tools="t/big",
+    )  # fmt: skip
+    async with running_bot(settings) as app:
+        _, text = await ask(tg, app, USER, "big")
+    result = tool_llm.requests[1].messages[-1]
+    assert result["tool_call_id"] == tool_llm.requests[0].tool_calls[0]["id"]
+    assert result["content"] == "0123456789" * 200 + "\n[cut: 3000 characters in all]"
+    assert text.startswith("[depth:2] result: 0123456789")
+
+
 async def test_the_turn_token_guard_covers_the_whole_loop(
     tg: FakeTelegram, tool_llm: FakeOpenAI, redis_server: RedisServer, config: Path
 ) -> None:

@@ -183,7 +183,7 @@ class ToolLoop:
         async def one(i: int) -> None:
             call = calls[i]
             result = await self.hub.call(call.name, call.arguments)
-            message = self._message(call, result)
+            message = self._message(call, result, share=len(calls))
             data = msgpack.packb(encode_message(message), use_bin_type=True)
             await durably(lambda: guarded(self.redis.hset(state.key, f"q{k}.{i}", data)))
             done[i] = message
@@ -195,10 +195,12 @@ class ToolLoop:
         tool = self.hub.tools.get(name)
         return tool.remote if tool is not None else name
 
-    def _message(self, call: ToolCall, result: ToolResult) -> ChatMessage:
-        text = result.text
-        if len(text) > self.max_result_chars:
-            text = text[: self.max_result_chars] + f"\n[cut: {len(result.text)} characters in all]"
+    def _message(self, call: ToolCall, result: ToolResult, *, share: int) -> ChatMessage:
+        """The ``tool`` message of a result; a round's results together stay within
+        ``max_result_chars`` (each is cut to its share, with a note saying so)."""
+        text, most = result.text, self.max_result_chars // max(1, share)
+        if len(text) > most:
+            text = text[:most] + f"\n[cut: {len(result.text)} characters in all]"
         return ChatMessage(
             "tool", (ERROR_MARK + text) if result.error else text, tool_call_id=call.id
         )
