@@ -15,6 +15,7 @@ import contextlib
 import logging
 import signal
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from aiogram import Bot, Dispatcher
@@ -41,13 +42,15 @@ from .telegram.out import Notifier, TelegramOut, TelegramUnavailableError
 from .telegram.routers import COMMANDS, SkipUnknownUpdates, build_router
 from .telegram.session import BadResponseError, BotApiSession, FloodControl, UnreadableResultError
 from .tools.config import load_config
-from .tools.hub import ToolHub
-from .tools.loop import ToolLoop
 from .tools.retention import stub_old_results
 from .turn.context import ContextWindow
 from .turn.engine import Engine, Rules
 from .turn.state import TurnStates
 from .usage.accounting import Accounting, Clock, Prices, utc_now
+
+if TYPE_CHECKING:
+    from .tools.hub import ToolHub
+    from .tools.loop import ToolLoop
 
 log = logging.getLogger("replychain")
 
@@ -117,6 +120,10 @@ class App:
         self.tools: ToolHub | None = None
         tool_loop: ToolLoop | None = None
         if settings.mcp_config is not None:  # checked by load_settings
+            # the mcp SDK takes a while to import: only when tools are configured
+            from .tools.hub import ToolHub  # noqa: PLC0415
+            from .tools.loop import ToolLoop  # noqa: PLC0415
+
             self.tools = ToolHub(
                 load_config(settings.mcp_config),
                 allowed=settings.allowed_tools,
