@@ -26,6 +26,7 @@ BENCHES = {
     "bytes": "bench.bytes_bench",
     "cpu": "bench.cpu_bench",
     "load": "bench.load_bench",
+    "tools": "bench.tools_bench",
 }
 
 #: Smaller sizes for the quick run, by bench: module constant -> quick value. A bench
@@ -37,6 +38,7 @@ QUICK: dict[str, dict[str, object]] = {
     "context": {"TURNS": 200, "CHECKPOINTS": (50, 100, 150, 200)},
     "cpu": {"CALLS": 20, "WARMUP": 3},
     "load": {"CONCURRENT_USERS": (50, 200), "FAIRNESS_BACKLOG": 60},
+    "tools": {"TURNS": 30},
 }
 
 #: Seconds between "still running" lines while a bench is busy.

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import signal
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from aiogram import Bot, Dispatcher
@@ -34,17 +35,23 @@ from .bus.intake import Intake
 from .bus.runner import InFlight, TurnRunner
 from .data.connection import connect, guarded
 from .metrics import Health, Metrics, MetricsServer
-from .model import ModelClient
+from .model import ModelClient, estimate_text
 from .retry import Outage, retrying
 from .settings import Settings
 from .telegram.out import Notifier, TelegramOut, TelegramUnavailableError
 from .telegram.routers import COMMANDS, SkipUnknownUpdates, build_router
 from .telegram.session import BadResponseError, BotApiSession, FloodControl, UnreadableResultError
+from .tools.config import load_config
+from .tools.retention import stub_old_results
 from .turn.context import ContextWindow
 from .turn.engine import Engine, Rules
 from .turn.state import TurnStates
 from .turn.topics import TopicTitles
 from .usage.accounting import Accounting, Clock, Prices, utc_now
+
+if TYPE_CHECKING:
+    from .tools.hub import ToolHub
+    from .tools.loop import ToolLoop
 
 log = logging.getLogger("replychain")
 
@@ -115,6 +122,28 @@ class App:
             self.redis, store=self.store, model=self.model, out=self.out,
             accounting=self.accounting, enabled=settings.topic_titles,
         )  # fmt: skip
+        self.tools: ToolHub | None = None
+        tool_loop: ToolLoop | None = None
+        if settings.mcp_config is not None:  # checked by load_settings
+            # the mcp SDK takes a while to import: only when tools are configured
+            from .tools.hub import ToolHub  # noqa: PLC0415
+            from .tools.loop import ToolLoop  # noqa: PLC0415
+
+            self.tools = ToolHub(
+                load_config(settings.mcp_config),
+                allowed=settings.allowed_tools,
+                call_timeout=settings.tool_timeout,
+            )
+            tool_loop = ToolLoop(
+                self.tools,
+                self.model,
+                self.store,
+                self.redis,
+                max_rounds=settings.tool_max_rounds,
+                in_groups=settings.tools_in_groups,
+                max_result_chars=settings.context_token_budget,  # about a quarter of it
+            )
+            self.context.shape = stub_old_results
         self.engine = Engine(
             store=self.store,
             model=self.model,
@@ -133,6 +162,7 @@ class App:
             ),
         )
         self.engine.topics = self.topics
+        self.engine.tools = tool_loop
         telegram_outage = Outage(
             "Telegram", "Answers being written are kept and finished when it is back."
         )
@@ -229,6 +259,10 @@ class App:
         try:
             await self._serve_metrics()
             await self.check()
+            if self.tools is not None:
+                await self.tools.start()  # a server that fails is logged and skipped
+                if self.tools.spec_bytes:
+                    self.context.reserve(estimate_text(self.tools.spec_bytes.decode()))
             await self._prepare_polling()
             self.runner.start()
             polling = asyncio.create_task(
@@ -303,6 +337,8 @@ class App:
     async def close(self) -> None:
         if self.metrics_server is not None:
             await self.metrics_server.stop()
+        if self.tools is not None:
+            await self.tools.close()
         await self.bot.session.close()
         await self.model.close()
         await self.redis.aclose()

@@ -29,6 +29,8 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from .tools.config import ToolConfigError, load_config
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SYSTEM_PROMPT_FILE = PROJECT_ROOT / "config" / "system_prompt.txt"
 FALLBACK_SYSTEM_PROMPT = "You are a helpful assistant chatting in Telegram."
@@ -88,6 +90,11 @@ SETTINGS_HELP: dict[str, str] = {
     "BOT_INSTANCE": "this process's name on the message bus (default: the host name)",
     "LOG_LEVEL": "DEBUG, INFO, WARNING or ERROR (INFO)",
     "METRICS_LISTEN": "host:port serving Prometheus /metrics and /healthz (unset: off)",
+    "MCP_CONFIG": "JSON file of MCP servers whose tools the model may use (unset: no tools)",
+    "ALLOWED_TOOLS": "comma-separated servers or server/tool names offered (empty: all)",
+    "TOOLS_IN_GROUPS": "offer tools in groups too (false: private chats only)",
+    "TOOL_MAX_ROUNDS": "most rounds of tool calls one answer may use (8)",
+    "TOOL_TIMEOUT": "seconds one tool call may take (60)",
 }
 
 #: Host name suffixes that name a machine on this host or the local network.
@@ -205,6 +212,13 @@ class Settings(BaseSettings):
     metrics_listen: str | None = None
     #: This process's name in the intake consumer group; unique per running bot process.
     bot_instance: str = Field(default_factory=socket.gethostname, min_length=1)
+    #: The owner's MCP servers (``mcpServers`` JSON); unset: the model gets no tools.
+    mcp_config: Path | None = None
+    #: Servers (``name``) or tools (``name/tool``) offered; empty: every tool.
+    allowed_tools: Annotated[frozenset[str], NoDecode] = frozenset()
+    tools_in_groups: bool = False
+    tool_max_rounds: int = Field(8, ge=1, le=50)
+    tool_timeout: float = Field(60.0, gt=0)
 
     @field_validator("*", mode="before")
     @classmethod
@@ -222,6 +236,13 @@ class Settings(BaseSettings):
     @classmethod
     def _split_ids(cls, value: object) -> object:
         return _parse_ids(value)
+
+    @field_validator("allowed_tools", mode="before")
+    @classmethod
+    def _split_names(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [p.strip() for p in value.split(",") if p.strip()]
+        return value
 
     @field_validator("telegram_bot_token")
     @classmethod
@@ -307,6 +328,13 @@ def load_settings(env_file: str | None = ".env") -> Settings:
     except ValidationError as exc:
         raise SettingsError(_describe(exc)) from None
     settings.resolved_system_prompt()  # fail at start-up, not at the first message
+    if settings.mcp_config is not None:
+        try:
+            load_config(settings.mcp_config)
+        except ToolConfigError as exc:
+            raise SettingsError(
+                f"MCP_CONFIG {exc}; see the README's Tools section for the format"
+            ) from None
     return settings
 
 

@@ -89,6 +89,7 @@ from aiohttp import web
 __all__ = [
     "FakeOpenAI",
     "Request",
+    "ToolCalls",
     "Usage",
     "completion_tokens",
     "default_responder",
@@ -195,6 +196,18 @@ _ERROR_TYPES: dict[int, tuple[str, str | None]] = {
 
 
 @dataclass
+class ToolCalls:
+    """A responder's answer that asks to run tools: ``(name, arguments JSON)`` each, with
+    optional text. Sent as ``tool_calls`` (ids ``call_<n>``), ``finish_reason``
+    "tool_calls"; streamed as OpenAI does (one delta with id and name per call, then its
+    arguments in pieces of ``chunk_chars``). Only allowed when the request offered ``tools``.
+    """
+
+    calls: list[tuple[str, str]]
+    content: str | None = None
+
+
+@dataclass
 class Usage:
     """Token usage the server computed for one completion."""
 
@@ -224,6 +237,8 @@ class Request:
     status: int = 0
     usage: Usage | None = None
     completed: bool = False
+    #: The ``tool_calls`` the answer carried (a responder's :class:`ToolCalls`).
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -659,10 +674,13 @@ class FakeOpenAI:
         self.api_key = api_key
         self.model = model
         self.context_limit = context_limit
-        self.responder: Callable[[list[dict[str, Any]]], str] = default_responder
+        self.responder: Callable[[list[dict[str, Any]]], str | ToolCalls] = default_responder
         self.chunk_chars = 8
         self.chunk_delay = 0.0
         self.report_usage = True
+        #: Sloppy like some OpenAI-compatible servers: each tool call streamed whole in one
+        #: delta without ``index``.
+        self.whole_tool_calls = False
         self.gate: asyncio.Event | None = None
         self.allowed_extra_params: frozenset[str] = frozenset()
         self.requests: list[Request] = []
@@ -1012,20 +1030,35 @@ class FakeOpenAI:
                 code="context_length_exceeded",
             )
 
-    def _reply(self, body: dict[str, Any]) -> tuple[str, str]:
+    def _reply(self, body: dict[str, Any]) -> tuple[str, str, list[dict[str, Any]]]:
         try:
             reply = self.responder(copy.deepcopy(body["messages"]))
         except Exception as exc:
             raise _ApiError(
                 500, f"FakeOpenAI responder raised {exc!r}", type_="server_error"
             ) from exc
+        if isinstance(reply, ToolCalls):
+            if not body.get("tools"):
+                raise _ApiError(
+                    500, "FakeOpenAI responder asked for tools, but none were offered",
+                    type_="server_error",
+                )  # fmt: skip
+            calls = [
+                {
+                    "id": f"call_{next(self._ids)}",
+                    "type": "function",
+                    "function": {"name": name, "arguments": arguments},
+                }
+                for name, arguments in reply.calls
+            ]
+            return reply.content or "", "tool_calls", calls
         if not isinstance(reply, str):
             raise _ApiError(
                 500,
                 f"FakeOpenAI responder returned {type(reply).__name__}, not str",
                 type_="server_error",
             )
-        return _limit_reply(reply, body)
+        return (*_limit_reply(reply, body), [])
 
     async def _answer(
         self, request: web.Request, record: Request, body: dict[str, Any]
@@ -1051,14 +1084,24 @@ class FakeOpenAI:
             and not await self._sleep_or_stop(fault.seconds)
         ):
             return self._drop(request)
-        reply, finish = self._reply(body)
+        reply, finish, calls = self._reply(body)
         key, digests, cached = self._prompt_cache(body)
         self._prefixes.setdefault(key, set()).update(digests)
-        usage = Usage(prompt_tokens(body), completion_tokens(reply), cached)
+        record.tool_calls = calls
+        said = reply + _tool_call_text({"tool_calls": calls})
+        usage = Usage(prompt_tokens(body), completion_tokens(said), cached)
         record.usage = usage
         if streaming:
             stream_fault = fault if fault is not None and fault.kind in ("cut", "stall") else None
             return await self._stream(request, record, body, reply, finish, stream_fault)
+        said_msg: dict[str, Any] = {
+            "role": "assistant",
+            "content": reply if reply or not calls else None,
+            "refusal": None,
+            "annotations": [],
+        }
+        if calls:
+            said_msg["tool_calls"] = calls
         completion: dict[str, Any] = {
             "id": f"chatcmpl-fake{next(self._ids)}",
             "object": "chat.completion",
@@ -1068,12 +1111,7 @@ class FakeOpenAI:
             "choices": [
                 {
                     "index": 0,
-                    "message": {
-                        "role": "assistant",
-                        "content": reply,
-                        "refusal": None,
-                        "annotations": [],
-                    },
+                    "message": said_msg,
                     "logprobs": None,
                     "finish_reason": finish,
                 }
@@ -1095,6 +1133,7 @@ class FakeOpenAI:
         finish: str,
         fault: _Fault | None,
     ) -> web.StreamResponse:
+        calls = record.tool_calls
         options = body.get("stream_options") or {}
         usage_requested = options.get("include_usage") is True and self.report_usage
         base: dict[str, Any] = {
@@ -1117,8 +1156,20 @@ class FakeOpenAI:
             return f"data: {json.dumps(data)}\n\n".encode()
 
         size = max(1, self.chunk_chars)
-        events = [chunk({"role": "assistant", "content": ""})]
+        events = [chunk({"role": "assistant", "content": None if calls and not reply else ""})]
         events += [chunk({"content": reply[i : i + size]}) for i in range(0, len(reply), size)]
+        for index, call in enumerate(calls):
+            if self.whole_tool_calls:
+                events.append(chunk({"tool_calls": [call]}))
+                continue
+            function = call["function"]
+            head = {**call, "function": {"name": function["name"], "arguments": ""}}
+            events.append(chunk({"tool_calls": [{"index": index, **head}]}))
+            arguments = function["arguments"]
+            events += [
+                chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+                for piece in (arguments[i : i + size] for i in range(0, len(arguments), size))
+            ]
         stop_at = -1 if fault is None else min(1 + fault.after_chunks, len(events))
         events.append(chunk({}, finish))
         usage_at = -1

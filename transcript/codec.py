@@ -132,6 +132,15 @@ def _decode_message(raw: object) -> ChatMessage:
     return ChatMessage(_ROLES[code], content, calls, tool_call_id, name)
 
 
+def decode_message(ref: str, raw: object) -> ChatMessage:
+    """One message as :func:`encode_message` wrote it (kept outside a node, e.g. a
+    turn's pending tool step); typed errors name ``ref``."""
+    try:
+        return _decode_message(raw)
+    except TypeError as exc:
+        raise CorruptRecordError(ref, f"malformed message ({exc})") from exc
+
+
 def _decode_segment(raw: list[Any]) -> SegmentRecord:
     flat, more = raw
     if not isinstance(flat, list) or not flat or len(flat) % 2 or not isinstance(more, bool):

@@ -36,8 +36,9 @@ class ChatMessage:
 
 
 def count_depth(messages: tuple[ChatMessage, ...] | list[ChatMessage]) -> int:
-    """Number of user and assistant messages (the unit of ``[depth:N]``)."""
-    return sum(1 for m in messages if m.role in DEPTH_ROLES)
+    """Number of user and assistant messages (the unit of ``[depth:N]``); an assistant
+    message that carries tool calls is a step of the tool loop, not an answer."""
+    return sum(1 for m in messages if m.role in DEPTH_ROLES and not m.tool_calls)
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -20,6 +20,10 @@ The turn (bot/turn/state.py):
                          s        the number of the answer part about to be sent
                          p        answer parts Telegram accepted, comma-separated
                          c        model calls started
+                         t<k>     ref of tool round k's step node (the store's append)
+                         q        msgpack [k, message]: tool round k's calls, noted
+                                  before they run
+                         q<k>.<i> msgpack message: the result of call i of round k
                          x        unexpected failures
                          d        "1" once the turn finished: then the hash holds only
                                   this mark, and expires after two days

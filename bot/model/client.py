@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, cast
@@ -32,8 +33,9 @@ from typing import Any, Literal, Protocol, cast
 import openai
 from openai.types import CompletionUsage
 from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageParam
+from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
 
-from transcript import ChatMessage
+from transcript import ChatMessage, ToolCall
 
 from ..retry import Backoff, retrying
 
@@ -64,6 +66,8 @@ class Answer:
     text: str
     usage: Usage
     latency: float
+    #: Tools the model asked to run (only when it was offered tools).
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 class ModelError(Exception):
@@ -109,7 +113,12 @@ def estimate_text(text: str) -> int:
 
 def estimate_messages(messages: Sequence[ChatMessage]) -> int:
     """Estimated prompt tokens of ``messages`` (text plus the chat format's overhead)."""
-    return sum(estimate_text(m.content or "") + MESSAGE_OVERHEAD for m in messages)
+    return sum(
+        estimate_text(m.content or "")
+        + MESSAGE_OVERHEAD
+        + sum(estimate_text(c.name + c.arguments) for c in m.tool_calls)
+        for m in messages
+    )
 
 
 def _usage(reported: CompletionUsage) -> Usage:
@@ -251,15 +260,18 @@ class WireCache:
             parts.insert(0, encode(_joined_system(messages, lead)))
         return b"[" + b",".join(parts) + b"]"
 
-    def stream_body(self, model: str, messages: Sequence[ChatMessage]) -> bytes:
+    def stream_body(
+        self, model: str, messages: Sequence[ChatMessage], tools: bytes | None = None
+    ) -> bytes:
         """The body ``create(model, messages, stream=True, stream_options=include_usage)``
-        sends, keys in its order."""
+        sends, keys in its order; ``tools``: the encoded ``tools`` array, if any."""
         return b"".join(
             (
                 b'{"model":',
                 _dumps(model),
                 b',"stream":true,"messages":',
                 self.messages(messages),
+                b',"tools":' + tools if tools else b"",
                 b',"stream_options":{"include_usage":true}}',
             )
         )
@@ -307,6 +319,25 @@ def _classify(exc: Exception) -> ModelError:
     return ModelError("unavailable", f"unexpected failure ({type(exc).__name__})")
 
 
+def _add_call_deltas(calls: dict[int, list[str]], deltas: object) -> None:
+    """Add streamed tool-call pieces to ``calls`` (index -> [id, name, arguments]).
+
+    Some OpenAI-compatible servers send each call whole in one delta, or leave out
+    ``index``: a delta with a new id then starts the next call.
+    """
+    for delta in cast("list[ChoiceDeltaToolCall]", deltas or []):
+        index = getattr(delta, "index", None)
+        if not isinstance(index, int):
+            known = calls.get(len(calls) - 1)
+            fresh = known is None or bool(delta.id and delta.id != known[0])
+            index = len(calls) if fresh else len(calls) - 1
+        call = calls.setdefault(index, ["", "", ""])
+        call[0] = delta.id or call[0]
+        if delta.function is not None:
+            call[1] += delta.function.name or ""
+            call[2] += delta.function.arguments or ""
+
+
 class _ReaderFailedError(Exception):
     """Carries an exception of the ``on_text`` callback past the stream's handlers."""
 
@@ -348,11 +379,20 @@ class ModelClient:
         await self._client.close()
 
     async def stream(
-        self, messages: Sequence[ChatMessage], on_text: Callable[[str], None]
+        self,
+        messages: Sequence[ChatMessage],
+        on_text: Callable[[str], None],
+        *,
+        tools: bytes | None = None,
     ) -> Answer:
-        """Stream one answer, calling ``on_text`` with the whole text so far."""
+        """Stream one answer, calling ``on_text`` with the whole text so far.
+
+        ``tools`` (the encoded ``tools`` array) offers tools; the answer's
+        ``tool_calls`` are what the model asked to run. Without it the request
+        is exactly what it was before tools existed.
+        """
         body: bytes | list[dict[str, Any]] = (
-            self.wire.stream_body(self.model, messages)
+            self.wire.stream_body(self.model, messages, tools)
             if self._post_bytes
             else wire_messages(messages)
         )
@@ -361,7 +401,9 @@ class ModelClient:
             # The SDK retried the request itself (429, 5xx, timeouts); only a
             # stream that broke before any text arrived is retried here.
             return await retrying(
-                lambda: self._stream_once(messages, body, on_text, started),
+                lambda: self._stream_once(
+                    messages, body=body, on_text=on_text, started=started, tools=tools
+                ),
                 on=(ModelError,),
                 when=lambda exc: isinstance(exc, ModelError) and exc.broke_before_text,
                 attempts=self.max_retries + 1,
@@ -402,7 +444,7 @@ class ModelClient:
         return Answer(text, usage, time.monotonic() - started)
 
     async def _open_stream(
-        self, body: bytes | list[dict[str, Any]]
+        self, body: bytes | list[dict[str, Any]], tools: bytes | None
     ) -> openai.AsyncStream[ChatCompletionChunk]:
         if isinstance(body, bytes):
             # post() sends ``content`` as it is (no transform, no copy; bytes are
@@ -416,6 +458,14 @@ class ModelClient:
                 stream=True,
                 stream_cls=openai.AsyncStream[ChatCompletionChunk],
             )
+        if tools:
+            return await self._client.chat.completions.create(
+                model=self.model,
+                messages=cast("list[ChatCompletionMessageParam]", body),
+                stream=True,
+                tools=json.loads(tools),
+                stream_options={"include_usage": True},
+            )
         return await self._client.chat.completions.create(
             model=self.model,
             messages=cast("list[ChatCompletionMessageParam]", body),
@@ -426,21 +476,25 @@ class ModelClient:
     async def _stream_once(
         self,
         messages: Sequence[ChatMessage],
+        *,
         body: bytes | list[dict[str, Any]],
         on_text: Callable[[str], None],
         started: float,
+        tools: bytes | None = None,
     ) -> Answer:
         try:
-            stream = await self._open_stream(body)
+            stream = await self._open_stream(body, tools)
         except openai.OpenAIError as exc:
             raise _classify(exc) from exc
         text = ""
         usage: Usage | None = None
+        calls: dict[int, list[str]] = {}  # index -> [id, name, arguments]
         try:
             async for chunk in stream:
                 if chunk.usage is not None:
                     usage = _usage(chunk.usage)
                 for choice in chunk.choices:
+                    _add_call_deltas(calls, choice.delta.tool_calls)
                     if choice.delta.content:
                         text += choice.delta.content
                         try:
@@ -461,6 +515,10 @@ class ModelClient:
             raise error from exc
         finally:
             await stream.close()
+        tool_calls = tuple(
+            ToolCall(calls[i][0] or f"call_{uuid.uuid4().hex[:24]}", calls[i][1], calls[i][2])
+            for i in sorted(calls)
+        )  # a server that sends no id still gets its call paired with its result
         if usage is None:
-            usage = _estimated(messages, text)
-        return Answer(text, usage, time.monotonic() - started)
+            usage = _estimated(messages, text + "".join(c.arguments for c in tool_calls))
+        return Answer(text, usage, time.monotonic() - started, tool_calls)

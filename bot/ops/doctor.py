@@ -361,6 +361,30 @@ async def _one_token_call(client: Any, where: str, model: str, report: Report) -
         report.ok("model call", f"{model} answered a one-token request in {took:.1f} s")
 
 
+# ----------------------------------------------------------------------- tools
+
+
+async def check_tools(settings: Settings, report: Report) -> None:
+    """Each MCP server of MCP_CONFIG started and listed; one that fails is a warning."""
+    from ..tools.config import load_config  # noqa: PLC0415 - only with MCP_CONFIG
+    from ..tools.hub import ToolHub  # noqa: PLC0415
+
+    assert settings.mcp_config is not None
+    hub = ToolHub(load_config(settings.mcp_config), allowed=settings.allowed_tools)
+    try:
+        await hub.start()
+        for name in hub.servers:
+            count = sum(1 for t in hub.tools.values() if t.server == name)
+            report.ok(f"tool server {name}", f"{count} tool(s) offered")
+        for name, why in hub.failures.items():
+            report.warn(
+                f"tool server {name}",
+                f"failed to start ({why}); the bot runs without its tools: fix MCP_CONFIG",
+            )
+    finally:
+        await hub.close()
+
+
 # ----------------------------------------------------------------------- all
 
 
@@ -372,7 +396,7 @@ async def doctor(settings: Settings, *, call: bool = False) -> tuple[list[str], 
         f"loaded (Telegram at {settings.telegram_api_url}, model {settings.openai_model} at "
         f"{_endpoint(settings)}, Redis at {_location(settings.redis_url)})",
     )
-    telegram, redis, model = Report(), Report(), Report()
+    telegram, redis, model, tools = Report(), Report(), Report(), Report()
 
     async def model_check(report: Report) -> None:
         await check_model(settings, report, call=call)
@@ -381,11 +405,16 @@ async def doctor(settings: Settings, *, call: bool = False) -> tuple[list[str], 
         _bounded("Telegram", telegram, lambda r: check_telegram(settings, r)),
         _bounded("Redis", redis, lambda r: check_redis(settings, r)),
         _bounded("model", model, model_check),
+        *(
+            [_bounded("tools", tools, lambda r: check_tools(settings, r))]
+            if settings.mcp_config is not None
+            else []
+        ),
     )
     secrets = secrets_of(settings)
     lines = [
         scrub(f"{mark} {what}: {text}", secrets)
-        for report in (first, telegram, redis, model)
+        for report in (first, telegram, redis, model, tools)
         for mark, what, text in report.lines
     ]
     failed = any(r.failed for r in (telegram, redis, model))

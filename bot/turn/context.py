@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from transcript import ChatMessage, Fold, Node, NodeId, TranscriptStore
 
@@ -114,6 +114,10 @@ class ContextWindow:
         self.keep_recent = keep_recent
         self.summary_tokens = summary_tokens
         self.estimator = Estimator()
+        #: Tokens of every request kept for what is not a message (the tools array).
+        self.reserved = 0
+        #: Turns large tool results of earlier exchanges into stubs (on with MCP_CONFIG).
+        self.shape: Callable[[Sequence[ChatMessage]], tuple[ChatMessage, ...]] | None = None
         #: What views are fitted to: estimates are estimates, so keep ~3 % spare.
         self.limit = budget - max(8, budget // 32)
 
@@ -141,7 +145,16 @@ class ContextWindow:
         )
 
     async def prepare(self, inbound: Inbound, user_node: NodeId) -> Window:
-        """The messages for the call answering ``user_node``, at most ``budget`` tokens."""
+        """The messages for the call answering ``user_node``, at most ``budget`` tokens.
+
+        ``user_node`` is the last node the call is sent (a tool step's, in the tool loop).
+        """
+        window = await self._prepare(inbound, user_node)
+        if self.shape is None:
+            return window
+        return replace(window, messages=self.shape(window.messages))
+
+    async def _prepare(self, inbound: Inbound, user_node: NodeId) -> Window:
         estimate = self.estimator.sized(*await self.store.size(user_node))
         if estimate <= self.fold_at * NEAR:
             # far below the threshold: the estimate decides, nothing more to look up
@@ -158,8 +171,18 @@ class ContextWindow:
             window = await self._window(inbound, nodes, fold)
         return await self._fit(inbound, nodes, window)
 
-    def learn(self, messages: Sequence[ChatMessage], usage: Usage) -> None:
+    def learn(self, messages: Sequence[ChatMessage], usage: Usage, *, tools: bool = False) -> None:
+        """Calibrate estimates by a call's reported size (``tools``: it offered tools,
+        whose share of the prompt is not the messages')."""
+        if tools and self.reserved:
+            usage = replace(usage, prompt_tokens=usage.prompt_tokens - self.reserved)
         self.estimator.learn(messages, usage)
+
+    def reserve(self, tokens: int) -> None:
+        """Keep ``tokens`` of every request for what is sent besides the messages (tools)."""
+        self.reserved += tokens
+        self.limit -= tokens
+        self.fold_at = max(self.keep_recent + 1, self.fold_at - tokens)
 
     async def _window(self, inbound: Inbound, nodes: list[Node], fold: Fold | None) -> Window:
         messages = self._compose(nodes, fold)
@@ -243,7 +266,7 @@ class ContextWindow:
     ) -> ChatMessage:
         words = max(50, self.summary_tokens * 3 // 4)
         previous = fold.messages[-1].content if fold else ""
-        lines = [f"{m.role.capitalize()}: {m.content}" for n in part for m in n.messages]
+        lines = [_line(m) for n in part for m in n.messages]
         prompt = (
             f"Summary so far:\n{(previous or '(none)').removeprefix(SUMMARY_PREFIX)}\n\n"
             "New part of the conversation:\n" + "\n".join(lines)
@@ -306,6 +329,16 @@ def _after(nodes: list[Node], fold: Fold | None) -> int:
         if nodes[i].id.seg == seg and nodes[i].id.idx == idx:
             return i + 1
     return 1
+
+
+def _line(message: ChatMessage) -> str:
+    """A message as the summariser reads it (tool calls and results named, results cut)."""
+    if message.tool_calls:
+        calls = ", ".join(f"{c.name}({c.arguments[:200]})" for c in message.tool_calls)
+        return f"Assistant called tools: {calls}"
+    if message.role == "tool":
+        return f"Tool result: {(message.content or '')[:500]}"
+    return f"{message.role.capitalize()}: {message.content}"
 
 
 def _starts_with_user(node: Node) -> bool:

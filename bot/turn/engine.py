@@ -31,7 +31,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from transcript import (
     ChatMessage,
@@ -54,6 +54,9 @@ from . import notices
 from .context import ContextWindow, MessageTooLargeError, Window
 from .state import Queue, TurnState, TurnStates
 from .topics import TopicTitles
+
+if TYPE_CHECKING:
+    from ..tools.loop import ToolLoop
 
 log = logging.getLogger("replychain.engine")
 
@@ -197,6 +200,8 @@ class Engine:
         self.metrics: Metrics = accounting.metrics
         #: Titles private-chat topics after their first answer (set by the app).
         self.topics: TopicTitles | None = None
+        #: The tool loop (set by the app when MCP_CONFIG is set), else ``None``.
+        self.tools: ToolLoop | None = None
 
     # ------------------------------------------------------------------ the turn
 
@@ -258,10 +263,41 @@ class Engine:
         await self._check_input(turn, user)
         await self._check_limits(turn, user)
         await turn.writer.start()
-        window = await self._window(turn, user)
-        answer = await self._ask(turn, user, window)
-        node = await self._store_answer(turn, user, window, answer)
+        leaf, tools = user, None
+        if self.tools is not None:
+            tools = self.tools.offered(turn.inbound)
+            leaf = await self.tools.leaf(turn.state, user)
+            leaf = await self.tools.resume(turn.state, leaf, turn.writer.update, self._durably)
+        while True:
+            window = await self._window(turn, leaf)
+            answer = await self._ask(turn, leaf, window, tools)
+            if not (answer.tool_calls and tools):
+                break
+            leaf = await self._tool_round(turn, user, leaf, (window, answer))
+        node = await self._store_answer(turn, leaf, window, answer)
         return Reply(answer.text, node)
+
+    async def _tool_round(
+        self, turn: Turn, user: Node, leaf: Node, asked: tuple[Window, Answer]
+    ) -> Node:
+        """The model asked for tools: run them, store the step, count the next call."""
+        assert self.tools is not None
+        inbound, state = turn.inbound, turn.state
+        window, answer = asked
+        call = CallRecord.of(
+            inbound, leaf.id, model=self.model.name, usage=answer.usage,
+            latency=answer.latency, error=None, view=window.view,
+        )  # fmt: skip
+        await self.accounting.record(call)
+        if self.tools.rounds(state) >= self.tools.max_rounds:
+            text = notices.TOOL_ROUNDS.format(rounds=self.tools.max_rounds)
+            raise TurnEnded(Reply(text, leaf.id, notice=True))
+        leaf = await self.tools.round(
+            state, leaf=leaf, answer=answer, progress=turn.writer.update, durably=self._durably
+        )
+        await self.tools.count_call(state)
+        await self._check_limits(turn, user)
+        return leaf
 
     async def _deliver(self, turn: Turn, reply: Reply) -> None:
         """The one place a turn finishes: show the reply, then one write records it all.
@@ -393,7 +429,8 @@ class Engine:
         spent = 0
         if rules.max_tokens_per_turn:
             spent = (await self.accounting.turn(inbound.chat_id, inbound.message_id)).tokens
-        if state.calls > rules.max_calls_per_turn or (
+        max_calls = rules.max_calls_per_turn + (self.tools.max_rounds if self.tools else 0)
+        if state.calls > max_calls or (
             rules.max_tokens_per_turn and spent >= rules.max_tokens_per_turn
         ):
             log.warning(
@@ -406,18 +443,26 @@ class Engine:
             text = notices.daily_limit(daily, self.accounting.clock())
             raise TurnEnded(Reply(text, user.id, notice=True))
 
-    async def _window(self, turn: Turn, user: Node) -> Window:
+    async def _window(self, turn: Turn, leaf: Node) -> Window:
         try:
-            return await self.context.prepare(turn.inbound, user.id)
+            return await self.context.prepare(turn.inbound, leaf.id)
         except MessageTooLargeError:
             text = notices.TOO_LARGE.format(budget=self.context.budget)
-            raise TurnEnded(Reply(text, user.id, notice=True)) from None
+            raise TurnEnded(Reply(text, leaf.id, notice=True)) from None
 
-    async def _ask(self, turn: Turn, user: Node, window: Window) -> Answer:
-        """Stream the model's answer into Telegram; a failure ends the turn with a notice."""
+    async def _ask(
+        self, turn: Turn, user: Node, window: Window, tools: bytes | None = None
+    ) -> Answer:
+        """Stream the model's answer into Telegram; a failure ends the turn with a notice.
+
+        ``user`` is the node the request ends with (a tool step's, in the tool loop).
+        """
         inbound = turn.inbound
         try:
-            answer = await self.model.stream(window.messages, turn.writer.update)
+            if tools is not None and self.tools is not None:
+                answer = await self.tools.ask(window.messages, turn.writer.update, tools)
+            else:
+                answer = await self.model.stream(window.messages, turn.writer.update)
         except ModelError as exc:
             log.warning("model call for chat %s failed: %s", inbound.chat_id, exc)
             call = CallRecord.of(
@@ -427,11 +472,14 @@ class Engine:
             await self.accounting.record(call)
             text = f"⚠️ {notices.MODEL_ERRORS[exc.kind]} {notices.RETRY_HINT}"
             raise TurnEnded(Reply(text, user.id, notice=True)) from None
-        self.context.learn(window.messages, answer.usage)
+        self.context.learn(window.messages, answer.usage, tools=tools is not None)
         return answer
 
     async def _store_answer(self, turn: Turn, user: Node, window: Window, answer: Answer) -> NodeId:
-        """Store the answer node and the call's usage; both wait for Redis if it is away."""
+        """Store the answer node and the call's usage; both wait for Redis if it is away.
+
+        ``user`` is the node the answer hangs below (the last tool step, if any).
+        """
         call = CallRecord.of(
             turn.inbound, user.id, model=self.model.name, usage=answer.usage,
             latency=answer.latency, error=None, view=window.view,

@@ -43,6 +43,10 @@ DAMAGED_HISTORY = (
     "from a partial transcript. Start a new conversation by sending a message that "
     "replies to nothing."
 )
+TOOL_ROUNDS = (
+    "⚠️ I used tools {rounds} times in a row without reaching an answer, so I stopped "
+    "(TOOL_MAX_ROUNDS). Reply to this message to let me continue from there."
+)
 GAVE_UP = (
     "⚠️ Something went wrong while I was answering this message, and retrying did not "
     "help. Your message is kept: reply to it again to retry."

@@ -67,9 +67,12 @@ class TurnState:
     #: Unexpected failures so far.
     failures: int = 0
     done: bool = False
+    #: Every field as read (the tool loop's steps live in fields of their own: bot/tools/loop.py).
+    raw: dict[str, bytes] = field(default_factory=dict, repr=False)
 
     def record(self, name: str) -> RecordField:
-        """Where the store's append records a node of this turn (``r``, ``u`` or ``a``)."""
+        """Where the store's append records a node of this turn (``r``, ``u``, ``a``, or a
+        tool step's ``t<round>``)."""
         return (self.key, name)
 
     @classmethod
@@ -91,6 +94,7 @@ class TurnState:
             calls=int(raw.get("c") or 0),
             failures=int(raw.get("x") or 0),
             done=raw.get("d") == b"1",
+            raw=raw,
         )
 
 

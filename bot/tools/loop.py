@@ -1,0 +1,222 @@
+"""The tool rounds of one turn, each step persisted before the next.
+
+A round: the model answered with tool calls -> the assistant message (its
+``tool_calls``) is noted in the turn's state -> the calls run in parallel, each
+result noted as it arrives -> one node holding the assistant message and one
+``tool`` message per call is appended below the previous step (the user's node
+first) -> the model is asked again. The answer node hangs below the last step.
+A call and its results therefore always share one node: every view of the
+chain (branches, after a restart, after a fold, which cuts at node boundaries
+only) holds both or neither.
+
+Turn-state fields (``rc:{S}:turn:<m>``, see :mod:`bot.data.keys`):
+
+    t<k>      ref of round k's step node (written by the store's append, atomically)
+    q         msgpack [k, message]: round k's assistant message, noted before its calls run
+    q<k>.<i>  msgpack message: the result of call i of round k, noted as it arrives
+
+A turn resumed after a crash appends the rounds already stored, then, for a
+noted round whose node is missing, reuses every noted result, runs again only
+calls of tools marked read-only or idempotent, and tells the model that any
+other call was interrupted: a stored result is never run again, and a tool that
+may have had an effect is never run twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol, TypeVar
+
+import msgpack
+from redis.asyncio import Redis
+
+from transcript import ChatMessage, Node, NodeId, ToolCall, TranscriptStore
+from transcript.codec import decode_message, encode_message
+
+from ..bus.inbound import Inbound
+from ..data.connection import guarded
+from ..model import Answer
+from ..turn.state import TurnState
+from .hub import ToolHub, ToolResult
+
+log = logging.getLogger("replychain.tools")
+
+T = TypeVar("T")
+ERROR_MARK = "[tool error] "
+INTERRUPTED = (
+    ERROR_MARK + "this call was interrupted (the bot restarted) and was not run again, "
+    "because the tool may have had an effect; it may or may not have completed."
+)
+
+
+class ToolModel(Protocol):
+    """The model edge as the loop needs it: a streamed answer with tools offered."""
+
+    async def stream(
+        self,
+        messages: Sequence[ChatMessage],
+        on_text: Callable[[str], None],
+        *,
+        tools: bytes | None = None,
+    ) -> Answer: ...
+
+
+class ToolLoop:
+    """Runs and persists tool rounds; one per bot, shared by every turn."""
+
+    def __init__(
+        self,
+        hub: ToolHub,
+        model: ToolModel,
+        store: TranscriptStore,
+        redis: Redis,
+        *,
+        max_rounds: int = 8,
+        in_groups: bool = False,
+        max_result_chars: int = 100_000,
+    ) -> None:
+        self.hub = hub
+        self.model = model
+        self.store = store
+        self.redis = redis
+        self.max_rounds = max_rounds
+        self.in_groups = in_groups
+        self.max_result_chars = max_result_chars
+
+    def offered(self, inbound: Inbound) -> bytes | None:
+        """The ``tools`` array for this turn's calls, or ``None`` (no tools here)."""
+        if inbound.is_group and not self.in_groups:
+            return None
+        return self.hub.spec_bytes
+
+    async def ask(
+        self, messages: Sequence[ChatMessage], on_text: Callable[[str], None], tools: bytes
+    ) -> Answer:
+        return await self.model.stream(messages, on_text, tools=tools)
+
+    @staticmethod
+    def rounds(state: TurnState) -> int:
+        """How many rounds of this turn are stored as nodes."""
+        k = 0
+        while f"t{k + 1}" in state.raw:
+            k += 1
+        return k
+
+    async def leaf(self, state: TurnState, user: Node) -> Node:
+        """The last stored step of the turn (the user's node when there is none)."""
+        k = self.rounds(state)
+        if not k:
+            return user
+        return await self.store.node(NodeId.parse(user.id.scope, state.raw[f"t{k}"]))
+
+    async def resume(
+        self,
+        state: TurnState,
+        leaf: Node,
+        progress: Callable[[str], None],
+        durably: Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]],
+    ) -> Node:
+        """Finish a round an earlier run noted but did not store; the new leaf."""
+        noted = state.raw.get("q")
+        if noted is None:
+            return leaf
+        k, raw = msgpack.unpackb(noted, raw=False)
+        if k != self.rounds(state) + 1:
+            return leaf  # that round's node is stored
+        ref = f"{state.key}/q"
+        assistant = decode_message(ref, raw)
+        done: dict[int, ChatMessage] = {}
+        for i, call in enumerate(assistant.tool_calls):
+            result = state.raw.get(f"q{k}.{i}")
+            if result is not None:
+                done[i] = decode_message(ref, msgpack.unpackb(result, raw=False))
+            elif not self.hub.idempotent(call.name):
+                log.info("tool call %s of an interrupted turn is not run again", call.name)
+                done[i] = ChatMessage("tool", INTERRUPTED, tool_call_id=call.id)
+        log.info("resuming tool round %d of a turn: %d call(s) settled", k, len(done))
+        results = await self._run(
+            state, k, assistant.tool_calls, done=done, progress=progress, durably=durably
+        )
+        return await self._store(state, leaf, (k, assistant, results), durably)
+
+    async def round(
+        self,
+        state: TurnState,
+        *,
+        leaf: Node,
+        answer: Answer,
+        progress: Callable[[str], None],
+        durably: Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]],
+    ) -> Node:
+        """Run the calls of ``answer`` and store the step; the new leaf."""
+        k = self.rounds(state) + 1
+        assistant = ChatMessage("assistant", answer.text or None, answer.tool_calls)
+        noted = msgpack.packb([k, encode_message(assistant)], use_bin_type=True)
+        await durably(lambda: guarded(self.redis.hset(state.key, "q", noted)))
+        state.raw["q"] = noted
+        results = await self._run(
+            state, k, answer.tool_calls, done={}, progress=progress, durably=durably
+        )
+        return await self._store(state, leaf, (k, assistant, results), durably)
+
+    async def count_call(self, state: TurnState) -> None:
+        """One more model call of this turn (the turn guard counts the whole loop)."""
+        state.calls = int(await guarded(self.redis.hincrby(state.key, "c", 1)))
+
+    async def _run(
+        self,
+        state: TurnState,
+        k: int,
+        calls: Sequence[ToolCall],
+        *,
+        done: dict[int, ChatMessage],
+        progress: Callable[[str], None],
+        durably: Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]],
+    ) -> list[ChatMessage]:
+        todo = [i for i in range(len(calls)) if i not in done]
+        if todo:
+            names = ", ".join(dict.fromkeys(self._label(calls[i].name) for i in todo))
+            progress(f"🔧 Using {names}…")
+
+        async def one(i: int) -> None:
+            call = calls[i]
+            result = await self.hub.call(call.name, call.arguments)
+            message = self._message(call, result, share=len(calls))
+            data = msgpack.packb(encode_message(message), use_bin_type=True)
+            await durably(lambda: guarded(self.redis.hset(state.key, f"q{k}.{i}", data)))
+            done[i] = message
+
+        await asyncio.gather(*(one(i) for i in todo))
+        return [done[i] for i in range(len(calls))]
+
+    def _label(self, name: str) -> str:
+        tool = self.hub.tools.get(name)
+        return tool.remote if tool is not None else name
+
+    def _message(self, call: ToolCall, result: ToolResult, *, share: int) -> ChatMessage:
+        """The ``tool`` message of a result; a round's results together stay within
+        ``max_result_chars`` (each is cut to its share, with a note saying so)."""
+        text, most = result.text, self.max_result_chars // max(1, share)
+        if len(text) > most:
+            text = text[:most] + f"\n[cut: {len(result.text)} characters in all]"
+        return ChatMessage(
+            "tool", (ERROR_MARK + text) if result.error else text, tool_call_id=call.id
+        )
+
+    async def _store(
+        self,
+        state: TurnState,
+        leaf: Node,
+        step: tuple[int, ChatMessage, list[ChatMessage]],
+        durably: Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]],
+    ) -> Node:
+        k, assistant, results = step
+        node: Node = await durably(
+            lambda: self.store.append(
+                leaf.id, [assistant, *results], record_in=state.record(f"t{k}")
+            )
+        )
+        state.raw[f"t{k}"] = node.id.ref.encode()
+        return node
