@@ -27,6 +27,7 @@ BENCHES = {
     "cpu": "bench.cpu_bench",
     "load": "bench.load_bench",
     "tools": "bench.tools_bench",
+    "media": "bench.media_bench",
 }
 
 #: Smaller sizes for the quick run, by bench: module constant -> quick value. A bench

@@ -27,7 +27,7 @@ from bot.bus.runner import InFlight
 from bot.data import keys
 from bot.data.connection import connect
 from bot.metrics import Metrics
-from bot.model import Answer, Usage
+from bot.model import Answer, Media, Usage
 from bot.retry import Outage
 from bot.telegram.format import Chunk, render_chunks
 from bot.telegram.out import TelegramOut
@@ -55,7 +55,11 @@ class InstantModel:
         return Answer("summary", Usage(len(messages) * 50, 10), 0.0)
 
     async def stream(
-        self, messages: Sequence[ChatMessage], on_text: Callable[[str], None]
+        self,
+        messages: Sequence[ChatMessage],
+        on_text: Callable[[str], None],
+        *,
+        media: Media = None,
     ) -> Answer:
         on_text(ANSWER)
         return Answer(ANSWER, Usage(len(messages) * 50, 40), 0.0)

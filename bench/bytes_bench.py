@@ -27,7 +27,7 @@ from redis.asyncio import Redis
 from bot.bus.inbound import Inbound
 from bot.data import keys
 from bot.data.connection import connect, guarded
-from bot.model import Answer, Usage
+from bot.model import Answer, Media, Usage
 from bot.usage.accounting import USER_DAY_TTL, Accounting, CallRecord, day_of, utc_now
 from transcript import ChatMessage, NodeId
 from transcript import keys as store_keys
@@ -56,7 +56,11 @@ class ScriptedModel:
         return Answer("summary", Usage(len(messages) * 50, 10), 0.0)
 
     async def stream(
-        self, messages: Sequence[ChatMessage], on_text: Callable[[str], None]
+        self,
+        messages: Sequence[ChatMessage],
+        on_text: Callable[[str], None],
+        *,
+        media: Media = None,
     ) -> Answer:
         on_text(self.answer)
         return Answer(self.answer, Usage(len(messages) * 50, 40), 0.0)

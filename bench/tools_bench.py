@@ -21,7 +21,7 @@ from redis.asyncio import Redis
 
 from bot.bus.inbound import Inbound
 from bot.data.connection import connect
-from bot.model import Answer, Usage, WireCache
+from bot.model import Answer, Media, Usage, WireCache
 from bot.tools.hub import Tool, ToolHub, ToolResult
 from bot.tools.loop import ToolLoop
 from bot.tools.retention import stub_old_results
@@ -70,8 +70,9 @@ class ToolModel:
         on_text: Callable[[str], None],
         *,
         tools: bytes | None = None,
+        media: Media = None,
     ) -> Answer:
-        self.sent_bytes.append(len(self.wire.stream_body(self.name, messages, tools)))
+        self.sent_bytes.append(len(self.wire.stream_body(self.name, messages, tools, media)))
         done = 0
         for m in reversed(messages):
             if m.role == "user":

@@ -31,13 +31,17 @@ from redis.asyncio import Redis
 
 from transcript import StoreUnavailableError, TranscriptStore
 
+from .bus.albums import Albums
 from .bus.intake import Intake
 from .bus.runner import InFlight, TurnRunner
 from .data.connection import connect, guarded
 from .metrics import Health, Metrics, MetricsServer
 from .model import ModelClient, estimate_text
+from .model.transcribe import Transcriber
+from .model.vision import Vision
 from .retry import Outage, retrying
 from .settings import Settings
+from .telegram.files import Files
 from .telegram.out import Notifier, TelegramOut, TelegramUnavailableError
 from .telegram.routers import COMMANDS, SkipUnknownUpdates, build_router
 from .telegram.session import BadResponseError, BotApiSession, FloodControl, UnreadableResultError
@@ -45,6 +49,7 @@ from .tools.config import load_config
 from .tools.retention import stub_old_results
 from .turn.context import ContextWindow
 from .turn.engine import Engine, Rules
+from .turn.media import MediaLimits, MediaReader
 from .turn.state import TurnStates
 from .turn.topics import TopicTitles
 from .usage.accounting import Accounting, Clock, Prices, utc_now
@@ -92,6 +97,13 @@ class App:
             timeout=settings.openai_timeout,
             max_retries=settings.openai_max_retries,
         )
+        self.transcriber = Transcriber(
+            api_key=settings.api_key(),
+            base_url=settings.transcribe_base_url or settings.openai_base_url,
+            model=settings.transcribe_model,
+            timeout=settings.openai_timeout,
+            max_retries=settings.openai_max_retries,
+        )
         self.out = TelegramOut(self.bot)
         self.notifier = Notifier(self.out)
         self.intake = Intake(self.redis, settings.bot_instance)
@@ -116,6 +128,7 @@ class App:
             fold_at=settings.context_fold_at,
             keep_recent=settings.context_keep_recent,
             summary_tokens=settings.summary_max_tokens,
+            vision=Vision(self.redis),
         )
         in_flight = InFlight()
         self.topics = TopicTitles(
@@ -144,6 +157,7 @@ class App:
                 max_result_chars=settings.context_token_budget,  # about a quarter of it
             )
             self.context.shape = stub_old_results
+        self.albums = Albums(self.redis, self.intake.outage, settings.album_wait)
         self.engine = Engine(
             store=self.store,
             model=self.model,
@@ -160,6 +174,14 @@ class App:
                 max_calls_per_turn=settings.turn_max_model_calls,
                 max_tokens_per_turn=settings.turn_max_tokens,
             ),
+            media=MediaReader(
+                self.store,
+                files=Files(self.bot),
+                transcriber=self.transcriber,
+                redis=self.redis,
+                limits=MediaLimits(settings.audio_max_seconds, settings.text_file_max_bytes),
+            ),
+            albums=self.albums,
         )
         self.engine.topics = self.topics
         self.engine.tools = tool_loop
@@ -202,6 +224,7 @@ class App:
         self.dispatcher.include_router(build_router(settings.allowed_user_ids))
         self.dispatcher["notifier"] = self.notifier
         self.dispatcher["intake"] = self.intake
+        self.dispatcher["albums"] = self.albums
         self.dispatcher["stopping"] = self.stopping
         self.dispatcher["accounting"] = self.accounting
         self.dispatcher["store"] = self.store
@@ -341,6 +364,7 @@ class App:
             await self.tools.close()
         await self.bot.session.close()
         await self.model.close()
+        await self.transcriber.close()
         await self.redis.aclose()
 
 

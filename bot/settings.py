@@ -86,6 +86,12 @@ SETTINGS_HELP: dict[str, str] = {
     "PRICE_OUTPUT_PER_MTOK": "USD per million output tokens (0: none)",
     "MAX_INPUT_CHARS": "longest user message sent to the model (16000)",
     "TOPIC_TITLES": "title private-chat topics whose name Telegram made up (true)",
+    "IMAGE_MAX_PIXELS": "longest side of a photo sent to the model (2048)",
+    "TRANSCRIBE_MODEL": "speech-to-text model for voice notes and audio (whisper-1)",
+    "TRANSCRIBE_BASE_URL": "endpoint for transcription (default: OPENAI_BASE_URL)",
+    "AUDIO_MAX_SECONDS": "longest voice note or audio transcribed, seconds (600)",
+    "TEXT_FILE_MAX_BYTES": "largest text file read into the conversation (262144)",
+    "ALBUM_WAIT": "seconds an album's photos are collected into one turn (1.0)",
     "SHUTDOWN_TIMEOUT": "seconds in-flight answers get to finish on SIGTERM (25)",
     "BOT_INSTANCE": "this process's name on the message bus (default: the host name)",
     "LOG_LEVEL": "DEBUG, INFO, WARNING or ERROR (INFO)",
@@ -205,6 +211,17 @@ class Settings(BaseSettings):
     max_input_chars: int = Field(16000, ge=100)
     #: Rename a private-chat topic whose name Telegram made up after its first answer.
     topic_titles: bool = True
+    #: Longest side (pixels) of the photo size sent to the model.
+    image_max_pixels: int = Field(2048, ge=64)
+    #: Speech-to-text model (voice notes, audio) and its endpoint (unset: OPENAI_BASE_URL).
+    transcribe_model: str = Field("whisper-1", min_length=1)
+    transcribe_base_url: str | None = None
+    #: Longest voice note or audio file transcribed (seconds).
+    audio_max_seconds: int = Field(600, ge=1)
+    #: Largest text file (bytes) read into the conversation.
+    text_file_max_bytes: int = Field(262144, ge=1024)
+    #: Seconds an album's photos (one media_group_id) are collected into one turn.
+    album_wait: float = Field(1.0, gt=0, le=30)
     #: Seconds in-flight answers get to finish on SIGTERM.
     shutdown_timeout: float = Field(25.0, ge=0)
     log_level: str = "INFO"
@@ -252,7 +269,7 @@ class Settings(BaseSettings):
             raise ValueError("does not look like a bot token (digits:letters)")
         return SecretStr(token)
 
-    @field_validator("telegram_api_url", "openai_base_url", "redis_url")
+    @field_validator("telegram_api_url", "openai_base_url", "transcribe_base_url", "redis_url")
     @classmethod
     def _check_url(cls, value: str | None) -> str | None:
         if value is not None:

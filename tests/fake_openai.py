@@ -6,8 +6,18 @@ or from a bot running as a subprocess)::
     async with FakeOpenAI() as server:
         client = openai.AsyncOpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
 
-Endpoints: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /v1/models/{id}``. Any other
-path answers 404 with OpenAI error JSON (``Invalid URL (METHOD /path)``).
+Endpoints: ``POST /v1/chat/completions``, ``POST /v1/audio/transcriptions``, ``GET /v1/models``,
+``GET /v1/models/{id}``. Any other path answers 404 with OpenAI error JSON (``Invalid URL (METHOD
+/path)``).
+
+Transcriptions take OpenAI's multipart form (``file`` and ``model`` required; ``model`` must be
+``transcribe_model``, else 404 ``model_not_found``; unknown form fields are rejected) and answer
+``{"text": ...}`` from ``transcriber(bytes, filename)`` (default: the bytes decoded as UTF-8).
+``fail_transcription_next(status)`` fails the next ones. Each is kept in ``transcriptions``.
+
+``text_only = True`` makes the model one that cannot see images: a request with an
+``image_url`` part gets OpenAI's 400 ``Invalid content type. image_url is only supported by
+certain models.`` (param ``messages.[i].content.[j].type``).
 
 Wire format (as OpenAI sends it)
 --------------------------------
@@ -685,6 +695,14 @@ class FakeOpenAI:
         self.allowed_extra_params: frozenset[str] = frozenset()
         self.requests: list[Request] = []
         self.usages: list[Usage] = []
+        self.text_only = False
+        self.transcribe_model = "whisper-1"
+        self.transcriber: Callable[[bytes, str], str] = lambda data, _name: data.decode(
+            errors="replace"
+        )
+        #: (model, filename, content type, bytes) of each transcription request answered.
+        self.transcriptions: list[tuple[str, str, str, bytes]] = []
+        self._transcription_faults: deque[int] = deque()
         self._faults: deque[_Fault] = deque()
         self._prefixes: dict[tuple[str, str], set[str]] = {}
         self._ids = itertools.count(1)
@@ -707,6 +725,7 @@ class FakeOpenAI:
             raise RuntimeError("FakeOpenAI can be started once")
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/audio/transcriptions", self._transcribe)
         app.router.add_get("/v1/models", self._list_models)
         app.router.add_get("/v1/models/{model}", self._get_model)
         app.router.add_route("*", "/{tail:.*}", self._not_found)
@@ -766,6 +785,10 @@ class FakeOpenAI:
         if should_retry is not None:
             headers["x-should-retry"] = "true" if should_retry else "false"
         self._queue(count, _Fault("fail", status=status, message=message, headers=headers))
+
+    def fail_transcription_next(self, status: int = 500, *, count: int = 1) -> None:
+        """Answer the next ``count`` transcription requests with ``status``."""
+        self._transcription_faults.extend([status] * count)
 
     def hang_next(self, *, count: int = 1, seconds: float = 3600) -> None:
         """Accept the next requests and send nothing for ``seconds``, then answer normally
@@ -1006,6 +1029,56 @@ class FakeOpenAI:
         finally:
             self._notify()
 
+    async def _transcribe(self, request: web.Request) -> web.Response:
+        try:
+            self._check_auth(request)
+            if request.content_type != "multipart/form-data":
+                raise _invalid("Expected a multipart/form-data request body.")
+            form = await request.post()
+            unknown = sorted(
+                set(form) - {"file", "model", "language", "prompt", "response_format",
+                             "temperature"}
+            )  # fmt: skip
+            if unknown:
+                raise _invalid(f"Unrecognized request argument supplied: {unknown[0]}")
+            upload, model = form.get("file"), form.get("model")
+            if not isinstance(model, str) or not model:
+                raise _invalid(
+                    "you must provide a model parameter", param="model",
+                    code="missing_required_parameter",
+                )  # fmt: skip
+            if not isinstance(upload, web.FileField):
+                raise _invalid("1 validation error for Request\nbody -> file\n  field required")
+            if model != self.transcribe_model:
+                raise self._model_not_found(model)
+            data = upload.file.read()
+            if self._transcription_faults:
+                status = self._transcription_faults.popleft()
+                kind = "server_error" if status >= 500 else "invalid_request_error"
+                raise _ApiError(status, "The server had an error processing your request.",
+                                type_=kind)  # fmt: skip
+            text = self.transcriber(data, upload.filename)
+            self.transcriptions.append((model, upload.filename, upload.content_type, data))
+            return web.json_response({"text": text}, headers=self._response_headers())
+        except _ApiError as err:
+            return self._error(err)
+        finally:
+            self._notify()
+
+    def _validate_vision(self, messages: object) -> None:
+        if not self.text_only or not isinstance(messages, list):
+            return
+        for i, message in enumerate(messages):
+            content = message.get("content") if isinstance(message, dict) else None
+            if not isinstance(content, list):
+                continue
+            for j, part in enumerate(content):
+                if isinstance(part, dict) and part.get("type") == "image_url":
+                    raise _invalid(
+                        "Invalid content type. image_url is only supported by certain models.",
+                        param=f"messages.[{i}].content.[{j}].type",
+                    )
+
     def _validate(self, body: dict[str, Any]) -> None:
         model = body.get("model")
         if model is None:
@@ -1020,6 +1093,7 @@ class FakeOpenAI:
             raise self._model_not_found(model)
         _validate_params(body, self.allowed_extra_params)
         _validate_messages(body.get("messages"))
+        self._validate_vision(body.get("messages"))
         tokens = prompt_tokens(body)
         if tokens > self.context_limit:
             raise _invalid(

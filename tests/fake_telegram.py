@@ -42,6 +42,9 @@ Good to know:
 * In groups the bot may delete only its own messages unless ``add_group(bot_is_admin=True)``.
 * ``clock=`` replaces ``time.monotonic`` for retry_after/flood bookkeeping and ``Call.at``.
 * A bug inside the fake is answered with HTTP 500 and its traceback kept in ``server_errors``.
+* Media messages carry real files: ``getFile`` answers a ``file_path`` and
+  ``GET /file/bot<token>/<file_path>`` serves the bytes (``downloads`` lists them); a file
+  claimed over 20 MB gets Telegram's "file is too big". See ``send_user_message``.
 * ``stop()`` answers open long polls with ``[]``; ``start()`` again reuses the same port
   and keeps all state (a Telegram outage).
 """
@@ -51,6 +54,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import hashlib
 import http
 import inspect
 import json
@@ -60,7 +64,7 @@ import struct
 import time
 import traceback
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -114,6 +118,7 @@ _METHODS: Final = (
     "close",
     "logOut",
     "getChat",
+    "getFile",
 )
 _CANONICAL: Final = {name.lower(): name for name in _METHODS}
 # Methods whose successful result is an object (so a field can be dropped or added).
@@ -1281,7 +1286,12 @@ class FakeTelegram:
             "close": lambda _params: True,
             "logOut": lambda _params: True,
             "getChat": self._get_chat,
+            "getFile": self._get_file,
         }
+        #: Files users sent: file_id -> (file_unique_id, bytes, reported file_size).
+        self._files: dict[str, tuple[str, bytes, int]] = {}
+        #: Every file download served (file paths), in order.
+        self.downloads: list[str] = []
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -1292,6 +1302,7 @@ class FakeTelegram:
         self._closing = False
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        app.router.add_get("/file/bot{token}/{path:.+}", self._download)
         app.router.add_route("*", "/{tail:.*}", self._not_found)
         runner = web.AppRunner(
             app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0
@@ -1435,13 +1446,30 @@ class FakeTelegram:
         sticker: bool = False,
         voice: bool = False,
         document: bool = False,
+        audio: bool = False,
         entities: list[dict[str, Any]] | None = None,
+        photo_sizes: Sequence[tuple[int, int]] | None = None,
+        data: bytes | None = None,
+        file_name: str | None = None,
+        mime_type: str | None = None,
+        duration: int | None = None,
+        file_size: int | None = None,
+        media_group_id: str | None = None,
     ) -> dict[str, Any]:
-        """A user writes to the bot: store the message, queue a ``message`` update."""
+        """A user writes to the bot: store the message, queue a ``message`` update.
+
+        Media come with real files the bot can ``getFile`` and download: a photo in
+        ``photo_sizes`` (width, height; by default three, the largest 1280x960), each
+        size its own JPEG-signed bytes; a voice note, audio or document holds ``data``
+        (default: some bytes) with ``file_name``/``mime_type``/``duration``.
+        ``file_size`` claims another size than the bytes' (over 20 MB: getFile answers
+        "file is too big", as Telegram does). Albums: the same ``media_group_id`` on
+        several photo messages, each its own update.
+        """
         chat = self._chat(chat_id)
         if chat.type == "private" and from_user_id != chat_id:
             raise ValueError("in a private chat only the chat's user can write")
-        media = [kind for kind, on in _media_flags(photo, sticker, voice, document) if on]
+        media = [kind for kind, on in _media_flags(photo, sticker, voice, document, audio) if on]
         self._check_user_content(text, caption, media)
         user = self._ensure_user(from_user_id)
         reply = self._user_reply_target(chat, reply_to)
@@ -1452,6 +1480,11 @@ class FakeTelegram:
         extra: JSON = {}
         for kind in media:
             extra.update(_media_payload(kind, chat_id, chat.next_message_id))
+            self._attach_files(
+                extra, kind, photo_sizes, data, file_name, mime_type, duration, file_size
+            )
+        if media_group_id is not None:
+            extra["media_group_id"] = media_group_id
         if caption is not None:
             extra["caption"] = caption
             caption_entities = _auto_entities(caption)
@@ -1472,6 +1505,57 @@ class FakeTelegram:
         )
         self.push_update({"message": copy.deepcopy(message.raw)})
         return copy.deepcopy(message.raw)
+
+    def _attach_files(
+        self,
+        extra: JSON,
+        kind: str,
+        photo_sizes: Sequence[tuple[int, int]] | None,
+        data: bytes | None,
+        file_name: str | None,
+        mime_type: str | None,
+        duration: int | None,
+        file_size: int | None,
+    ) -> None:
+        """Give the media objects of ``extra`` real files (registered for getFile)."""
+        if kind == "photo":
+            base = extra["photo"][0]
+            sizes = list(photo_sizes or [(p["width"], p["height"]) for p in extra["photo"]])
+            photos = []
+            for w, h in sizes:
+                file_id = f"{base['file_id'].rsplit('-', 1)[0]}-{w}x{h}"
+                unique = f"{base['file_unique_id']}{w}x{h}"
+                body = _jpeg_bytes(f"{file_id}", max(200, w * h // 20))
+                claimed = file_size if file_size is not None and (w, h) == sizes[-1] else None
+                self._files[file_id] = (unique, body, claimed or len(body))
+                photos.append(
+                    {
+                        "file_id": file_id,
+                        "file_unique_id": unique,
+                        "width": w,
+                        "height": h,
+                        "file_size": claimed or len(body),
+                    }
+                )
+            extra["photo"] = photos
+            return
+        obj = extra[kind]
+        if kind == "sticker":
+            self._files[obj["file_id"]] = (obj["file_unique_id"], b"RIFF-webp", obj["file_size"])
+            return
+        body = data if data is not None else f"{kind} of {obj['file_id']}".encode()
+        obj["file_size"] = file_size if file_size is not None else len(body)
+        if file_name is not None and kind in ("document", "audio"):
+            obj["file_name"] = file_name
+        if mime_type is not None:
+            obj["mime_type"] = mime_type
+        if duration is not None and kind in ("voice", "audio"):
+            obj["duration"] = duration
+        self._files[obj["file_id"]] = (obj["file_unique_id"], body, obj["file_size"])
+
+    def file_bytes(self, file_id: str) -> bytes:
+        """The bytes of a file a user sent."""
+        return self._files[file_id][1]
 
     def edit_user_message(self, chat_id: int, message_id: int, text: str) -> dict[str, Any]:
         """The user edits their text message: queue an ``edited_message`` update."""
@@ -2363,6 +2447,35 @@ class FakeTelegram:
             raise KeyError(f"unknown chat {chat_id}: add it with add_private_chat/add_group")
         return chat
 
+    def _get_file(self, params: JSON) -> JSON:
+        file_id = params.get("file_id")
+        if not isinstance(file_id, str) or not file_id:
+            raise _ApiError(400, "Bad Request: file_id not specified")
+        found = self._files.get(file_id)
+        if found is None:
+            raise _ApiError(400, "Bad Request: invalid file_id")
+        unique, _, size = found
+        if size > _DOWNLOAD_LIMIT:
+            raise _ApiError(400, "Bad Request: file is too big")
+        return {
+            "file_id": file_id,
+            "file_unique_id": unique,
+            "file_size": size,
+            "file_path": f"files/{file_id}",
+        }
+
+    async def _download(self, request: web.Request) -> web.StreamResponse:
+        """``GET /file/bot<token>/<file_path>``: the file, as Telegram's file server."""
+        if request.match_info["token"] != self.token or self._closing:
+            return _error_response(_ApiError(401 if not self._closing else 502, "Unauthorized"))
+        path = request.match_info["path"]
+        found = self._files.get(path.removeprefix("files/"))
+        if not path.startswith("files/") or found is None or found[2] > _DOWNLOAD_LIMIT:
+            return _error_response(_ApiError(404, "Not Found"))
+        self.downloads.append(path)
+        self._notify()
+        return web.Response(body=found[1], content_type="application/octet-stream")
+
     def _ensure_user(self, user_id: int) -> _User:
         user = self._users.get(user_id)
         if user is None:
@@ -2682,8 +2795,24 @@ def _set_or_drop(raw: JSON, key: str, value: Any) -> None:
         raw[key] = value
 
 
-def _media_flags(photo: bool, sticker: bool, voice: bool, document: bool) -> list[tuple[str, bool]]:
-    return [("photo", photo), ("sticker", sticker), ("voice", voice), ("document", document)]
+def _media_flags(
+    photo: bool, sticker: bool, voice: bool, document: bool, audio: bool = False
+) -> list[tuple[str, bool]]:
+    return [
+        ("photo", photo), ("sticker", sticker), ("voice", voice), ("document", document),
+        ("audio", audio),
+    ]  # fmt: skip
+
+
+#: Bots may download files of up to 20 MB (getFile answers "file is too big" above).
+_DOWNLOAD_LIMIT = 20 * 1024 * 1024
+
+
+def _jpeg_bytes(seed: str, size: int) -> bytes:
+    """Deterministic bytes with a JPEG's start and end markers."""
+    block = hashlib.sha256(seed.encode()).digest()
+    body = (block * (size // len(block) + 1))[:size]
+    return b"\xff\xd8\xff\xe0" + body + b"\xff\xd9"
 
 
 def _media_payload(kind: str, chat_id: int, message_id: int) -> JSON:
@@ -2723,6 +2852,9 @@ def _media_payload(kind: str, chat_id: int, message_id: int) -> JSON:
     if kind == "voice":
         voice = {"duration": 3, "mime_type": "audio/ogg", "file_size": 9_877}
         return {"voice": {"file_id": file_id, "file_unique_id": unique, **voice}}
+    if kind == "audio":
+        audio = {"duration": 30, "mime_type": "audio/mpeg", "file_name": "audio.mp3"}
+        return {"audio": {"file_id": file_id, "file_unique_id": unique, **audio}}
     document = {"file_name": "document.pdf", "mime_type": "application/pdf", "file_size": 54_321}
     return {"document": {"file_id": file_id, "file_unique_id": unique, **document}}
 

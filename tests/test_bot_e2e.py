@@ -190,8 +190,6 @@ async def test_stickers_get_a_clear_answer_and_captions_count_as_text(
         sticker = tg.send_user_message(USER, USER, sticker=True)
         await tg.wait_for(lambda: bool(answers_to(tg, USER, sticker["message_id"])))
         assert answers_to(tg, USER, sticker["message_id"])[0].text == UNSUPPORTED_TEXT
-        photo = tg.send_user_message(USER, USER, photo=True)
-        await tg.wait_for(lambda: bool(answers_to(tg, USER, photo["message_id"])))
         assert not llm.requests
         _, text = await ask(tg, app, USER, None, photo=True, caption="what is this?")
         assert text == "[depth:2] echo: what is this?"

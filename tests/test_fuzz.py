@@ -369,6 +369,8 @@ class Storm:
         kind = self.rng.choice(["sticker", "photo", "voice", "document"])
         kw: dict[str, Any] = {kind: True}
         addressed = not chat.is_group
+        if kind == "voice":  # what the fake transcribes: the chat's marker, heard
+            kw["data"] = f"{chat.marker} {self.words()}".encode()
         if kind != "sticker" and self.rng.random() < 0.5:
             caption, mentioned = self.address(chat, f"{chat.marker} {self.words()}")
             kw["caption"] = caption
@@ -580,16 +582,27 @@ def check_replies_stay_in_chat(tg: FakeTelegram, storm: Storm) -> None:
                 assert replied.thread_id == m.thread_id, f"answer left topic: {m.raw}"
 
 
+def text_of(content: Any) -> str:
+    """A message's text: the string, or its text parts joined."""
+    if not isinstance(content, list):
+        return str(content)
+    return "".join(p["text"] for p in content if p.get("type") == "text")
+
+
 def check_model_requests(llm: FakeOpenAI) -> None:
     for request in llm.requests:
         seen: set[str] = set()
         for message in request.messages:
             if message["role"] == "system":
                 continue
-            content = str(message["content"])
+            parts = message["content"] if isinstance(message["content"], list) else []
+            content = text_of(message["content"])  # the text, not an image's data URL
             found = markers(content)
             if message["role"] == "user":
-                assert found, f"a user message without its chat's marker: {content[:200]!r}"
+                image_only = bool(parts) and not content  # a photo without a caption
+                assert found or image_only, (
+                    f"a user message without its chat's marker: {content[:200]!r}"
+                )
                 assert len(content) <= MAX_INPUT_CHARS, "an over-long text reached the model"
             seen |= found
         assert len(seen) <= 1, f"one model request mixes chats {seen}: {request.messages}"

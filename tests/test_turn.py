@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 from bot.bus.inbound import Inbound
 from bot.bus.runner import InFlight
 from bot.data import keys
-from bot.model import Answer, ModelError, Usage
+from bot.model import Answer, Media, ModelError, Usage
 from bot.retry import Outage
 from bot.telegram.format import Chunk
 from bot.telegram.out import TelegramOut
@@ -72,7 +72,11 @@ class ScriptedModel:
         self.fail: ModelError | None = None
 
     async def stream(
-        self, messages: Sequence[ChatMessage], on_text: Callable[[str], None]
+        self,
+        messages: Sequence[ChatMessage],
+        on_text: Callable[[str], None],
+        *,
+        media: Media = None,
     ) -> Answer:
         self.calls += 1
         if self.fail is not None:

@@ -14,7 +14,7 @@ from .errors import (
     TranscriptError,
     UnknownSchemaError,
 )
-from .model import ChatMessage, Fold, Node, NodeId, ToolCall, Transcript, count_depth
+from .model import ChatMessage, Fold, Image, Node, NodeId, ToolCall, Transcript, count_depth
 from .store import DEFAULT_CACHE_BYTES, TranscriptStore
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "ChatMessage",
     "CorruptRecordError",
     "Fold",
+    "Image",
     "MissingNodeError",
     "Node",
     "NodeId",

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from cachetools import LRUCache
 
 from .codec import SegmentRecord
-from .model import ChatMessage, Fold, Node, NodeId
+from .model import ChatMessage, Fold, Node, NodeId, sizing_chars
 
 #: Rough Python heap cost of the objects around one message / node / alias.
 _MESSAGE_OVERHEAD = 120
@@ -29,6 +29,7 @@ def message_size(message: ChatMessage) -> int:
         size += sys.getsizeof(message.content)
     for call in message.tool_calls:
         size += _MESSAGE_OVERHEAD + len(call.arguments) + len(call.name) + len(call.id)
+    size += _MESSAGE_OVERHEAD * len(message.images)
     return size
 
 
@@ -63,7 +64,7 @@ class SegmentEntry:
         self.messages.extend(node.messages)
         self.ends.append(len(self.messages))
         before = self.chars[-1] if self.chars else 0
-        self.chars.append(before + sum(len(m.content or "") for m in node.messages))
+        self.chars.append(before + sum(sizing_chars(m) for m in node.messages))
         self.size += _NODE_OVERHEAD + sum(message_size(m) for m in node.messages)
 
 

@@ -9,7 +9,9 @@ second the record kind, so a reader can always tell what it holds:
     fold     [1, "f", depth, [message, ...]]              summary standing for a prefix
     message  [role, content] or [role, content, {extras}]
              role: 0 system, 1 user, 2 assistant, 3 tool
-             extras: "tc": [[id, name, arguments], ...], "tid": tool_call_id, "nm": name
+             extras: "tc": [[id, name, arguments], ...], "tid": tool_call_id, "nm": name,
+                     "im": [[sha256 (32 bytes), mime, width, height], ...] (images,
+                     by reference to their blob)
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 import msgpack
 
 from .errors import CorruptRecordError, UnknownSchemaError
-from .model import ChatMessage, Role, ToolCall
+from .model import ChatMessage, Image, Role, ToolCall
 
 SCHEMA_VERSION = 1
 
@@ -65,6 +67,10 @@ def encode_message(message: ChatMessage) -> list[Any]:
         extras["tid"] = message.tool_call_id
     if message.name is not None:
         extras["nm"] = message.name
+    if message.images:
+        extras["im"] = [
+            [bytes.fromhex(i.digest), i.mime, i.width, i.height] for i in message.images
+        ]
     if extras:
         out.append(extras)
     return out
@@ -113,6 +119,22 @@ def _decode_tool_calls(raw: object) -> tuple[ToolCall, ...]:
     return tuple(calls)
 
 
+def _decode_images(raw: object) -> tuple[Image, ...]:
+    if not isinstance(raw, list):
+        raise TypeError("images")
+    images = []
+    for item in raw:
+        if not isinstance(item, list) or len(item) != 4:
+            raise TypeError("image")
+        digest, mime, width, height = item
+        if not isinstance(digest, bytes) or not isinstance(mime, str):
+            raise TypeError("image")
+        if not isinstance(width, int) or not isinstance(height, int):
+            raise TypeError("image")
+        images.append(Image(digest.hex(), mime, width, height))
+    return tuple(images)
+
+
 def _decode_message(raw: object) -> ChatMessage:
     if not isinstance(raw, list) or len(raw) not in (2, 3):
         raise TypeError("message")
@@ -129,7 +151,8 @@ def _decode_message(raw: object) -> ChatMessage:
     if not isinstance(tool_call_id, str | None) or not isinstance(name, str | None):
         raise TypeError("extras")
     calls = _decode_tool_calls(extras["tc"]) if "tc" in extras else ()
-    return ChatMessage(_ROLES[code], content, calls, tool_call_id, name)
+    images = _decode_images(extras["im"]) if "im" in extras else ()
+    return ChatMessage(_ROLES[code], content, calls, tool_call_id, name, images)
 
 
 def decode_message(ref: str, raw: object) -> ChatMessage:

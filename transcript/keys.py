@@ -14,6 +14,10 @@ same scope).
                         "F"          comma-separated list of the tree's fold nodes
                                      (only ever appended to)
     rc:{S}:a          hash: message id -> "tree:seg.i"   (aliases, HSETNX)
+    rc:{S}:b:<sha256> string: the bytes of one image (SET NX, content-addressed: a
+                        node references it by digest; a photo sent again, or
+                        twenty branches below it, share the one copy; erasure
+                        finds a scope's blobs by this prefix or by the nodes)
 
 A tree is one hash so that a branch costs one hash field (no new key) and a
 whole path loads with HMGET on one key.
@@ -58,3 +62,7 @@ def fold_field(seg: int, idx: int) -> str:
 
 def alias_key(scope: str) -> str:
     return scope_prefix(scope) + "a"
+
+
+def blob_key(scope: str, digest: str) -> str:
+    return f"{scope_prefix(scope)}b:{digest}"

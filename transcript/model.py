@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -20,12 +21,49 @@ class ToolCall:
     arguments: str
 
 
+#: Longest side an image is scaled to before it is cut into tiles (the estimate rule).
+_FIT_SIDE = 2048
+_SHORT_SIDE = 768
+_TILE = 512
+
+
+@dataclass(frozen=True, slots=True)
+class Image:
+    """An image in a message: a reference to its bytes, stored once per scope.
+
+    ``digest`` is the SHA-256 (hex) of the bytes and names the blob
+    (:func:`transcript.keys.blob_key`); the node holds only this reference.
+    """
+
+    digest: str
+    mime: str
+    width: int = 0
+    height: int = 0
+
+    @property
+    def tokens(self) -> int:
+        """Estimated prompt tokens until a provider has counted them.
+
+        The rule of OpenAI's high-detail images: fit into 2048x2048, scale the
+        short side down to 768, then 170 tokens per 512-pixel tile plus 85
+        (an image of unknown size counts as one 1024x1024: 765).
+        """
+        known = self.width > 0 and self.height > 0
+        w, h = (float(self.width), float(self.height)) if known else (1024.0, 1024.0)
+        scale = min(1.0, _FIT_SIDE / max(w, h))
+        w, h = w * scale, h * scale
+        scale = min(1.0, _SHORT_SIDE / min(w, h))
+        w, h = w * scale, h * scale
+        return 85 + 170 * math.ceil(w / _TILE) * math.ceil(h / _TILE)
+
+
 @dataclass(frozen=True, slots=True)
 class ChatMessage:
     """One message of a model transcript.
 
     ``content`` may be ``None`` only for an assistant message that carries
     ``tool_calls``. A ``tool`` message answers the call named by ``tool_call_id``.
+    ``images`` (a user's message) are sent beside the text, in order.
     """
 
     role: Role
@@ -33,6 +71,15 @@ class ChatMessage:
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None
+    images: tuple[Image, ...] = ()
+
+
+def sizing_chars(message: ChatMessage) -> int:
+    """A message's size in characters for estimates (an image counts 4 per token)."""
+    size = len(message.content or "")
+    for image in message.images:
+        size += 4 * image.tokens
+    return size
 
 
 def count_depth(messages: tuple[ChatMessage, ...] | list[ChatMessage]) -> int:

@@ -12,12 +12,14 @@ ancestor runs, and a node stores only its depth and its own messages.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import time
 from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from cachetools import LRUCache
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import ConnectionError, TimeoutError
@@ -35,6 +37,8 @@ RecordField = tuple[str, str]
 _UNAVAILABLE = (ConnectionError, TimeoutError, OSError)
 
 DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
+#: Image bytes kept in memory (immutable, content-addressed: never stale).
+DEFAULT_BLOB_CACHE_BYTES = 32 * 1024 * 1024
 #: Ancestor runs listed in a segment's first node before it defers to the
 #: first node of an older segment (bounds metadata on pathological trees).
 DEFAULT_INLINE_ANCESTORS = 32
@@ -125,11 +129,15 @@ class TranscriptStore:
         *,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
         inline_ancestors: int = DEFAULT_INLINE_ANCESTORS,
+        blob_cache_bytes: int = DEFAULT_BLOB_CACHE_BYTES,
     ) -> None:
         if inline_ancestors < 1:
             raise ValueError("inline_ancestors must be at least 1")
         self._redis = redis
         self._cache = RecordCache(cache_bytes)
+        self._blobs: LRUCache[tuple[str, str], bytes] = LRUCache(
+            maxsize=max(1, blob_cache_bytes), getsizeof=len
+        )
         self._inline = inline_ancestors
         self._append_script = redis.register_script(_APPEND_LUA)
         self._fold_script = redis.register_script(_FOLD_LUA)
@@ -290,6 +298,43 @@ class TranscriptStore:
         node = _parse_ref(scope, ref, f"alias {scope}/{field}")
         self._cache.put_alias(scope, field, node)
         return node
+
+    async def put_blob(self, scope: str, data: bytes) -> str:
+        """Store ``data`` once in ``scope`` (content-addressed); returns its digest."""
+        digest = hashlib.sha256(data).hexdigest()
+        if (scope, digest) not in self._blobs:
+            await self._io(self._redis.set(keys.blob_key(scope, digest), data, nx=True))
+            self._remember_blob(scope, digest, data)
+        return digest
+
+    async def blobs(self, scope: str, digests: Iterable[str]) -> dict[str, bytes]:
+        """The bytes of each digest (one ``MGET`` for those not cached).
+
+        A blob that is missing or does not match its digest raises
+        :class:`CorruptRecordError`: a picture is never silently left out.
+        """
+        wanted = list(dict.fromkeys(digests))
+        found: dict[str, bytes] = {}
+        missing: list[str] = []
+        for digest in wanted:
+            data = self._blobs.get((scope, digest))
+            if data is None:
+                missing.append(digest)
+            else:
+                found[digest] = data
+        if missing:
+            keys_ = [keys.blob_key(scope, d) for d in missing]
+            values = await self._io(self._redis.mget(keys_))
+            for digest, value in zip(missing, values, strict=True):
+                if not isinstance(value, bytes) or hashlib.sha256(value).hexdigest() != digest:
+                    raise CorruptRecordError(f"{scope}/b:{digest[:12]}", "image is missing")
+                self._remember_blob(scope, digest, value)
+                found[digest] = value
+        return found
+
+    def _remember_blob(self, scope: str, digest: str, data: bytes) -> None:
+        if len(data) <= self._blobs.maxsize:
+            self._blobs[(scope, digest)] = data
 
     async def node(self, node_id: NodeId) -> Node:
         """One node (from the cache when its segment prefix is loaded)."""

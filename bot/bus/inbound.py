@@ -1,16 +1,20 @@
-"""A user's message as the message bus carries it: ids and text, nothing of aiogram."""
+"""A user's message as the message bus carries it: ids, text and file references,
+nothing of aiogram."""
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Any, Literal
 
 import msgpack
 
 _VERSION = 2
 #: Entries of another kind than a new message (an edit, a /retry) carry the kind.
 _KIND_VERSION = 3
-_FIELDS_OF = {1: 8, 2: 9, 3: 10}  # entries of an older version are still read
+#: Entries with files (photos, voice, documents) carry them and their album.
+_MEDIA_VERSION = 4
+_FIELDS_OF = {1: 8, 2: 9, 3: 10, 4: 12}  # entries of an older version are still read
 
 #: A new message (the only kind before version 3).
 MESSAGE = ""
@@ -19,10 +23,50 @@ EDIT = "edit"
 #: ``/retry`` (message ``message_id``) replying to ``reply_to``: ask that answer again.
 RETRY = "retry"
 
+MediaKind = Literal["photo", "voice", "audio", "document"]
+_KINDS: frozenset[str] = frozenset(("photo", "voice", "audio", "document"))
+
+
+@dataclass(frozen=True, slots=True)
+class MediaRef:
+    """A file of the message, as Telegram described it (downloaded by the turn).
+
+    ``size`` is Telegram's ``file_size`` (0: not given); ``width``/``height``
+    a photo's, ``duration`` (seconds) a voice note's or audio's; ``mime`` and
+    ``name`` a document's or audio's.
+    """
+
+    kind: MediaKind
+    file_id: str
+    size: int = 0
+    width: int = 0
+    height: int = 0
+    duration: int = 0
+    mime: str = ""
+    name: str = ""
+
+    def encode(self) -> list[Any]:
+        return [
+            self.kind, self.file_id, self.size, self.width, self.height, self.duration,
+            self.mime, self.name,
+        ]  # fmt: skip
+
+    @classmethod
+    def decode(cls, raw: list[Any]) -> MediaRef:
+        kind, file_id, size, width, height, duration, mime, name = raw
+        if kind not in _KINDS or not isinstance(file_id, str):
+            raise ValueError("media")
+        return cls(kind, file_id, int(size), int(width), int(height), int(duration), mime, name)
+
 
 @dataclass(frozen=True, slots=True)
 class Inbound:
-    """A user's text message, stripped of everything Telegram-specific but ids."""
+    """A user's message, stripped of everything Telegram-specific but ids.
+
+    ``text`` is the text or a file's caption (may be empty beside media);
+    ``media`` the files, in order (several for an album: ``group`` is its
+    ``media_group_id``).
+    """
 
     chat_id: int
     message_id: int
@@ -35,6 +79,8 @@ class Inbound:
     reply_to_bot: bool = False
     #: :data:`MESSAGE`, :data:`EDIT` or :data:`RETRY`.
     kind: str = MESSAGE
+    media: tuple[MediaRef, ...] = ()
+    group: str | None = None
 
     @property
     def turn(self) -> str:
@@ -56,10 +102,14 @@ class Inbound:
 
     def encode(self) -> bytes:
         """The msgpack form kept in the intake stream (versioned)."""
-        extra = [self.kind] if self.kind != MESSAGE else []
+        extra: list[Any] = [self.kind] if self.kind != MESSAGE else []
+        version = _KIND_VERSION if extra else _VERSION
+        if self.media or self.group is not None:
+            extra = [self.kind, [m.encode() for m in self.media], self.group]
+            version = _MEDIA_VERSION
         data: bytes = msgpack.packb(
             [
-                _KIND_VERSION if extra else _VERSION,
+                version,
                 self.chat_id,
                 self.message_id,
                 self.user_id,
@@ -83,6 +133,11 @@ class Inbound:
             _, chat, message, user, text, reply_to, thread, group, *rest = fields
             to_bot = bool(rest[0]) if rest else False
             kind = str(rest[1]) if len(rest) > 1 else MESSAGE
-            return cls(chat, message, user, text, reply_to, thread, bool(group), to_bot, kind)
+            media = tuple(MediaRef.decode(m) for m in rest[2]) if len(rest) > 2 else ()
+            album = rest[3] if len(rest) > 3 else None
+            return cls(
+                chat, message, user, text, reply_to, thread, bool(group), to_bot, kind, media,
+                album,
+            )  # fmt: skip
         except Exception:  # a damaged entry must not stop the bus
             return None

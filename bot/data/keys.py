@@ -40,6 +40,17 @@ Private-chat topics (bot/turn/topics.py):
                          private chat whose name Telegram made up, waiting for its
                          title (the field is taken, HDEL, by the turn that titles it)
 
+Media (bot/model/vision.py; image bytes are the transcript store's blobs):
+
+    rc:{S}:unheard:<m> a voice message m that could not be transcribed (its intake
+                         entry); a reply to m tries again. Expires after a week.
+    rc:{S}:album:<g>   hash of album g (media_group_id): "<m>" -> the photo's intake
+                         entry (noted before it enters the intake), "lead" -> the
+                         message whose turn answers the album, "got" -> the ids it
+                         gathered (fixed once). Expires after two days.
+    rc:text-only       set of model names that rejected image parts (they get a
+                         placeholder text instead of each image from then on)
+
 Token accounting (bot/usage/accounting.py), all in the one slot of the tag {usage}.
 What is kept, and for how long (fields p/c/k/n/e/x: prompt, completion, cached
 tokens, calls, estimated calls, failed calls; a zero field is absent):
@@ -74,6 +85,7 @@ from transcript.keys import NAMESPACE, scope_prefix
 INTAKE_STREAM = f"{NAMESPACE}:intake"
 INTAKE_GROUP = "turns"
 DEAD_LETTER_STREAM = f"{NAMESPACE}:deadletter"
+TEXT_ONLY_MODELS = f"{NAMESPACE}:text-only"
 
 
 def turn_key(scope: str, turn: int | str) -> str:
@@ -94,6 +106,14 @@ def orphans_key(scope: str) -> str:
 
 def topics_key(scope: str) -> str:
     return scope_prefix(scope) + "topics"
+
+
+def album_key(scope: str, group: str) -> str:
+    return f"{scope_prefix(scope)}album:{group}"
+
+
+def unheard_key(scope: str, message_id: int) -> str:
+    return f"{scope_prefix(scope)}unheard:{message_id}"
 
 
 USAGE_TAG = f"{NAMESPACE}:{{usage}}"

@@ -1,9 +1,11 @@
 """The model edge: one OpenAI-compatible endpoint, streamed answers, typed failures."""
 
 from .client import (
+    IMAGE_PLACEHOLDER,
     MESSAGE_OVERHEAD,
     Answer,
     ErrorKind,
+    Media,
     Model,
     ModelClient,
     ModelError,
@@ -15,9 +17,11 @@ from .client import (
 )
 
 __all__ = [
+    "IMAGE_PLACEHOLDER",
     "MESSAGE_OVERHEAD",
     "Answer",
     "ErrorKind",
+    "Media",
     "Model",
     "ModelClient",
     "ModelError",

@@ -20,17 +20,20 @@ is the same request bytes every turn and prompt caches keep hitting.
 
 from __future__ import annotations
 
+import base64
 import inspect
 import json
 import logging
 import math
+import re
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, cast
 
 import openai
+from cachetools import LRUCache
 from openai.types import CompletionUsage
 from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageParam
 from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
@@ -41,7 +44,13 @@ from ..retry import Backoff, retrying
 
 log = logging.getLogger("replychain.model")
 
-ErrorKind = Literal["rate_limited", "unavailable", "timeout", "too_long", "rejected", "config"]
+ErrorKind = Literal[
+    "rate_limited", "unavailable", "timeout", "too_long", "rejected", "config", "no_images"
+]
+#: Image bytes by digest, for the images of the messages sent; ``None``: the model
+#: cannot see images, and each is sent as :data:`IMAGE_PLACEHOLDER` instead.
+Media = Mapping[str, bytes] | None
+IMAGE_PLACEHOLDER = "[an image the user sent; this model cannot see images]"
 #: Per-message overhead of the chat format, in tokens.
 MESSAGE_OVERHEAD = 4
 #: Waits between tries of a stream that broke before any text arrived.
@@ -49,6 +58,8 @@ BROKEN_STREAM_BACKOFF = Backoff(0.5, 8.0, 0.2)
 #: Encoded bytes of messages the wire cache keeps (about twice that in memory,
 #: counting the messages it keys on).
 WIRE_CACHE_BYTES = 4 << 20
+#: Encoded image parts (base64 data URLs) the wire cache keeps, apart from messages.
+WIRE_IMAGE_BYTES = 24 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +111,11 @@ class Model(Protocol):
     def name(self) -> str: ...
 
     async def stream(
-        self, messages: Sequence[ChatMessage], on_text: Callable[[str], None]
+        self,
+        messages: Sequence[ChatMessage],
+        on_text: Callable[[str], None],
+        *,
+        media: Media = None,
     ) -> Answer: ...
 
     async def complete(self, messages: Sequence[ChatMessage], *, max_tokens: int) -> Answer: ...
@@ -112,11 +127,13 @@ def estimate_text(text: str) -> int:
 
 
 def estimate_messages(messages: Sequence[ChatMessage]) -> int:
-    """Estimated prompt tokens of ``messages`` (text plus the chat format's overhead)."""
+    """Estimated prompt tokens of ``messages``: text, the chat format's overhead, tool
+    calls, and each image by the rule of :attr:`transcript.Image.tokens`."""
     return sum(
         estimate_text(m.content or "")
         + MESSAGE_OVERHEAD
         + sum(estimate_text(c.name + c.arguments) for c in m.tool_calls)
+        + sum(i.tokens for i in m.images)
         for m in messages
     )
 
@@ -144,19 +161,40 @@ def _joined_system(messages: Sequence[ChatMessage], lead: int) -> ChatMessage:
     return ChatMessage("system", "\n\n".join(m.content or "" for m in messages[:lead]))
 
 
-def wire_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+def wire_messages(messages: Sequence[ChatMessage], media: Media = None) -> list[dict[str, Any]]:
     """The request's messages: leading system messages (the root prompt and a fold's
     summary) joined into one, since some chat templates accept only one, first."""
     lead = _lead(messages)
-    payload = [to_openai(m) for m in messages[lead:]]
+    payload = [to_openai(m, media) for m in messages[lead:]]
     if lead:
         payload.insert(0, to_openai(_joined_system(messages, lead)))
     return payload
 
 
-def to_openai(message: ChatMessage) -> dict[str, Any]:
+def data_url(mime: str, data: bytes) -> str:
+    """An image as the ``data:`` URL of an ``image_url`` part."""
+    return f"data:{mime};base64,{base64.b64encode(data).decode()}"
+
+
+def _content(message: ChatMessage, media: Media) -> str | list[dict[str, Any]] | None:
+    """Text alone, or the text part then one ``image_url`` part per image."""
+    if not message.images:
+        return message.content
+    if media is None:
+        placeholders = [IMAGE_PLACEHOLDER] * len(message.images)
+        return "\n".join([*placeholders, *([message.content] if message.content else [])])
+    parts: list[dict[str, Any]] = []
+    if message.content:
+        parts.append({"type": "text", "text": message.content})
+    for image in message.images:
+        url = data_url(image.mime, media[image.digest])
+        parts.append({"type": "image_url", "image_url": {"url": url}})
+    return parts
+
+
+def to_openai(message: ChatMessage, media: Media = None) -> dict[str, Any]:
     """The wire form of a stored message (byte-stable: same message, same dict)."""
-    out: dict[str, Any] = {"role": message.role, "content": message.content}
+    out: dict[str, Any] = {"role": message.role, "content": _content(message, media)}
     if message.tool_calls:
         out["tool_calls"] = [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
@@ -217,8 +255,12 @@ class WireCache:
     through, alone in its generation).
     """
 
-    def __init__(self, max_bytes: int = WIRE_CACHE_BYTES) -> None:
+    def __init__(
+        self, max_bytes: int = WIRE_CACHE_BYTES, image_bytes: int = WIRE_IMAGE_BYTES
+    ) -> None:
         self.max_bytes = max_bytes
+        #: The JSON of each image part by digest: an image is base64-encoded once.
+        self._images: LRUCache[str, bytes] = LRUCache(maxsize=max(1, image_bytes), getsizeof=len)
         self._young: dict[ChatMessage, bytes] = {}
         self._old: dict[ChatMessage, bytes] = {}
         self._young_bytes = 0
@@ -251,17 +293,64 @@ class WireCache:
         self._young_bytes += cost
         return data
 
-    def messages(self, messages: Sequence[ChatMessage]) -> bytes:
+    def messages(self, messages: Sequence[ChatMessage], media: Media = None) -> bytes:
         """The JSON array of :func:`wire_messages` (same values, same bytes)."""
+        return b"".join(self._pieces(messages, media))
+
+    def _pieces(self, messages: Sequence[ChatMessage], media: Media) -> list[bytes]:
+        """:meth:`messages` in pieces, for the body to copy only once.
+
+        A message with images is not kept whole (a few pictures would push every
+        text out of the cache): its image parts are kept apart, by digest.
+        """
         lead = _lead(messages)
         encode = self.encode
-        parts = [encode(m) for m in messages[lead:]]
+        pieces = [b"["]
         if lead:
-            parts.insert(0, encode(_joined_system(messages, lead)))
-        return b"[" + b",".join(parts) + b"]"
+            pieces += (encode(_joined_system(messages, lead)), b",")
+        for message in messages[lead:]:
+            if message.images:
+                pieces += self._with_images(message, media)
+            else:
+                pieces.append(encode(message))
+            pieces.append(b",")
+        if len(pieces) > 1:
+            pieces[-1] = b"]"
+        else:
+            pieces.append(b"]")
+        return pieces
+
+    def _with_images(self, message: ChatMessage, media: Media) -> list[bytes]:
+        """``_dumps(to_openai(message, media))`` in pieces, each image part encoded once."""
+        if media is None or message.tool_calls or message.name is not None:
+            return [_dumps(to_openai(message, media))]
+        pieces = [b'{"role":', _dumps(message.role), b',"content":[']
+        if message.content:
+            pieces += (_dumps({"type": "text", "text": message.content}), b",")
+        for image in message.images:
+            part = self._images.get(image.digest)
+            if part is None:
+                # base64 needs no JSON escaping: the part is its pieces joined
+                part = b"".join(
+                    (
+                        b'{"type":"image_url","image_url":{"url":',
+                        _dumps(f"data:{image.mime};base64,")[:-1],
+                        base64.b64encode(media[image.digest]),
+                        b'"}}',
+                    )
+                )
+                if len(part) <= self._images.maxsize:
+                    self._images[image.digest] = part
+            pieces += (part, b",")
+        pieces[-1] = b"]}"
+        return pieces
 
     def stream_body(
-        self, model: str, messages: Sequence[ChatMessage], tools: bytes | None = None
+        self,
+        model: str,
+        messages: Sequence[ChatMessage],
+        tools: bytes | None = None,
+        media: Media = None,
     ) -> bytes:
         """The body ``create(model, messages, stream=True, stream_options=include_usage)``
         sends, keys in its order; ``tools``: the encoded ``tools`` array, if any."""
@@ -270,7 +359,7 @@ class WireCache:
                 b'{"model":',
                 _dumps(model),
                 b',"stream":true,"messages":',
-                self.messages(messages),
+                *self._pieces(messages, media),
                 b',"tools":' + tools if tools else b"",
                 b',"stream_options":{"include_usage":true}}',
             )
@@ -299,6 +388,24 @@ def _can_post_bytes(client: openai.AsyncOpenAI) -> bool:
         return False
 
 
+#: How servers say a model cannot take images at all (not: this image is bad).
+_NO_IMAGES = re.compile(
+    r"only supported by certain models|invalid content type|not a multimodal model"
+    r"|(does not|doesn't|do not) support (image|vision|multimodal)"
+    r"|(image|vision|multimodal)[\w ]{0,20} (is|are) not supported"
+)
+#: OpenAI's param for a content part of a type the model does not take.
+_PART_TYPE_PARAM = re.compile(r"messages\.\[\d+\]\.content\.\[\d+\]\.type")
+
+
+def _about_images(exc: openai.APIStatusError) -> bool:
+    """A 400 saying the model cannot see pictures (OpenAI: "Invalid content type.
+    image_url is only supported by certain models.", param
+    ``messages.[i].content.[j].type``); a 400 about one bad image is not one."""
+    param = str(getattr(exc, "param", "") or "")
+    return bool(_NO_IMAGES.search(exc.message.lower()) or _PART_TYPE_PARAM.fullmatch(param))
+
+
 def _classify(exc: Exception) -> ModelError:
     if isinstance(exc, openai.APITimeoutError):
         return ModelError("timeout", "the model did not answer in time")
@@ -311,6 +418,8 @@ def _classify(exc: Exception) -> ModelError:
         code = str(getattr(exc, "code", "") or "")
         if status == 400 and "context_length" in code:
             return ModelError("too_long", "the conversation is too long for the model")
+        if status == 400 and _about_images(exc):
+            return ModelError("no_images", "the model does not accept images")
         if status in (401, 403, 404):
             return ModelError("config", f"the model endpoint refused the request ({status})")
         if status >= 500:
@@ -384,17 +493,19 @@ class ModelClient:
         on_text: Callable[[str], None],
         *,
         tools: bytes | None = None,
+        media: Media = None,
     ) -> Answer:
         """Stream one answer, calling ``on_text`` with the whole text so far.
 
         ``tools`` (the encoded ``tools`` array) offers tools; the answer's
         ``tool_calls`` are what the model asked to run. Without it the request
-        is exactly what it was before tools existed.
+        is exactly what it was before tools existed. ``media`` holds the bytes
+        of the messages' images (see :data:`Media`).
         """
         body: bytes | list[dict[str, Any]] = (
-            self.wire.stream_body(self.model, messages, tools)
+            self.wire.stream_body(self.model, messages, tools, media)
             if self._post_bytes
-            else wire_messages(messages)
+            else wire_messages(messages, media)
         )
         started = time.monotonic()
         try:

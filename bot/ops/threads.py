@@ -109,6 +109,7 @@ async def export(redis: Redis, store: TranscriptStore, chat_id: int, message_id:
             lines += ["", f"## {heading}", ""]
             if message.content:
                 lines.append(message.content)
+            lines += _image_lines(message)
             for call in message.tool_calls:
                 lines.append(f"- calls `{call.name}({call.arguments})`")
         if keys.node_field(node.id.seg, node.id.idx) in fold_refs:
@@ -424,10 +425,16 @@ def _view_line(rendered: Rendered) -> str:
     return line
 
 
+def _image_lines(message: ChatMessage) -> list[str]:
+    """An image as its reference: size and digest (its blob, ``rc:{chat}:b:<digest>``)."""
+    return [f"- image {i.width}x{i.height} `{i.digest}`" for i in message.images]
+
+
 def _message_block(title: str, message: ChatMessage) -> list[str]:
     lines = ["", f"### {title}", ""]
     if message.content:
         lines.append(message.content)
+    lines += _image_lines(message)
     lines += [f"- calls `{c.name}({c.arguments})`" for c in message.tool_calls]
     return lines
 

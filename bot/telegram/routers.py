@@ -24,7 +24,8 @@ from aiogram.types.update import UpdateTypeLookupError
 
 from transcript import TranscriptStore
 
-from ..bus.inbound import EDIT, MESSAGE, Inbound
+from ..bus.albums import Albums
+from ..bus.inbound import EDIT, MESSAGE, Inbound, MediaRef
 from ..bus.intake import Intake
 from ..settings import Settings
 from ..usage.accounting import Accounting
@@ -64,8 +65,9 @@ HELP_TEXT = (
 )
 
 UNSUPPORTED_TEXT = (
-    "I can only read text: send your question as a text message (a photo's caption "
-    "counts as text). Stickers, voice notes, files and other media are not supported."
+    "I read text, photos, voice notes, audio and text files (.txt, .md, .py, .json, .csv …). "
+    "Stickers, videos, video notes, locations and other media are not supported: send "
+    "your question in one of those forms."
 )
 EMPTY_MENTION_TEXT = "Mention me together with a question, or reply to one of my answers."
 UNKNOWN_COMMAND_TEXT = "I don't know that command. Send /help to see how I work."
@@ -74,8 +76,7 @@ REFUSAL_EVERY = 3600.0
 
 #: Content the bot cannot read but answers with a short note.
 UNSUPPORTED = {
-    ContentType.STICKER, ContentType.PHOTO, ContentType.VOICE, ContentType.DOCUMENT,
-    ContentType.VIDEO, ContentType.AUDIO, ContentType.ANIMATION, ContentType.VIDEO_NOTE,
+    ContentType.STICKER, ContentType.VIDEO, ContentType.ANIMATION, ContentType.VIDEO_NOTE,
     ContentType.LOCATION, ContentType.CONTACT, ContentType.POLL, ContentType.DICE,
     ContentType.VENUE,
 }  # fmt: skip
@@ -139,6 +140,17 @@ class Addressed(Filter):
         return bool(username) and (_mentions(message, username) or _command_for(message, username))
 
 
+class InAddressedAlbum(Filter):
+    """Groups: a photo (or file) of an album whose first one was addressed to the bot
+    (only that one carries the caption with the mention)."""
+
+    async def __call__(self, message: Message, albums: Albums, stopping: asyncio.Event) -> bool:
+        group = message.media_group_id
+        return bool(group and is_group(message)) and await albums.started(
+            message.chat.id, group or "", stopping
+        )
+
+
 class AccessControl(BaseMiddleware):
     """ALLOWED_USER_IDS: others get one polite refusal (per hour) and no model call."""
 
@@ -184,6 +196,29 @@ class SkipUnknownUpdates(BaseMiddleware):
         return await handler(event, data)
 
 
+def media_of(message: Message, max_pixels: int) -> tuple[MediaRef, ...]:
+    """The message's file: a photo's largest size within ``max_pixels`` on its long
+    side (the smallest when none is), a voice note, an audio file or a document."""
+    if message.photo:
+        sizes = sorted(message.photo, key=lambda p: p.width * p.height)
+        fitting = [p for p in sizes if max(p.width, p.height) <= max_pixels]
+        best = fitting[-1] if fitting else sizes[0]
+        return (MediaRef("photo", best.file_id, best.file_size or 0, best.width, best.height),)
+    if message.voice:
+        v = message.voice
+        return (MediaRef("voice", v.file_id, v.file_size or 0, duration=v.duration,
+                         mime=v.mime_type or ""),)  # fmt: skip
+    if message.audio:
+        a = message.audio
+        return (MediaRef("audio", a.file_id, a.file_size or 0, duration=a.duration,
+                         mime=a.mime_type or "", name=a.file_name or ""),)  # fmt: skip
+    if message.document:
+        d = message.document
+        return (MediaRef("document", d.file_id, d.file_size or 0, mime=d.mime_type or "",
+                         name=d.file_name or ""),)  # fmt: skip
+    return ()
+
+
 def _strip_mention(text: str, username: str | None) -> str:
     if not username:
         return text.strip()
@@ -224,13 +259,23 @@ def _conversation_router() -> Router:
             return  # a command for another bot in this group
         _notice(notifier, message, UNKNOWN_COMMAND_TEXT)
 
+    @router.message(F.photo | F.document | F.audio, InAddressedAlbum())
+    @router.message(F.photo | F.voice | F.audio | F.document, Addressed())
     @router.message(F.text | F.caption, Addressed())
     async def on_text(
-        message: Message, *, notifier: Notifier, intake: Intake, stopping: asyncio.Event, bot: Bot
+        message: Message,
+        *,
+        notifier: Notifier,
+        intake: Intake,
+        stopping: asyncio.Event,
+        bot: Bot,
+        settings: Settings,
+        albums: Albums,
     ) -> None:
         await _take_in(
-            message, MESSAGE, notifier=notifier, intake=intake, stopping=stopping, bot=bot
-        )
+            message, MESSAGE, notifier=notifier, intake=intake, stopping=stopping, bot=bot,
+            media=media_of(message, settings.image_max_pixels), albums=albums,
+        )  # fmt: skip
 
     @router.edited_message(F.text, Addressed())
     async def on_edit(
@@ -257,13 +302,15 @@ async def _take_in(
     intake: Intake,
     stopping: asyncio.Event,
     bot: Bot,
+    media: tuple[MediaRef, ...] = (),
+    albums: Albums | None = None,
 ) -> None:
     """Record a message for the model in the durable intake (``kind``: new or edited)."""
     me = await bot.me()
     text = message.text or message.caption or ""
     if is_group(message):
         text = _strip_mention(text, me.username)
-    if not text.strip():
+    if not text.strip() and not media:
         if kind == MESSAGE:
             _notice(notifier, message, EMPTY_MENTION_TEXT)
         return
@@ -278,8 +325,12 @@ async def _take_in(
         thread_id=thread_of(message),
         is_group=is_group(message),
         kind=kind,
+        media=media,
+        group=message.media_group_id if media else None,
     )
-    if not await intake.record(inbound, stopping):
+    # an album's photo is noted in its album before it enters the intake
+    noted = inbound.group is None or albums is None or await albums.note(inbound, stopping)
+    if not noted or not await intake.record(inbound, stopping):
         # stopping before it was stored: never let aiogram confirm this update
         await asyncio.Event().wait()
 

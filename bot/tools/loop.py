@@ -37,7 +37,7 @@ from transcript.codec import decode_message, encode_message
 
 from ..bus.inbound import Inbound
 from ..data.connection import guarded
-from ..model import Answer
+from ..model import Answer, Media
 from ..turn.state import TurnState
 from .hub import ToolHub, ToolResult
 
@@ -60,6 +60,7 @@ class ToolModel(Protocol):
         on_text: Callable[[str], None],
         *,
         tools: bytes | None = None,
+        media: Media = None,
     ) -> Answer: ...
 
 
@@ -92,9 +93,13 @@ class ToolLoop:
         return self.hub.spec_bytes
 
     async def ask(
-        self, messages: Sequence[ChatMessage], on_text: Callable[[str], None], tools: bytes
+        self,
+        messages: Sequence[ChatMessage],
+        on_text: Callable[[str], None],
+        tools: bytes,
+        media: Media = None,
     ) -> Answer:
-        return await self.model.stream(messages, on_text, tools=tools)
+        return await self.model.stream(messages, on_text, tools=tools, media=media)
 
     @staticmethod
     def rounds(state: TurnState) -> int:

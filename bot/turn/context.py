@@ -23,7 +23,8 @@ from dataclasses import dataclass, replace
 from transcript import ChatMessage, Fold, Node, NodeId, TranscriptStore
 
 from ..bus.inbound import Inbound
-from ..model import MESSAGE_OVERHEAD, Model, ModelError, Usage, estimate_messages
+from ..model import MESSAGE_OVERHEAD, Media, Model, ModelError, Usage, estimate_messages
+from ..model.vision import Vision
 from ..usage.accounting import Accounting, CallRecord
 
 log = logging.getLogger("replychain.context")
@@ -58,6 +59,8 @@ class Window:
     fold: Fold | None
     tokens: int
     dropped: int = 0
+    #: The bytes of the messages' images (``None``: the model gets placeholders).
+    media: Media = None
 
     @property
     def view(self) -> str:
@@ -103,6 +106,7 @@ class ContextWindow:
         fold_at: int,
         keep_recent: int,
         summary_tokens: int,
+        vision: Vision | None = None,
     ) -> None:
         if not 0 < keep_recent < fold_at <= budget:
             raise ValueError("need 0 < keep_recent < fold_at <= budget")
@@ -113,6 +117,7 @@ class ContextWindow:
         self.fold_at = fold_at
         self.keep_recent = keep_recent
         self.summary_tokens = summary_tokens
+        self.vision = vision
         self.estimator = Estimator()
         #: Tokens of every request kept for what is not a message (the tools array).
         self.reserved = 0
@@ -132,6 +137,7 @@ class ContextWindow:
         fold_at: int = 0,
         keep_recent: int = 0,
         summary_tokens: int = 0,
+        vision: Vision | None = None,
     ) -> ContextWindow:
         """Defaults: fold at 75 % of the budget, keep 40 % verbatim, summaries of 10 %."""
         return cls(
@@ -142,17 +148,31 @@ class ContextWindow:
             fold_at=fold_at or budget * 3 // 4,
             keep_recent=keep_recent or budget * 2 // 5,
             summary_tokens=summary_tokens or max(64, min(2000, budget // 10)),
+            vision=vision,
         )
 
     async def prepare(self, inbound: Inbound, user_node: NodeId) -> Window:
-        """The messages for the call answering ``user_node``, at most ``budget`` tokens.
+        """The messages for the call answering ``user_node``, at most ``budget`` tokens,
+        with the bytes of their images.
 
         ``user_node`` is the last node the call is sent (a tool step's, in the tool loop).
         """
         window = await self._prepare(inbound, user_node)
-        if self.shape is None:
+        if self.shape is not None:
+            window = replace(window, messages=self.shape(window.messages))
+        digests = [i.digest for m in window.messages for i in m.images]
+        if not digests or not await self.sees_images():
             return window
-        return replace(window, messages=self.shape(window.messages))
+        media = await self.store.blobs(inbound.scope, digests)
+        return replace(window, media=media)
+
+    async def sees_images(self) -> bool:
+        return self.vision is None or await self.vision.sees_images(self.model.name)
+
+    async def text_only(self) -> None:
+        """The model rejected images: from now on it gets placeholders."""
+        if self.vision is not None:
+            await self.vision.text_only(self.model.name)
 
     async def _prepare(self, inbound: Inbound, user_node: NodeId) -> Window:
         estimate = self.estimator.sized(*await self.store.size(user_node))
@@ -338,7 +358,16 @@ def _line(message: ChatMessage) -> str:
         return f"Assistant called tools: {calls}"
     if message.role == "tool":
         return f"Tool result: {(message.content or '')[:500]}"
-    return f"{message.role.capitalize()}: {message.content}"
+    return f"{message.role.capitalize()}: {_summary_text(message)}"
+
+
+def _summary_text(message: ChatMessage) -> str:
+    """A message for the summariser: each image as ``[image: its caption]``."""
+    if not message.images:
+        return message.content or ""
+    caption = (message.content or "").strip()
+    first = f"[image: {caption}]" if caption else "[image]"
+    return " ".join([first, *["[image]"] * (len(message.images) - 1)])
 
 
 def _starts_with_user(node: Node) -> bool:

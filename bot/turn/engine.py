@@ -42,6 +42,7 @@ from transcript import (
     TranscriptStore,
 )
 
+from ..bus.albums import Albums
 from ..bus.inbound import EDIT, RETRY, Inbound
 from ..bus.runner import Ack, InFlight
 from ..metrics import Metrics
@@ -52,6 +53,7 @@ from ..telegram.writer import AnswerWriter, JournalUnavailableError
 from ..usage.accounting import Accounting, CallRecord
 from . import notices
 from .context import ContextWindow, MessageTooLargeError, Window
+from .media import MediaError, MediaReader, heard_line
 from .state import Queue, TurnState, TurnStates
 from .topics import TopicTitles
 
@@ -118,6 +120,8 @@ class Turn:
     #: When this run stored the answer node (``time.monotonic()``); ``None`` when an
     #: earlier run stored it.
     answer_stored_at: float | None = None
+    #: The message ids of an album's photos (the user's node is aliased to each).
+    album: tuple[int, ...] = ()
 
 
 class _NothingToDo(Exception):
@@ -174,7 +178,7 @@ class _Parts:
 class Engine:
     """Runs turns (the :class:`~bot.bus.runner.TurnHandler` of the runner)."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - the turn's collaborators, each injected by name
         self,
         *,
         store: TranscriptStore,
@@ -186,6 +190,8 @@ class Engine:
         in_flight: InFlight,
         redis_outage: Outage,
         rules: Rules,
+        media: MediaReader | None = None,
+        albums: Albums | None = None,
     ) -> None:
         self.store = store
         self.model = model
@@ -202,6 +208,8 @@ class Engine:
         self.topics: TopicTitles | None = None
         #: The tool loop (set by the app when MCP_CONFIG is set), else ``None``.
         self.tools: ToolLoop | None = None
+        self.media = media
+        self.albums = albums
 
     # ------------------------------------------------------------------ the turn
 
@@ -215,6 +223,13 @@ class Engine:
         state = await self.states.begin(inbound)
         if state is None or state.done:
             return False
+        album: list[int] = []
+        if inbound.group is not None and self.albums is not None and state.user is None:
+            gathered = await self.albums.gather(inbound)
+            if gathered is None:  # a photo of an album another turn answers
+                await self.states.finish(inbound, state, [], also=[ack])
+                return True
+            inbound, album = gathered
         writer = AnswerWriter(
             self.out,
             chat_id=inbound.chat_id,
@@ -224,7 +239,7 @@ class Engine:
             existing=state.parts,
         )
         lost = state.sending > len(state.parts) or state.answer is not None
-        turn = Turn(inbound, state, writer, ack, lost_a_part=lost)
+        turn = Turn(inbound, state, writer, ack, lost_a_part=lost, album=tuple(album))
         writer.journal = _Parts(self, turn)
         try:
             try:
@@ -256,7 +271,7 @@ class Engine:
 
     async def _steps(self, turn: Turn) -> Reply:
         user = await self._store_user_node(turn)
-        turn.writer.prefix = f"[depth:{user.depth + 1}] "
+        turn.writer.prefix = f"[depth:{user.depth + 1}] " + heard_line(turn.inbound, user)
         if turn.state.answer is not None:
             stored = await self.store.node(turn.state.answer)
             return Reply(stored.messages[-1].content or "", stored.id)
@@ -336,6 +351,7 @@ class Engine:
         if inbound.kind == RETRY:
             return await self._retried(turn)
         parent = await self._edited(inbound) if inbound.kind == EDIT else await self._route(inbound)
+        message = await self._user_message(inbound, parent)
         if parent is None:
             root = await self.store.start(
                 inbound.scope,
@@ -343,11 +359,12 @@ class Engine:
                 record_in=state.record("r"),
             )
             parent = root.id
+        aliases = [inbound.message_id, *(m for m in turn.album if m != inbound.message_id)]
         user = await self.store.append(
             parent,
-            [ChatMessage("user", inbound.text)],
+            [message],
             record_in=state.record("u"),
-            aliases=[] if inbound.kind == EDIT else [inbound.message_id],
+            aliases=[] if inbound.kind == EDIT else aliases,
         )
         state.user = user.id
         return user
@@ -383,6 +400,35 @@ class Engine:
             raise _NothingToDo
         return nodes[-2].id
 
+    async def _user_message(self, inbound: Inbound, parent: NodeId | None) -> ChatMessage:
+        """The message with its files read; what cannot be read ends the turn with a
+        notice, and replying to that continues from ``parent``."""
+        if self.media is None or not inbound.media:
+            return ChatMessage("user", inbound.text)
+        try:
+            return await self.media.message(inbound)
+        except MediaError as exc:
+            raise TurnEnded(Reply(exc.text, parent, notice=True)) from None
+
+    async def _unheard(self, inbound: Inbound) -> NodeId | None:
+        """A reply to a voice message that could not be transcribed: that message's
+        node, stored now (replying to it retries), or ``None`` if it is not one."""
+        if self.media is None or inbound.reply_to is None:
+            return None
+        earlier = await self.media.unheard(inbound.scope, inbound.reply_to)
+        if earlier is None:
+            return None
+        parent = await self._route(earlier)
+        message = await self._user_message(earlier, parent)
+        if parent is None:
+            root = await self.store.start(
+                earlier.scope, [ChatMessage("system", self.rules.system_prompt)]
+            )
+            parent = root.id
+        node = await self.store.append(parent, [message], aliases=[earlier.message_id])
+        await self.media.heard(earlier.scope, earlier.message_id)
+        return await self.store.resolve(earlier.scope, earlier.message_id) or node.id
+
     async def _route(self, inbound: Inbound) -> NodeId | None:
         """The node the message continues, or ``None`` for a new conversation.
 
@@ -393,6 +439,9 @@ class Engine:
             return None
         scope, target = inbound.scope, inbound.reply_to
         node = await self.store.resolve(scope, target)
+        if node is not None:
+            return node
+        node = await self._unheard(inbound)
         if node is not None:
             return node
         owner = await self.states.turn_of_part(scope, target)
@@ -447,8 +496,12 @@ class Engine:
         try:
             return await self.context.prepare(turn.inbound, leaf.id)
         except MessageTooLargeError:
+            # kept, but replying to the notice continues without the user's message (a
+            # long text file must not make every later turn of the thread too large too)
+            from_user = bool(leaf.messages) and leaf.messages[0].role == "user"
+            parent = (await self.store.path(leaf.id))[-2] if from_user else leaf
             text = notices.TOO_LARGE.format(budget=self.context.budget)
-            raise TurnEnded(Reply(text, leaf.id, notice=True)) from None
+            raise TurnEnded(Reply(text, parent.id if from_user else leaf.id, notice=True)) from None
 
     async def _ask(
         self, turn: Turn, user: Node, window: Window, tools: bytes | None = None
@@ -460,10 +513,16 @@ class Engine:
         inbound = turn.inbound
         try:
             if tools is not None and self.tools is not None:
-                answer = await self.tools.ask(window.messages, turn.writer.update, tools)
+                answer = await self.tools.ask(
+                    window.messages, turn.writer.update, tools, media=window.media
+                )
             else:
-                answer = await self.model.stream(window.messages, turn.writer.update)
+                answer = await self.model.stream(
+                    window.messages, turn.writer.update, media=window.media
+                )
         except ModelError as exc:
+            if exc.kind == "no_images":
+                await self.context.text_only()
             log.warning("model call for chat %s failed: %s", inbound.chat_id, exc)
             call = CallRecord.of(
                 inbound, user.id, model=self.model.name, usage=exc.usage, latency=exc.latency,

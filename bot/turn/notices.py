@@ -17,6 +17,9 @@ MODEL_ERRORS = {
     "too_long": "This conversation is too long for the model. Start a new one by sending a "
     "message that replies to nothing.",
     "rejected": "The model rejected this request.",
+    "no_images": "This model cannot see pictures, so I could not read your image. From now "
+    'on I tell it only that an image is there; reply to go on in text (e.g. "ok, just text '
+    'then").',
     "config": "The bot cannot use its model (check OPENAI_API_KEY, OPENAI_BASE_URL and "
     "OPENAI_MODEL).",
 }
@@ -32,7 +35,8 @@ TOO_LONG = (
 )
 TOO_LARGE = (
     "Your message is too large for me to answer: it does not fit in the {budget} tokens one "
-    "request may use (CONTEXT_TOKEN_BUDGET). Please send a shorter one."
+    "request may use (CONTEXT_TOKEN_BUDGET). Please send a shorter one, or reply to this "
+    "message to continue the conversation without it."
 )
 TURN_GUARD = (
     "⚠️ I stopped trying to answer this message: it already used the most model calls "
