@@ -96,23 +96,7 @@ async def test_nothing_is_sent_while_redis_is_away_so_a_kill_leaves_one_answer(
     await first.kill()
     private_redis.start_same_port()
     llm.gate = None
-    second = BotProcess(env, tmp_path)
-    await second.start()
-    try:
-        await tg.wait_for(lambda: bool(answers_to(tg, USER, message)), timeout=60)
-        [answer] = answers_to(tg, USER, message)
-        assert answer.text == "[depth:2] echo: during the outage"
-        follow = tg.send_user_message(USER, USER, "go on", reply_to=answer.message_id)
-        await tg.wait_for(
-            lambda: (
-                [m.text for m in answers_to(tg, USER, follow["message_id"])]
-                == ["[depth:4] echo: go on"]
-            ),
-            timeout=30,
-        )
-    finally:
-        assert await second.terminate() == 0
-    assert len(answers_to(tg, USER, message)) == 1
+    second = await _restart_answers_once(tg, env, tmp_path, message, "during the outage")
     assert second.text.count("resuming 1 turn(s) left unfinished") == 1  # started once
 
 
@@ -144,12 +128,19 @@ async def test_a_send_held_by_flood_control_waits_for_redis_so_a_kill_leaves_one
     assert not answers_to(tg, USER, message)
     await first.kill()
     private_redis.start_same_port()
-    second = BotProcess(env, tmp_path)
+    await _restart_answers_once(tg, env, tmp_path, message, "held by the flood")
+
+
+async def _restart_answers_once(
+    tg: FakeTelegram, env: dict[str, str], cwd: Path, message: int, text: str
+) -> BotProcess:
+    """Start the bot again: ``message`` gets one answer, and a reply to it continues."""
+    second = BotProcess(env, cwd)
     await second.start()
     try:
         await tg.wait_for(lambda: bool(answers_to(tg, USER, message)), timeout=60)
         [answer] = answers_to(tg, USER, message)
-        assert answer.text == "[depth:2] echo: held by the flood"
+        assert answer.text == f"[depth:2] echo: {text}"
         follow = tg.send_user_message(USER, USER, "go on", reply_to=answer.message_id)
         await tg.wait_for(
             lambda: (
@@ -161,6 +152,7 @@ async def test_a_send_held_by_flood_control_waits_for_redis_so_a_kill_leaves_one
     finally:
         assert await second.terminate() == 0
     assert len(answers_to(tg, USER, message)) == 1
+    return second
 
 
 async def test_sigterm_at_random_points_always_exits_within_the_bound(

@@ -455,6 +455,18 @@ class _ReaderFailedError(Exception):
         self.error = error
 
 
+def openai_client(
+    *, api_key: str, base_url: str | None, timeout: float, max_retries: int
+) -> openai.AsyncOpenAI:
+    """The SDK client every call to the model endpoint goes through (chat, transcription)."""
+    return openai.AsyncOpenAI(
+        api_key=api_key,
+        base_url=base_url,
+        timeout=openai.Timeout(timeout, connect=min(timeout, 10.0)),
+        max_retries=max_retries,
+    )
+
+
 class ModelClient:
     """Streams answers from an OpenAI-compatible endpoint with explicit timeouts."""
 
@@ -475,11 +487,8 @@ class ModelClient:
         self.model = model
         self.name = model
         self.max_retries = max_retries
-        self._client = openai.AsyncOpenAI(
-            api_key=api_key,
-            base_url=base_url,
-            timeout=openai.Timeout(timeout, connect=min(timeout, 10.0)),
-            max_retries=max_retries,
+        self._client = openai_client(
+            api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries
         )
         self.wire = WireCache(wire_cache_bytes)
         self._post_bytes = not sdk_bodies and _can_post_bytes(self._client)

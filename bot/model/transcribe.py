@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import openai
 
-from .client import _classify
+from .client import _classify, openai_client
 
 
 class Transcriber:
@@ -14,11 +14,8 @@ class Transcriber:
         self, *, api_key: str, base_url: str | None, model: str, timeout: float, max_retries: int
     ) -> None:
         self.model = model
-        self._client = openai.AsyncOpenAI(
-            api_key=api_key,
-            base_url=base_url,
-            timeout=openai.Timeout(timeout, connect=min(timeout, 10.0)),
-            max_retries=max_retries,
+        self._client = openai_client(
+            api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries
         )
 
     async def close(self) -> None:
