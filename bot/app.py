@@ -33,7 +33,7 @@ from transcript import StoreUnavailableError, TranscriptStore
 
 from .bus.albums import Albums
 from .bus.intake import Intake
-from .bus.runner import InFlight, TurnRunner
+from .bus.runner import LEASE_SHARE, InFlight, TurnRunner
 from .data.connection import connect, guarded
 from .metrics import Health, Metrics, MetricsServer
 from .model import ModelClient, estimate_text
@@ -158,11 +158,15 @@ class App:
             )
             self.context.shape = stub_old_results
         self.albums = Albums(self.redis, self.intake.outage, settings.album_wait)
+        takeover_ms = int(settings.takeover_seconds * 1000)
+        states = TurnStates(
+            self.redis, settings.bot_instance, lease_ms=int(takeover_ms * LEASE_SHARE)
+        )
         self.engine = Engine(
             store=self.store,
             model=self.model,
             out=self.out,
-            states=TurnStates(self.redis, settings.bot_instance),
+            states=states,
             accounting=self.accounting,
             context=self.context,
             in_flight=in_flight,
@@ -200,6 +204,8 @@ class App:
             max_per_user=settings.user_max_concurrent_turns,
             max_attempts=settings.turn_max_attempts,
             metrics=self.metrics,
+            leases=states,
+            takeover_ms=takeover_ms,
         )
         outages = {"redis": self.intake.outage, "telegram": telegram_outage}
         store = self.store

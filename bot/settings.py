@@ -94,6 +94,7 @@ SETTINGS_HELP: dict[str, str] = {
     "ALBUM_WAIT": "seconds an album's photos are collected into one turn (1.0)",
     "SHUTDOWN_TIMEOUT": "seconds in-flight answers get to finish on SIGTERM (25)",
     "BOT_INSTANCE": "this process's name on the message bus (default: the host name)",
+    "TAKEOVER_SECONDS": "seconds after which another process finishes a dead one's turns (30)",
     "LOG_LEVEL": "DEBUG, INFO, WARNING or ERROR (INFO)",
     "METRICS_LISTEN": "host:port serving Prometheus /metrics and /healthz (unset: off)",
     "MCP_CONFIG": "JSON file of MCP servers whose tools the model may use (unset: no tools)",
@@ -236,6 +237,9 @@ class Settings(BaseSettings):
     tools_in_groups: bool = False
     tool_max_rounds: int = Field(8, ge=1, le=50)
     tool_timeout: float = Field(60.0, gt=0)
+    #: Seconds without a process's heartbeat after which another process takes
+    #: over its turns (and, polling, its place as the poller).
+    takeover_seconds: float = Field(30.0, ge=2, le=600)
 
     @field_validator("*", mode="before")
     @classmethod

@@ -14,7 +14,7 @@ import pytest
 from redis.asyncio import Redis
 
 from bot.bus.inbound import Inbound
-from bot.bus.runner import InFlight
+from bot.bus.runner import InFlight, TurnBusy
 from bot.data import keys
 from bot.model import Answer, Media, ModelError, Usage
 from bot.retry import Outage
@@ -202,7 +202,8 @@ async def test_another_workers_claim_is_respected(redis: Redis) -> None:
     mine, theirs = Rig(redis, "one"), Rig(redis, "two")
     assert await mine.states.begin(inbound(1)) is not None
     assert await theirs.states.begin(inbound(1)) is None
-    await theirs.engine.run(inbound(1))
+    with pytest.raises(TurnBusy):
+        await theirs.engine.run(inbound(1))
     assert theirs.model.calls == 0 and theirs.telegram.sends == 0
     assert await mine.states.begin(inbound(1)) is not None  # its own claim, re-taken
 

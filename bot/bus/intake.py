@@ -5,8 +5,10 @@ returns, so aiogram confirms the update to Telegram after it is stored (polling
 runs handlers one at a time for this reason). Turn workers read the stream
 through the consumer group ``turns`` and acknowledge an entry (XACK, then XDEL)
 only when its turn is finished. Entries a crashed worker left unacknowledged
-are read again at start-up (a process's own pending entries) or claimed after
-they sat idle (other processes' entries), so several bot processes can share
+are read again at start-up (a process's own pending entries) or claimed by
+another process once they sat idle for the takeover time: a live process's
+heartbeat keeps the idle time of its entries near zero (:meth:`Intake.keep`),
+so only a dead process's entries are ever claimed. Several bot processes share
 the stream. A turn that keeps failing is *parked* in ``rc:deadletter`` with the
 type of its error, where the operator sees it (and can put it back).
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +35,21 @@ from .inbound import Inbound
 
 _FIELD = b"m"
 
+# Resets the idle time of entries still pending for consumer ARGV[2] (XCLAIM
+# JUSTID to itself: the delivery count stays), skipping entries that another
+# consumer claimed meanwhile.  KEYS: stream.  ARGV: group, consumer, ids...
+_KEEP_LUA = """
+local kept = 0
+for i = 3, #ARGV do
+  local held = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1, ARGV[2])
+  if #held > 0 then
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')
+    kept = kept + 1
+  end
+end
+return kept
+"""
+
 
 @dataclass(frozen=True, slots=True)
 class Entry:
@@ -48,6 +66,7 @@ class Intake:
     def __init__(self, redis: Redis, consumer: str) -> None:
         self._redis = redis
         self.consumer = consumer
+        self._keep = redis.register_script(_KEEP_LUA)
         self.outage = Outage(
             "Redis", "Unconfirmed messages stay queued at Telegram and nothing stored is lost."
         )
@@ -98,8 +117,27 @@ class Intake:
             )
         )
 
+    async def keep(self, entry_ids: Sequence[bytes]) -> int:
+        """Heartbeat: reset the idle time of the entries this consumer still holds.
+
+        An entry another consumer has claimed meanwhile is left alone. Returns
+        how many were kept.
+        """
+        if not entry_ids:
+            return 0
+        kept = await guarded(
+            self._keep(
+                keys=[keys.INTAKE_STREAM], args=[keys.INTAKE_GROUP, self.consumer, *entry_ids]
+            )
+        )
+        return int(kept)
+
     async def claim_idle(self, min_idle_ms: int, count: int) -> list[Entry]:
-        """Entries other (dead) consumers left unacknowledged for ``min_idle_ms``."""
+        """Entries other (dead) consumers left unacknowledged for ``min_idle_ms``.
+
+        A live consumer's heartbeat (:meth:`keep`) keeps its entries from ever
+        being idle that long.
+        """
         result = await guarded(
             self._redis.xautoclaim(
                 keys.INTAKE_STREAM,

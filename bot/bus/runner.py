@@ -11,7 +11,17 @@ entry stays pending meanwhile, so nothing accepted is lost. Any other failure
 is tried again ``max_attempts`` times in all; then the handler tells the user
 and the entry is parked in the dead-letter stream: never acknowledged as if
 answered. At start-up this process first finishes the entries it had taken
-before it stopped (or crashed); entries of other processes are claimed once idle.
+before it stopped (or crashed).
+
+Several processes share the intake. A heartbeat (every sixth of
+``takeover_ms``) renews this process's claims: the idle time of every entry it
+holds, and the lease of every turn it runs. A process that dies (SIGKILL,
+machine loss) stops renewing them; once its entries sat idle for
+``takeover_ms`` another process claims them, by then their leases have
+lapsed (they last :data:`LEASE_SHARE` of it), and finishes the turns, which
+resume from their persisted state (the part journal keeps an answer from being
+sent twice). A process whose heartbeat finds a turn's lease taken by another
+(it was away longer than the lease) stops running that turn.
 """
 
 from __future__ import annotations
@@ -21,7 +31,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol
 
 from redis.asyncio.client import Pipeline
@@ -38,11 +48,28 @@ log = logging.getLogger("replychain.runner")
 READ_BLOCK_MS = 1000
 #: Entries held back for busy users, per turn slot, before reading pauses.
 WAITING_PER_SLOT = 8
-CLAIM_EVERY = 30.0
-#: Entries of a dead process are claimed after sitting idle this long.
-CLAIM_IDLE_MS = 15 * 60 * 1000
+#: A dead process's entries are claimed after sitting idle this long (default).
+TAKEOVER_MS = 30 * 1000
+#: A turn's lease lasts this share of the takeover time: it has lapsed when the
+#: entry is claimed, so the claimer can take the turn over at once.
+LEASE_SHARE = 0.8
+#: Heartbeats per takeover time (renewals of entries and leases).
+BEATS_PER_TAKEOVER = 6
+#: Looks for a dead process's entries per takeover time.
+CLAIMS_PER_TAKEOVER = 4
 
 TurnKey = tuple[int, int]
+
+
+class TurnBusy(Exception):
+    """Another worker holds the turn's lease: it runs the turn now."""
+
+
+class Leases(Protocol):
+    """Renews the leases of running turns (:class:`bot.turn.state.TurnStates`)."""
+
+    async def renew(self, running: Sequence[Inbound]) -> list[bool]:
+        """Extend each claim; ``False`` for one another worker holds now."""
 
 
 #: Queues the bus's own writes (the acknowledgement) on the turn's final round trip.
@@ -57,7 +84,7 @@ class TurnHandler(Protocol):
 
         Returns ``True`` when this run finished the turn, having queued ``ack``
         on the write that records it; ``False`` when there was nothing to do
-        (finished before, or another worker runs it).
+        (finished before). Raises :class:`TurnBusy` when another worker runs it.
         """
 
     async def failed(self, inbound: Inbound) -> int:
@@ -114,8 +141,9 @@ class TurnRunner:
         max_concurrent: int,
         max_per_user: int,
         max_attempts: int,
-        claim_idle_ms: int = CLAIM_IDLE_MS,
         metrics: Metrics | None = None,
+        leases: Leases | None = None,
+        takeover_ms: int = TAKEOVER_MS,
     ) -> None:
         self.handler = handler
         self.intake = intake
@@ -129,8 +157,16 @@ class TurnRunner:
         self._waiting: dict[int, deque[Entry]] = {}
         self._waiting_count = 0
         self.max_attempts = max_attempts
-        self.claim_idle_ms = claim_idle_ms
         self.metrics = metrics or Metrics()
+        self.leases = leases
+        self.takeover_ms = takeover_ms
+        #: Entries this process holds (running or waiting), renewed by the heartbeat.
+        self._held: dict[bytes, Entry] = {}
+        #: The task running each held entry's turn.
+        self._task_of: dict[bytes, asyncio.Task[None]] = {}
+        #: Entries claimed from a dead process (a busy turn stays pending then).
+        self._claimed: set[bytes] = set()
+        self._heartbeat: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopping = asyncio.Event()
         self._consumer: asyncio.Task[None] | None = None
@@ -145,6 +181,7 @@ class TurnRunner:
 
     def start(self) -> None:
         self._consumer = asyncio.create_task(self._consume(), name="intake-consumer")
+        self._heartbeat = asyncio.create_task(self._beat(), name="intake-heartbeat")
 
     # ------------------------------------------------------------ consuming
 
@@ -158,20 +195,52 @@ class TurnRunner:
             self.intake.ensure_group, on=(StoreUnavailableError,), until=self._stopping
         )
         await self._resume_own()
+        claim_every = self.takeover_ms / 1000 / CLAIMS_PER_TAKEOVER
+        block_ms = max(1, min(READ_BLOCK_MS, int(claim_every * 1000)))
         last_claim = time.monotonic()
         while not self._stopping.is_set():
             await self._slot()
-            if time.monotonic() - last_claim > CLAIM_EVERY:
+            if time.monotonic() - last_claim > claim_every:
                 last_claim = time.monotonic()
                 entries = await self._redis(
-                    lambda: self.intake.claim_idle(self.claim_idle_ms, self._free())
+                    lambda: self.intake.claim_idle(self.takeover_ms, self._free())
                 )
+                if entries:
+                    log.warning("taking over %d turn(s) of a stopped process", len(entries))
+                self._claimed.update(entry.id for entry in entries)
             else:
-                entries = await self._redis(
-                    lambda: self.intake.read_new(self._free(), READ_BLOCK_MS)
-                )
+                entries = await self._redis(lambda: self.intake.read_new(self._free(), block_ms))
             for entry in entries:
                 self._start(entry)
+
+    async def _beat(self) -> None:
+        """The heartbeat: keep this process's entries and turn leases from lapsing."""
+        every = self.takeover_ms / 1000 / BEATS_PER_TAKEOVER
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await self._renew()
+            except StoreUnavailableError as exc:
+                log.warning("heartbeat missed: %s", exc)
+
+    async def _renew(self) -> None:
+        await self.intake.keep(list(self._held))
+        if self.leases is None:
+            return
+        running = [
+            (entry_id, entry.inbound)
+            for entry_id, entry in self._held.items()
+            if entry.inbound is not None and entry_id in self._task_of
+        ]
+        kept = await self.leases.renew([inbound for _id, inbound in running])
+        for (entry_id, inbound), ok in zip(running, kept, strict=True):
+            task = self._task_of.get(entry_id)
+            if not ok and task is not None:
+                log.warning(
+                    "message %s in chat %s was taken over by another process; "
+                    "stopping this run of its turn", inbound.message_id, inbound.chat_id,
+                )  # fmt: skip
+                task.cancel()
 
     async def _resume_own(self) -> None:
         """Start, once each, the entries this consumer took before it stopped."""
@@ -203,6 +272,7 @@ class TurnRunner:
             await asyncio.wait(set(self._tasks), return_when=asyncio.FIRST_COMPLETED)
 
     def _start(self, entry: Entry) -> None:
+        self._held[entry.id] = entry
         user = entry.inbound.user_id if entry.inbound else None
         if user is not None and self._running_of.get(user, 0) >= self.max_per_user:
             self._waiting.setdefault(user, deque()).append(entry)
@@ -215,15 +285,19 @@ class TurnRunner:
     def _launch(self, entry: Entry, user: int | None) -> None:
         task = asyncio.create_task(self._process(entry), name=f"turn-{entry.id.decode()}")
         self._tasks.add(task)
-        task.add_done_callback(lambda done: self._ended(done, user))
+        self._task_of[entry.id] = task
+        task.add_done_callback(lambda done: self._ended(done, entry, user))
 
-    def _ended(self, task: asyncio.Task[None], user: int | None) -> None:
+    def _ended(self, task: asyncio.Task[None], entry: Entry, user: int | None) -> None:
         """A turn ended: the user's next waiting entry (if any) takes its place."""
         self._tasks.discard(task)
+        self._held.pop(entry.id, None)
+        self._task_of.pop(entry.id, None)
+        self._claimed.discard(entry.id)
         if user is None:
             return
         waiting = self._waiting.get(user)
-        if waiting and not self._stopping.is_set() and not task.cancelled():
+        if waiting and not self._stopping.is_set():
             self._waiting_count -= 1
             entry = waiting.popleft()
             if not waiting:
@@ -270,6 +344,11 @@ class TurnRunner:
         """One run of the turn; ``True`` when its entry needs no acknowledgement of ours."""
         try:
             return await self.handler.run(inbound, lambda pipe: Intake.queue_ack(pipe, entry.id))
+        except TurnBusy:
+            # a stopped process's turn whose lease has not lapsed yet: its entry stays
+            # pending (no longer renewed) and is claimed again later. A new entry is
+            # the same message twice: the other entry's run answers it.
+            return entry.id in self._claimed
         except tuple(self.outages):
             raise
         except Exception as exc:
@@ -314,6 +393,7 @@ class TurnRunner:
             self._consumer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._consumer
+        heartbeat = self._heartbeat
         pending = set(self._tasks)
         if pending:
             log.info("waiting up to %.0fs for %d answer(s) in flight", deadline, len(pending))
@@ -324,4 +404,8 @@ class TurnRunner:
         if pending:
             await asyncio.wait(pending)
             log.warning("cancelled %d answer(s) still running at the deadline", len(pending))
+        if heartbeat is not None:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
         return len(pending)

@@ -44,7 +44,7 @@ from transcript import (
 
 from ..bus.albums import Albums
 from ..bus.inbound import EDIT, RETRY, Inbound
-from ..bus.runner import Ack, InFlight
+from ..bus.runner import Ack, InFlight, TurnBusy
 from ..metrics import Metrics
 from ..model import Answer, Model, ModelError
 from ..retry import Outage, retrying
@@ -217,11 +217,14 @@ class Engine:
         """Answer one message, or finish answering it; a no-op once it is done.
 
         ``True`` when this run finished the turn (``ack`` was queued on its final
-        write), ``False`` when another worker runs it or it was finished before.
+        write), ``False`` when it was finished before; :class:`TurnBusy` when
+        another worker runs it.
         """
         started = time.monotonic()
         state = await self.states.begin(inbound)
-        if state is None or state.done:
+        if state is None:
+            raise TurnBusy
+        if state.done:
             return False
         album: list[int] = []
         if inbound.group is not None and self.albums is not None and state.user is None:

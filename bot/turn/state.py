@@ -10,6 +10,7 @@ layout: :mod:`bot.data.keys`.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,8 +31,9 @@ Queue = Callable[[Pipeline], object]
 DONE_TTL_SECONDS = 2 * 24 * 3600
 #: How long a possibly lost part can still be adopted by a reply to it.
 ORPHAN_TTL_SECONDS = 30 * 24 * 3600
-#: A worker's claim on a turn; longer than any turn can run (timeouts bound it).
-LEASE_MS = 15 * 60 * 1000
+#: A worker's claim on a turn, by default; its heartbeat renews it while the turn
+#: runs (:meth:`TurnStates.renew`), so it only lapses when the worker is gone.
+LEASE_MS = 24 * 1000
 
 # Reads the turn's state; unless it is done, claims the turn for ARGV[1] (an
 # owner may re-take its own claim after a crash) and counts one more model
@@ -47,6 +49,17 @@ if not redis.call('HGET', KEYS[2], 'd') and not redis.call('HGET', KEYS[2], 'a')
   redis.call('HINCRBY', KEYS[2], 'c', 1)
 end
 return redis.call('HGETALL', KEYS[2])
+"""
+
+# Heartbeat of one running turn: extends the claim of ARGV[1]; 0 when another
+# worker holds it (this one lost it: it was away longer than the lease).
+#   KEYS: lease.  ARGV: owner, lease ms.
+_RENEW_LUA = """
+local holder = redis.call('GET', KEYS[1])
+if not holder then return 1 end
+if holder ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
 """
 
 
@@ -101,10 +114,12 @@ class TurnState:
 class TurnStates:
     """Turn states in Redis, and the claims of workers on them."""
 
-    def __init__(self, redis: Redis, owner: str) -> None:
+    def __init__(self, redis: Redis, owner: str, *, lease_ms: int = LEASE_MS) -> None:
         self._redis = redis
         self.owner = owner
+        self.lease_ms = lease_ms
         self._begin = redis.register_script(_BEGIN_LUA)
+        self._renew = redis.register_script(_RENEW_LUA)
 
     async def begin(self, inbound: Inbound) -> TurnState | None:
         """Claim the turn and read its state in one round trip.
@@ -115,10 +130,29 @@ class TurnStates:
         """
         scope, turn = inbound.scope, inbound.turn
         key = keys.turn_key(scope, turn)
-        flat = await guarded(
-            self._begin(keys=[keys.lease_key(scope, turn), key], args=[self.owner, LEASE_MS])
-        )
+        lease = keys.lease_key(scope, turn)
+        flat = await guarded(self._begin(keys=[lease, key], args=[self.owner, self.lease_ms]))
         return None if flat is None else TurnState.parse(key, scope, flat)
+
+    async def renew(self, running: Sequence[Inbound]) -> list[bool]:
+        """Heartbeat: extend this worker's claims on the running turns.
+
+        ``False`` for a turn whose claim another worker holds now (this process
+        was away longer than the lease, and the turn was taken over); a turn not
+        claimed yet, or finished, counts as kept.
+        """
+        replies = await guarded(
+            asyncio.gather(
+                *(
+                    self._renew(
+                        keys=[keys.lease_key(inbound.scope, inbound.turn)],
+                        args=[self.owner, self.lease_ms],
+                    )
+                    for inbound in running
+                )
+            )
+        )
+        return [bool(reply) for reply in replies]
 
     async def read(self, inbound: Inbound) -> TurnState:
         """The state as it is, without claiming the turn."""
