@@ -11,11 +11,10 @@ exits 0: whatever is in flight, shutdown never takes much longer than that.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from aiogram import Bot, Dispatcher
@@ -33,7 +32,9 @@ from transcript import StoreUnavailableError, TranscriptStore
 
 from .bus.albums import Albums
 from .bus.intake import Intake
+from .bus.leader import Lease
 from .bus.runner import LEASE_SHARE, InFlight, TurnRunner
+from .data import keys
 from .data.connection import connect, guarded
 from .metrics import Health, Metrics, MetricsServer
 from .model import ModelClient, estimate_text
@@ -43,6 +44,7 @@ from .retry import Outage, retrying
 from .settings import Settings
 from .telegram.files import Files
 from .telegram.out import Notifier, TelegramOut, TelegramUnavailableError
+from .telegram.polling import Poller
 from .telegram.routers import COMMANDS, SkipUnknownUpdates, build_router
 from .telegram.session import BadResponseError, BotApiSession, FloodControl, UnreadableResultError
 from .tools.config import load_config
@@ -61,6 +63,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("replychain")
 
 STARTUP_ATTEMPTS = 3
+#: The poller lease: a dead poller is replaced within about this long.
+POLLER_LEASE_MS = 8000
 
 
 class StartupError(Exception):
@@ -237,6 +241,18 @@ class App:
         self.dispatcher["redis"] = self.redis
         self.dispatcher["topics"] = self.topics
         self.dispatcher["settings"] = settings
+        poller_lease = Lease(
+            self.redis,
+            keys.POLLER_LEASE,
+            settings.bot_instance,
+            lease_ms=int(min(POLLER_LEASE_MS, takeover_ms * LEASE_SHARE)),
+        )
+        self.poller = Poller(
+            self.dispatcher,
+            poller_lease,
+            self._start_polling,
+            stop_timeout=settings.shutdown_timeout,
+        )
 
     async def check(self) -> None:
         """Reach Redis and Telegram before polling; one clear line when they are wrong."""
@@ -294,23 +310,13 @@ class App:
                     self.context.reserve(estimate_text(self.tools.spec_bytes.decode()))
             await self._prepare_polling()
             self.runner.start()
-            polling = asyncio.create_task(
-                self.dispatcher.start_polling(
-                    self.bot,
-                    # one update at a time: the handler stores the message in the
-                    # intake stream before aiogram confirms the update to Telegram
-                    handle_as_tasks=False,
-                    handle_signals=False,
-                    close_bot_session=False,
-                    allowed_updates=self.dispatcher.resolve_used_update_types(),
-                )
-            )
+            poller = asyncio.create_task(self.poller.run(self.stopping))
             stop = asyncio.create_task(self.stopping.wait())
-            done, _ = await asyncio.wait({polling, stop}, return_when=asyncio.FIRST_COMPLETED)
-            if polling in done:
+            done, _ = await asyncio.wait({poller, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if poller in done:
                 stop.cancel()
-                polling.result()  # polling ended on its own: surface why
-            await self._stop_polling(polling)
+                poller.result()  # polling ended on its own: surface why
+            await poller
             await self.runner.drain(self.settings.shutdown_timeout)
             await self.notifier.drain(1.0)
             log.info("stopped cleanly")
@@ -331,16 +337,16 @@ class App:
                     f"({exc.strerror or type(exc).__name__}); choose a free host:port"
                 ) from None
 
-    async def _stop_polling(self, polling: asyncio.Task[None]) -> None:
-        """Stop polling; a handler waiting on Redis (its update unconfirmed) is cut off."""
-        with contextlib.suppress(RuntimeError):
-            await self.dispatcher.stop_polling()
-        try:
-            await asyncio.wait_for(asyncio.shield(polling), self.settings.shutdown_timeout)
-        except TimeoutError:
-            polling.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await polling
+    def _start_polling(self) -> Coroutine[Any, Any, None]:
+        return self.dispatcher.start_polling(
+            self.bot,
+            # one update at a time: the handler stores the message in the
+            # intake stream before aiogram confirms the update to Telegram
+            handle_as_tasks=False,
+            handle_signals=False,
+            close_bot_session=False,
+            allowed_updates=self.dispatcher.resolve_used_update_types(),
+        )
 
     async def _prepare_polling(self) -> None:
         """Drop a webhook (polling needs none) and register the commands menu.

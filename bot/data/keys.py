@@ -10,6 +10,8 @@ The message bus:
     rc:intake          stream of accepted user messages, consumer group "turns"
     rc:deadletter      stream of turns given up after TURN_MAX_ATTEMPTS unexpected
                          failures (the entry, the error's type; for the operator)
+    rc:poller          the BOT_INSTANCE that polls Telegram (a lease, SET PX,
+                         renewed while it polls; bot/bus/leader.py)
 
 The turn (bot/turn/state.py):
 
@@ -86,6 +88,7 @@ INTAKE_STREAM = f"{NAMESPACE}:intake"
 INTAKE_GROUP = "turns"
 DEAD_LETTER_STREAM = f"{NAMESPACE}:deadletter"
 TEXT_ONLY_MODELS = f"{NAMESPACE}:text-only"
+POLLER_LEASE = f"{NAMESPACE}:poller"
 
 
 def turn_key(scope: str, turn: int | str) -> str:
