@@ -1,4 +1,8 @@
-"""Wiring and lifecycle: build the parts, poll Telegram, shut down gracefully.
+"""Wiring and lifecycle: build the parts, take updates, shut down gracefully.
+
+Updates come by long polling (one process among several polls: the holder
+of the poller lease, bot/telegram/polling.py) or, with WEBHOOK_URL, by
+Telegram's POSTs to this process's webhook server (bot/telegram/webhook.py).
 
 The parts, bottom up: the Redis client and the transcript store; the edges
 (Telegram session and sending, the model client); the message bus (intake
@@ -22,6 +26,7 @@ from aiogram.client.default import DefaultBotProperties
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.enums import ParseMode
 from aiogram.exceptions import (
+    TelegramBadRequest,
     TelegramNetworkError,
     TelegramServerError,
     TelegramUnauthorizedError,
@@ -47,6 +52,7 @@ from .telegram.out import Notifier, TelegramOut, TelegramUnavailableError
 from .telegram.polling import Poller
 from .telegram.routers import COMMANDS, SkipUnknownUpdates, build_router
 from .telegram.session import BadResponseError, BotApiSession, FloodControl, UnreadableResultError
+from .telegram.webhook import WebhookServer
 from .tools.config import load_config
 from .tools.retention import stub_old_results
 from .turn.context import ContextWindow
@@ -247,6 +253,15 @@ class App:
             settings.bot_instance,
             lease_ms=int(min(POLLER_LEASE_MS, takeover_ms * LEASE_SHARE)),
         )
+        self.webhook: WebhookServer | None = None
+        if settings.webhook_url and settings.webhook_secret:
+            self.webhook = WebhookServer(
+                self.dispatcher,
+                self.bot,
+                url=settings.webhook_url,
+                secret=settings.webhook_secret.get_secret_value(),
+                listen=settings.webhook_listen_address,
+            )
         self.poller = Poller(
             self.dispatcher,
             poller_lease,
@@ -308,15 +323,18 @@ class App:
                 await self.tools.start()  # a server that fails is logged and skipped
                 if self.tools.spec_bytes:
                     self.context.reserve(estimate_text(self.tools.spec_bytes.decode()))
-            await self._prepare_polling()
+            if self.webhook is None:
+                await self._prepare_polling()
+            else:
+                await self._prepare_webhook(self.webhook)
             self.runner.start()
-            poller = asyncio.create_task(self.poller.run(self.stopping))
+            receiving = asyncio.create_task(self._receive())
             stop = asyncio.create_task(self.stopping.wait())
-            done, _ = await asyncio.wait({poller, stop}, return_when=asyncio.FIRST_COMPLETED)
-            if poller in done:
+            done, _ = await asyncio.wait({receiving, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if receiving in done:
                 stop.cancel()
-                poller.result()  # polling ended on its own: surface why
-            await poller
+                receiving.result()  # polling ended on its own: surface why
+            await receiving
             await self.runner.drain(self.settings.shutdown_timeout)
             await self.notifier.drain(1.0)
             log.info("stopped cleanly")
@@ -336,6 +354,49 @@ class App:
                     f"METRICS_LISTEN: cannot listen on {self.settings.metrics_listen} "
                     f"({exc.strerror or type(exc).__name__}); choose a free host:port"
                 ) from None
+
+    async def _receive(self) -> None:
+        """Take updates until stopping: serve the webhook, or poll when this process may."""
+        if self.webhook is None:
+            await self.poller.run(self.stopping)
+            return
+        try:
+            await self.stopping.wait()
+        finally:
+            await self.webhook.stop()
+
+    async def _prepare_webhook(self, webhook: WebhookServer) -> None:
+        """Register WEBHOOK_URL with Telegram and listen on WEBHOOK_LISTEN (both must work)."""
+        url, secret = self.settings.webhook_url, self.settings.webhook_secret
+        assert url is not None and secret is not None  # checked with the settings
+        try:
+            await self._startup_step(
+                "cannot register the webhook with Telegram",
+                lambda: self.bot.set_webhook(
+                    url,
+                    secret_token=secret.get_secret_value(),
+                    allowed_updates=self.dispatcher.resolve_used_update_types(),
+                    drop_pending_updates=False,
+                ),
+                (TelegramNetworkError, TelegramServerError),
+            )
+        except TelegramBadRequest as exc:
+            raise StartupError(
+                f"Telegram refused WEBHOOK_URL: {exc.message}; it must be a public "
+                "https:// URL on port 443, 80, 88 or 8443"
+            ) from None
+        try:
+            await self.bot.set_my_commands(COMMANDS)
+        except Exception as exc:
+            detail = getattr(exc, "message", None) or type(exc).__name__
+            log.warning("could not register the commands: %s", detail)
+        try:
+            await webhook.start()
+        except OSError as exc:
+            raise StartupError(
+                f"cannot listen on WEBHOOK_LISTEN {self.settings.webhook_listen}: "
+                f"{exc.strerror or exc}"
+            ) from None
 
     def _start_polling(self) -> Coroutine[Any, Any, None]:
         return self.dispatcher.start_polling(
@@ -374,6 +435,8 @@ class App:
             await self.metrics_server.stop()
         if self.tools is not None:
             await self.tools.close()
+        if self.webhook is not None:
+            await self.webhook.stop()
         await self.bot.session.close()
         await self.model.close()
         await self.transcriber.close()

@@ -41,6 +41,8 @@ LOCAL_REDIS_URL = "redis://127.0.0.1:6390/0"
 #: URL-safe secret. Checked here rather than with aiogram so that a bad token is
 #: reported before aiogram (seconds to import) is loaded.
 _TOKEN = re.compile(r"[0-9]+:[A-Za-z0-9_-]+")
+#: What Telegram accepts as a webhook's secret_token.
+_WEBHOOK_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
 _HINTS = {
     "telegram_bot_token": "create a bot with @BotFather (https://t.me/BotFather) and put "
@@ -94,6 +96,9 @@ SETTINGS_HELP: dict[str, str] = {
     "ALBUM_WAIT": "seconds an album's photos are collected into one turn (1.0)",
     "SHUTDOWN_TIMEOUT": "seconds in-flight answers get to finish on SIGTERM (25)",
     "BOT_INSTANCE": "this process's name on the message bus (default: the host name)",
+    "WEBHOOK_URL": "public HTTPS URL Telegram posts updates to (unset: long polling)",
+    "WEBHOOK_SECRET": "secret token Telegram sends with each update (required with WEBHOOK_URL)",
+    "WEBHOOK_LISTEN": "host:port the webhook is served on (127.0.0.1:8080)",
     "TAKEOVER_SECONDS": "seconds after which another process finishes a dead one's turns (30)",
     "LOG_LEVEL": "DEBUG, INFO, WARNING or ERROR (INFO)",
     "METRICS_LISTEN": "host:port serving Prometheus /metrics and /healthz (unset: off)",
@@ -237,6 +242,12 @@ class Settings(BaseSettings):
     tools_in_groups: bool = False
     tool_max_rounds: int = Field(8, ge=1, le=50)
     tool_timeout: float = Field(60.0, gt=0)
+    #: Webhook mode: the public HTTPS URL Telegram posts updates to; unset = polling.
+    webhook_url: str | None = None
+    #: The secret Telegram sends in X-Telegram-Bot-Api-Secret-Token (required with a URL).
+    webhook_secret: SecretStr | None = None
+    #: host:port the webhook's HTTP server listens on (a reverse proxy forwards to it).
+    webhook_listen: str = "127.0.0.1:8080"
     #: Seconds without a process's heartbeat after which another process takes
     #: over its turns (and, polling, its place as the poller).
     takeover_seconds: float = Field(30.0, ge=2, le=600)
@@ -293,6 +304,38 @@ class Settings(BaseSettings):
             raise ValueError("must be host:port, e.g. 127.0.0.1:9108 (or :9108 for every address)")
         return value
 
+    @field_validator("webhook_url")
+    @classmethod
+    def _check_webhook_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        value = value.strip()
+        parts = urlsplit(value)
+        if parts.scheme != "https" or not parts.hostname:
+            raise ValueError("must be the public https:// URL Telegram posts updates to")
+        return value
+
+    @field_validator("webhook_secret")
+    @classmethod
+    def _check_webhook_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not _WEBHOOK_SECRET.fullmatch(value.get_secret_value().strip()):
+            raise ValueError("use 1 to 256 characters A-Z, a-z, 0-9, _ and -")
+        return None if value is None else SecretStr(value.get_secret_value().strip())
+
+    @field_validator("webhook_listen")
+    @classmethod
+    def _check_webhook_listen(cls, value: str) -> str:
+        host, _, port = value.strip().rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError("must be host:port, e.g. 127.0.0.1:8080")
+        return value.strip()
+
+    @property
+    def webhook_listen_address(self) -> tuple[str, int]:
+        """(host, port) of WEBHOOK_LISTEN (an IPv6 host may be in brackets)."""
+        host, _, port = self.webhook_listen.rpartition(":")
+        return host.strip("[]"), int(port)
+
     @field_validator("log_level")
     @classmethod
     def _check_level(cls, value: str) -> str:
@@ -313,6 +356,11 @@ class Settings(BaseSettings):
             raise ValueError(
                 "context_fold_at: needs CONTEXT_KEEP_RECENT < CONTEXT_FOLD_AT <= "
                 "CONTEXT_TOKEN_BUDGET"
+            )
+        if self.webhook_url and self.webhook_secret is None:
+            raise ValueError(
+                "webhook_secret: is not set and WEBHOOK_URL is; set it to 1 to 256 characters "
+                "A-Z, a-z, 0-9, _ and - so that only Telegram can post updates"
             )
         return self
 
@@ -372,7 +420,7 @@ def _describe(exc: ValidationError) -> str:
         name = field.upper()
         if error["type"] == "missing":
             text = f"{name} is not set"
-        elif field == "openai_api_key" and message.startswith("is not set"):
+        elif message.startswith("is not set"):
             text = f"{name} {message}"
         else:
             text = f"{name} is invalid: {message}"

@@ -54,6 +54,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import functools
 import hashlib
 import http
 import inspect
@@ -67,8 +68,9 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
+from urllib.parse import urlsplit
 
-from aiohttp import web
+from aiohttp import ClientError, ClientSession, ClientTimeout, web
 
 __all__ = ["Call", "FakeTelegram", "Misbehaviour", "StoredMessage"]
 
@@ -92,6 +94,8 @@ _NOT_MODIFIED: Final = (
     "are exactly the same as a current content and reply markup of the message"
 )
 _MAX_TEXT_UNITS: Final = 4096
+_WEBHOOK_PORTS: Final = frozenset({80, 88, 443, 8443})
+_WEBHOOK_SECRET: Final = re.compile(r"[A-Za-z0-9_-]{1,256}")
 _METHOD_NOT_FOUND: Final = "Not Found: method not found"  # telegram-bot-api's answer
 _NO_OK_BODY: Final = json.dumps({"error": "method not supported"})
 _JSON_TYPE: Final = "application/json"
@@ -1243,6 +1247,17 @@ class FakeTelegram:
         self.server_errors: list[str] = []  # tracebacks of bugs in the fake itself
         self.commands: dict[tuple[str, str], list[JSON]] = {}
         self.webhook_url = ""
+        self.webhook_secret = ""
+        self.webhook_max_connections = 40
+        #: Where webhook updates are really POSTed (an http:// URL on loopback standing
+        #: for the reverse proxy in front of the bot); None: nothing is delivered.
+        self.webhook_target: str | None = None
+        #: Seconds before an update whose delivery failed is POSTed again.
+        self.webhook_retry_delay = 0.2
+        #: (update_id, HTTP status or 0 for a connection failure) of every webhook POST.
+        self.webhook_deliveries: list[tuple[int, int]] = []
+        self._webhook_last_error: tuple[int, str] | None = None
+        self._delivery: asyncio.Task[None] | None = None
         #: Awaited after a successful call is applied, before the client gets the answer.
         self.after_call: Callable[[Call], Awaitable[None]] | None = None
         self._clock = clock
@@ -1317,6 +1332,7 @@ class FakeTelegram:
         self._runner = runner
         self._port = int(runner.addresses[0][1])
         self.url = f"http://127.0.0.1:{self._port}"
+        self._delivery = asyncio.create_task(self._deliver_webhook_updates())
 
     async def stop(self) -> None:
         """Answer pending long polls with no updates, then close every connection."""
@@ -1324,6 +1340,11 @@ class FakeTelegram:
             return
         self._closing = True
         self._notify()
+        delivery, self._delivery = self._delivery, None
+        if delivery is not None:
+            delivery.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await delivery
         runner, self._runner = self._runner, None
         await runner.cleanup()
 
@@ -2041,18 +2062,117 @@ class FakeTelegram:
             raise _ApiError(
                 400, "Bad Request: bad webhook: An HTTPS URL must be provided for webhook"
             )
+        if url:
+            try:
+                port = urlsplit(url).port or 443
+            except ValueError:
+                raise _ApiError(
+                    400, "Bad Request: bad webhook: Wrong port number specified"
+                ) from None
+            if port not in _WEBHOOK_PORTS:
+                raise _ApiError(
+                    400, "Bad Request: bad webhook: Webhook can be set up only on ports "
+                    "80, 88, 443 or 8443",
+                )  # fmt: skip
+        secret = params.get("secret_token")
+        secret = "" if secret is None else str(secret)
+        if secret and not _WEBHOOK_SECRET.fullmatch(secret):
+            raise _ApiError(400, "Bad Request: secret token contains unallowed characters")
+        connections = _opt_int(params, "max_connections")
+        if connections is not None and not 1 <= connections <= 100:
+            raise _ApiError(400, "Bad Request: bad webhook: invalid max_connections specified")
+        self._set_allowed_updates(params.get("allowed_updates"))
         self.webhook_url = url
+        self.webhook_secret = secret if url else ""
+        self.webhook_max_connections = connections or 40
+        self._webhook_last_error = None
         if _truthy(params.get("drop_pending_updates")):
             self._updates.clear()
         self._notify()
         return True
 
     def _get_webhook_info(self, _params: JSON) -> JSON:
-        return {
+        info: JSON = {
             "url": self.webhook_url,
             "has_custom_certificate": False,
             "pending_update_count": len(self._updates),
         }
+        if self.webhook_url:
+            info["max_connections"] = self.webhook_max_connections
+            if self._allowed_updates is not None:
+                info["allowed_updates"] = sorted(self._allowed_updates)
+            if self._webhook_last_error is not None:
+                info["last_error_date"], info["last_error_message"] = self._webhook_last_error
+        return info
+
+    # ----------------------------------------------------------------- webhook delivery
+
+    async def _deliver_webhook_updates(self) -> None:
+        """POST pending updates to ``webhook_target`` while a webhook is set, like Telegram.
+
+        Up to ``max_connections`` at once; an update leaves the queue only when the
+        bot answered 2xx; anything else is retried after ``webhook_retry_delay``.
+        """
+        sending: dict[int, asyncio.Task[None]] = {}
+        retry_at: dict[int, float] = {}
+        loop = asyncio.get_running_loop()
+        async with ClientSession(timeout=ClientTimeout(total=60)) as http:
+            try:
+                while True:
+                    changed = self._changed
+                    target = self.webhook_target
+                    wait = 1.0
+                    if self.webhook_url and target and not self._closing:
+                        for update in self._deliverable(100):
+                            update_id = _update_id(update)
+                            due = retry_at.get(update_id, 0.0) - loop.time()
+                            if due > 0:
+                                wait = min(wait, due)
+                                continue
+                            if update_id in sending:
+                                continue
+                            if len(sending) >= self.webhook_max_connections:
+                                break
+                            task = asyncio.create_task(
+                                self._post_update(http, target, update, retry_at)
+                            )
+                            sending[update_id] = task
+                            task.add_done_callback(
+                                functools.partial(self._delivered, sending, update_id)
+                            )
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(max(wait, 0.01)):
+                            await changed.wait()
+            finally:
+                for task in sending.values():
+                    task.cancel()
+
+    def _delivered(self, sending: dict[int, Any], update_id: int, _task: object) -> None:
+        sending.pop(update_id, None)
+        self._notify()
+
+    async def _post_update(
+        self, http: ClientSession, target: str, update: JSON, retry_at: dict[int, float]
+    ) -> None:
+        update_id = _update_id(update)
+        headers = {"Content-Type": _JSON_TYPE}
+        if self.webhook_secret:
+            headers["X-Telegram-Bot-Api-Secret-Token"] = self.webhook_secret
+        status, error = 0, "Connection refused"
+        try:
+            async with http.post(target, data=json.dumps(update), headers=headers) as response:
+                await response.read()
+                status = response.status
+                error = f"Wrong response from the webhook: {status} {response.reason}"
+        except (ClientError, TimeoutError, OSError):
+            pass
+        self.webhook_deliveries.append((update_id, status))
+        if 200 <= status < 300:
+            self._updates = [u for u in self._updates if _update_id(u) != update_id]
+            retry_at.pop(update_id, None)
+        else:
+            self._webhook_last_error = (int(time.time()), error)
+            retry_at[update_id] = asyncio.get_running_loop().time() + self.webhook_retry_delay
 
     def _commands_key(self, params: JSON) -> tuple[str, str]:
         scope = params.get("scope") or {"type": "default"}
