@@ -181,7 +181,7 @@ def cmd_dead_letters(args: argparse.Namespace) -> int:
     from .data.connection import connect  # noqa: PLC0415
 
     async def run() -> int:
-        redis = connect(settings.redis_url)
+        redis = connect(settings.redis_url, cluster=settings.redis_cluster)
         try:
             intake = Intake(redis, settings.bot_instance)
             if args.replay:

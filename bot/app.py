@@ -97,7 +97,9 @@ class App:
             default=DefaultBotProperties(parse_mode=ParseMode.HTML, link_preview_is_disabled=True),
         )
         self.redis: Redis = connect(
-            settings.redis_url, max_connections=max(64, settings.max_concurrent_turns)
+            settings.redis_url,
+            max_connections=max(64, settings.max_concurrent_turns),
+            cluster=settings.redis_cluster,
         )
         self.store = TranscriptStore(self.redis, cache_bytes=settings.transcript_cache_bytes)
         self.model = ModelClient(

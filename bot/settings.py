@@ -96,6 +96,7 @@ SETTINGS_HELP: dict[str, str] = {
     "ALBUM_WAIT": "seconds an album's photos are collected into one turn (1.0)",
     "SHUTDOWN_TIMEOUT": "seconds in-flight answers get to finish on SIGTERM (25)",
     "BOT_INSTANCE": "this process's name on the message bus (default: the host name)",
+    "REDIS_CLUSTER": "true: REDIS_URL names a node of a Redis Cluster (false)",
     "WEBHOOK_URL": "public HTTPS URL Telegram posts updates to (unset: long polling)",
     "WEBHOOK_SECRET": "secret token Telegram sends with each update (required with WEBHOOK_URL)",
     "WEBHOOK_LISTEN": "host:port the webhook is served on (127.0.0.1:8080)",
@@ -242,6 +243,8 @@ class Settings(BaseSettings):
     tools_in_groups: bool = False
     tool_max_rounds: int = Field(8, ge=1, le=50)
     tool_timeout: float = Field(60.0, gt=0)
+    #: REDIS_URL names a node of a Redis Cluster.
+    redis_cluster: bool = False
     #: Webhook mode: the public HTTPS URL Telegram posts updates to; unset = polling.
     webhook_url: str | None = None
     #: The secret Telegram sends in X-Telegram-Bot-Api-Secret-Token (required with a URL).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 import subprocess
@@ -102,3 +103,149 @@ class RedisServer:
             self.proc.kill()
             self.proc.wait(timeout=10)
         self.proc = None
+
+
+def cluster_supported() -> str | None:
+    """Why a Redis Cluster cannot be started here, or None when it can."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        return "redis-server is not installed"
+    version = subprocess.run(
+        [binary, "--version"], capture_output=True, check=False, timeout=10
+    ).stdout.decode(errors="replace")
+    found = re.search(r"v=(\d+)\.", version)
+    if found is None or int(found.group(1)) < 7:
+        return f"the suite's cluster needs redis-server 7+ (CLUSTER ADDSLOTSRANGE): {version}"
+    return None
+
+
+def _free_cluster_port() -> int:
+    """A free port below 55536 whose cluster bus port (+10000) is free too."""
+    for _attempt in range(200):
+        port = free_port()
+        if port >= 55536:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port pair for a cluster node")
+
+
+class RedisCluster:
+    """A Redis Cluster of ``masters`` redis-server nodes (no replicas), slots split evenly."""
+
+    def __init__(self, workdir: Path, *, masters: int = 3) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not installed: run `make test`, which installs it")
+        self.binary = binary
+        self.dir = workdir
+        self.nodes: list[RedisServer] = []
+        self.masters = masters
+
+    @property
+    def url(self) -> str:
+        """Any node: the cluster client finds the others."""
+        return self.nodes[0].url
+
+    @property
+    def ports(self) -> list[int]:
+        return [node.port for node in self.nodes]
+
+    def start(self) -> None:
+        for index in range(self.masters):
+            created = _ClusterNode(self.dir / f"node{index}")
+            created.start()
+            self.nodes.append(created)
+        first = self.nodes[0].port
+        for node in self.nodes[1:]:
+            _command(node.port, "CLUSTER", "MEET", "127.0.0.1", str(first))
+        per = 16384 // self.masters
+        for index, node in enumerate(self.nodes):
+            low = index * per
+            high = 16383 if index == self.masters - 1 else low + per - 1
+            _command(node.port, "CLUSTER", "ADDSLOTSRANGE", str(low), str(high))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            infos = [_command(node.port, "CLUSTER", "INFO") for node in self.nodes]
+            if all("cluster_state:ok" in info and f"cluster_known_nodes:{self.masters}" in info
+                   for info in infos):  # fmt: skip
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"the cluster did not become ready; see {self.dir}")
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def restart(self) -> None:
+        """Stop every node and start it again with its data (and cluster config)."""
+        for node in self.nodes:
+            node.stop()
+        for node in self.nodes:
+            node.start_same_port()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if all("cluster_state:ok" in _command(n.port, "CLUSTER", "INFO") for n in self.nodes):
+                return
+            time.sleep(0.1)
+        raise RuntimeError("the cluster did not come back")
+
+
+class _ClusterNode(RedisServer):
+    """One cluster node: cluster mode on, its nodes.conf in its own directory."""
+
+    def __init__(self, workdir: Path) -> None:
+        super().__init__(workdir)
+        self.port = _free_cluster_port()
+
+    def start(self) -> None:
+        if self.proc is not None:
+            raise RuntimeError("already running")
+        args = [
+            self.binary,
+            "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
+            "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+            "--cluster-node-timeout", "5000",
+            "--appendonly", "yes", "--appendfsync", self.fsync, "--save", "",
+            "--logfile", str(self.dir / "redis.log"), "--daemonize", "no",
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + _READY_TIMEOUT
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            if _ping(self.port):
+                return
+            time.sleep(0.02)
+        self._reap()
+        raise RuntimeError(f"cluster node did not start; see {self.dir / 'redis.log'}")
+
+
+def _command(port: int, *args: str) -> str:
+    """One command over RESP; the reply as text (enough for CLUSTER INFO/MEET/ADDSLOTS)."""
+    payload = f"*{len(args)}\r\n" + "".join(f"${len(a.encode())}\r\n{a}\r\n" for a in args)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(payload.encode())
+        data = b""
+        while True:
+            chunk = sock.recv(65536)
+            data += chunk
+            if not chunk or _complete(data):
+                break
+    text = data.decode(errors="replace")
+    if text.startswith("-"):
+        raise RuntimeError(f"redis {args[0]} {args[1] if len(args) > 1 else ''}: {text.strip()}")
+    return text
+
+
+def _complete(data: bytes) -> bool:
+    if data[:1] in (b"+", b"-", b":"):
+        return data.endswith(b"\r\n")
+    if data[:1] in (b"$", b"="):
+        head, _, rest = data.partition(b"\r\n")
+        if not _:
+            return False
+        return len(rest) >= int(head[1:]) + 2
+    return data.endswith(b"\r\n")

@@ -163,8 +163,13 @@ class Intake:
         pipe.xdel(keys.INTAKE_STREAM, entry_id)
 
     async def park(self, entry: Entry, reason: str) -> None:
-        """Give up on an entry: into the dead-letter stream, out of the intake, in one step."""
-        async with self._redis.pipeline(transaction=True) as pipe:
+        """Give up on an entry: into the dead-letter stream, then out of the intake.
+
+        One round trip, not a transaction: the two streams may live in different
+        Redis Cluster slots. Cut short, the entry is parked twice or run again;
+        both are harmless (a finished turn is never repeated).
+        """
+        async with self._redis.pipeline(transaction=False) as pipe:
             pipe.xadd(
                 keys.DEAD_LETTER_STREAM,
                 {_FIELD: entry.raw, b"why": reason, b"at": str(int(time.time()))},
@@ -188,7 +193,8 @@ class Intake:
         moved = 0
         parked: Any = await guarded(self._redis.xrange(keys.DEAD_LETTER_STREAM))
         for entry_id, fields in parked or []:
-            async with self._redis.pipeline(transaction=True) as pipe:
+            # back first, then out (one round trip; the streams may be in different slots)
+            async with self._redis.pipeline(transaction=False) as pipe:
                 pipe.xadd(keys.INTAKE_STREAM, {_FIELD: (fields or {}).get(_FIELD, b"")})
                 pipe.xdel(keys.DEAD_LETTER_STREAM, entry_id)
                 await guarded(pipe.execute())

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import BusyLoadingError, ConnectionError, TimeoutError
@@ -24,6 +25,7 @@ def connect(
     connect_timeout: float = 3.0,
     retries: int = 3,
     max_connections: int = 64,
+    cluster: bool = False,
 ) -> Redis:
     """A ``redis.asyncio`` client that fails with an error instead of hanging.
 
@@ -32,7 +34,23 @@ def connect(
     are retried ``retries`` times with jittered exponential backoff. At most
     ``max_connections`` are open; more concurrent commands wait for one. The
     client speaks bytes (records are msgpack). No connection is made until first use.
+
+    ``cluster``: ``url`` names any node of a Redis Cluster, and the client is
+    redis-py's asyncio ``RedisCluster`` (it routes each command by its key's
+    slot; every Lua script and transaction of the bot touches one slot). It
+    offers the same commands, so it is typed as :class:`Redis` here.
     """
+    if cluster:
+        client = RedisCluster.from_url(
+            url,
+            max_connections=max_connections,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=connect_timeout,
+            retry=Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.05), retries),
+            health_check_interval=30,
+            decode_responses=False,
+        )
+        return cast(Redis, client)
     # A blocking pool: a burst of concurrent commands waits for a free
     # connection instead of failing with "too many connections".
     pool = BlockingConnectionPool.from_url(

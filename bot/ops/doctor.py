@@ -193,7 +193,12 @@ async def check_redis(settings: Settings, report: Report) -> None:
     from ..data.connection import connect, guarded  # noqa: PLC0415
 
     where = _location(settings.redis_url)
-    redis = connect(settings.redis_url, retries=1, socket_timeout=CHECK_TIMEOUT / 3)
+    redis = connect(
+        settings.redis_url,
+        retries=1,
+        socket_timeout=CHECK_TIMEOUT / 3,
+        cluster=settings.redis_cluster,
+    )
     try:
         try:
             server = await redis.info("server")

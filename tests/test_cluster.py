@@ -1,0 +1,103 @@
+"""The bot on a real 3-master Redis Cluster (REDIS_CLUSTER=true).
+
+The suite starts the cluster itself from ``redis-server --cluster-enabled yes``
+(tests/redis_server.py). The whole conversation flow runs on it, its keys land
+on every master, and a restart of the bot and of the cluster keeps the threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from redis.asyncio import Redis
+
+from bot.data.connection import connect
+
+from .fake_openai import FakeOpenAI
+from .fake_telegram import FakeTelegram
+from .harness import OTHER_USER, USER, answers_to, ask, running_bot, said, settings_for
+from .redis_server import RedisCluster, cluster_supported
+
+OWNER = USER
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
+    reason = cluster_supported()
+    if reason is not None:
+        pytest.skip(f"no Redis Cluster: {reason}")
+    started = RedisCluster(tmp_path_factory.mktemp("cluster"))
+    started.start()
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+async def cluster_redis(cluster: RedisCluster) -> AsyncIterator[Redis]:
+    client = connect(cluster.url, cluster=True)
+    for port in cluster.ports:
+        node = connect(f"redis://127.0.0.1:{port}/0")
+        await node.flushall()
+        await node.aclose()
+    yield client
+    await client.aclose()
+
+
+async def keys_per_master(cluster: RedisCluster) -> list[int]:
+    counts = []
+    for port in cluster.ports:
+        node = connect(f"redis://127.0.0.1:{port}/0")
+        counts.append(int(await node.dbsize()))
+        await node.aclose()
+    return counts
+
+
+async def command_reply(tg: FakeTelegram, chat: int, text: str, reply_to: int | None = None) -> str:
+    message_id = tg.send_user_message(chat, chat, text, reply_to=reply_to)["message_id"]
+    await tg.wait_for(lambda: bool(answers_to(tg, chat, message_id)), 30, what=text)
+    return answers_to(tg, chat, message_id)[0].text or ""
+
+
+async def test_the_conversation_flow_runs_on_a_cluster_and_survives_restarts(
+    tg: FakeTelegram, llm: FakeOpenAI, cluster: RedisCluster, cluster_redis: Redis
+) -> None:
+    settings = settings_for(
+        tg, llm, cluster.url, redis_cluster=True, owner_user_ids=frozenset({OWNER})
+    )
+    chats = [USER, OTHER_USER, *range(3001, 3009)]
+    for chat in chats[2:]:
+        tg.add_private_chat(chat, f"User{chat}")
+    async with running_bot(settings) as app:
+        first, text = await ask(tg, app, USER, "root question")
+        assert text == "[depth:2] echo: root question"
+        [answer] = answers_to(tg, USER, first)
+        left, text = await ask(tg, app, USER, "left", reply_to=answer.message_id)
+        assert text == "[depth:4] echo: left"
+        _, text = await ask(tg, app, USER, "right", reply_to=answer.message_id)
+        assert text == "[depth:4] echo: right"
+        assert ("user", "left") not in said(llm)  # branches never see each other
+        for chat in chats[1:]:  # chats whose keys spread over the slots
+            _, text = await ask(tg, app, chat, f"hello from {chat}", user=chat)
+            assert text == f"[depth:2] echo: hello from {chat}"
+        usage = await command_reply(tg, USER, "/usage", reply_to=answer.message_id)
+        assert "This conversation" in usage
+        stats = await command_reply(tg, USER, "/stats")
+        assert f"{OTHER_USER}:" in stats
+    spread = await keys_per_master(cluster)
+    assert all(count > 0 for count in spread), spread  # no master is left out
+
+    # the bot restarts: the thread continues where it was
+    [left_answer] = answers_to(tg, USER, left)
+    async with running_bot(settings) as app:
+        _, text = await ask(tg, app, USER, "deeper", reply_to=left_answer.message_id)
+        assert text == "[depth:6] echo: deeper"
+        contents = [content for _, content in said(llm)]
+        assert "left" in contents and "right" not in contents
+
+    # the whole cluster restarts (its data on disk): still the same thread
+    cluster.restart()
+    [deeper] = [m for m in tg.bot_messages(USER) if m.text == "[depth:6] echo: deeper"]
+    async with running_bot(settings) as app:
+        _, text = await ask(tg, app, USER, "and deeper", reply_to=deeper.message_id)
+        assert text == "[depth:8] echo: and deeper"
