@@ -183,7 +183,7 @@ def cmd_dead_letters(args: argparse.Namespace) -> int:
     async def run() -> int:
         redis = connect(settings.redis_url, cluster=settings.redis_cluster)
         try:
-            intake = Intake(redis, settings.bot_instance)
+            intake = Intake(redis, settings.bot_instance, shards=settings.intake_shards)
             if args.replay:
                 moved = await intake.replay_parked()
                 print(f"replychain: put {moved} parked message(s) back into the intake")

@@ -118,7 +118,7 @@ class App:
         )
         self.out = TelegramOut(self.bot)
         self.notifier = Notifier(self.out)
-        self.intake = Intake(self.redis, settings.bot_instance)
+        self.intake = Intake(self.redis, settings.bot_instance, shards=settings.intake_shards)
         self.accounting = Accounting(
             self.redis,
             clock=clock,

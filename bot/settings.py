@@ -97,6 +97,7 @@ SETTINGS_HELP: dict[str, str] = {
     "SHUTDOWN_TIMEOUT": "seconds in-flight answers get to finish on SIGTERM (25)",
     "BOT_INSTANCE": "this process's name on the message bus (default: the host name)",
     "REDIS_CLUSTER": "true: REDIS_URL names a node of a Redis Cluster (false)",
+    "INTAKE_SHARDS": "intake streams; a chat's messages always go to the same one (1)",
     "WEBHOOK_URL": "public HTTPS URL Telegram posts updates to (unset: long polling)",
     "WEBHOOK_SECRET": "secret token Telegram sends with each update (required with WEBHOOK_URL)",
     "WEBHOOK_LISTEN": "host:port the webhook is served on (127.0.0.1:8080)",
@@ -245,6 +246,8 @@ class Settings(BaseSettings):
     tool_timeout: float = Field(60.0, gt=0)
     #: REDIS_URL names a node of a Redis Cluster.
     redis_cluster: bool = False
+    #: Intake streams (a chat's messages in the one of its hash); grow, never shrink.
+    intake_shards: int = Field(1, ge=1, le=1024)
     #: Webhook mode: the public HTTPS URL Telegram posts updates to; unset = polling.
     webhook_url: str | None = None
     #: The secret Telegram sends in X-Telegram-Bot-Api-Secret-Token (required with a URL).

@@ -63,7 +63,12 @@ async def test_the_conversation_flow_runs_on_a_cluster_and_survives_restarts(
     tg: FakeTelegram, llm: FakeOpenAI, cluster: RedisCluster, cluster_redis: Redis
 ) -> None:
     settings = settings_for(
-        tg, llm, cluster.url, redis_cluster=True, owner_user_ids=frozenset({OWNER})
+        tg,
+        llm,
+        cluster.url,
+        redis_cluster=True,
+        owner_user_ids=frozenset({OWNER}),
+        intake_shards=4,
     )
     chats = [USER, OTHER_USER, *range(3001, 3009)]
     for chat in chats[2:]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 from redis.asyncio import Redis
 
@@ -149,9 +150,7 @@ async def test_a_worker_back_after_its_lease_was_taken_stops_that_turn(redis: Re
     runner_a.start()
     await first.record(Inbound(1, 10, 1, "slow"), asyncio.Event())
     await until(lambda: a.started == [10])
-    heartbeat = runner_a._heartbeat
-    assert heartbeat is not None
-    heartbeat.cancel()  # frozen: no renewals
+    die(runner_a)  # frozen: no renewals, no reading
     runner_b = runner_for(b, second)
     runner_b.start()
     try:
@@ -167,3 +166,31 @@ async def test_a_worker_back_after_its_lease_was_taken_stops_that_turn(redis: Re
         a.release.set()
         await stop(runner_a)
         await stop(runner_b)
+
+
+async def test_a_sharded_intake_keeps_each_chat_in_one_stream_and_answers_all(
+    redis: Redis,
+) -> None:
+    intake = Intake(redis, "a", shards=4)
+    await intake.ensure_group()
+    never = asyncio.Event()
+    for chat in range(1, 17):
+        for message in (1, 2):
+            await intake.record(Inbound(chat, message, chat, "hi"), never)
+    lengths = [await redis.xlen(stream) for stream in intake.streams]
+    assert sum(lengths) == 32
+    assert sum(1 for length in lengths if length) >= 3  # the chats spread
+    for chat in range(1, 17):  # both messages of a chat are in its stream
+        found: Any = await redis.xrange(intake.stream_of(chat))
+        chats = [Inbound.decode(fields[b"m"]) for _id, fields in found]
+        assert sum(1 for inbound in chats if inbound and inbound.chat_id == chat) == 2
+    turns = LeasedTurns(redis, "a", hold=False)
+    runner = runner_for(turns, intake)
+    runner.start()
+    try:
+        await until(lambda: runner.completed == 32)
+        assert len(turns.finished) == 32
+        for stream in intake.streams:
+            assert await redis.xlen(stream) == 0  # each acknowledged in its own stream
+    finally:
+        await stop(runner)

@@ -58,35 +58,44 @@ class Entry:
     id: bytes
     inbound: Inbound | None
     raw: bytes = b""
+    #: The intake stream (shard) holding it.
+    stream: str = keys.INTAKE_STREAM
 
 
 class Intake:
     """The stream of accepted messages, shared by every bot process on one Redis."""
 
-    def __init__(self, redis: Redis, consumer: str) -> None:
+    def __init__(self, redis: Redis, consumer: str, *, shards: int = 1) -> None:
         self._redis = redis
         self.consumer = consumer
+        #: The intake streams: ``shards`` of them, a chat's messages always in the same one.
+        self.streams = [keys.intake_stream(shard) for shard in range(shards)]
         self._keep = redis.register_script(_KEEP_LUA)
         self.outage = Outage(
             "Redis", "Unconfirmed messages stay queued at Telegram and nothing stored is lost."
         )
 
+    def stream_of(self, chat_id: int) -> str:
+        """The stream a chat's messages go to."""
+        return self.streams[keys.intake_shard(chat_id, len(self.streams))]
+
     async def ensure_group(self) -> None:
-        try:
-            await guarded(
-                self._redis.xgroup_create(
-                    keys.INTAKE_STREAM, keys.INTAKE_GROUP, id="0", mkstream=True
+        for stream in self.streams:
+            try:
+                await guarded(
+                    self._redis.xgroup_create(stream, keys.INTAKE_GROUP, id="0", mkstream=True)
                 )
-            )
-        except ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
+            except ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
 
     async def record(self, inbound: Inbound, stopping: asyncio.Event) -> bool:
         """Append ``inbound``, retrying while Redis is away; ``False`` if stopped first."""
         try:
             await self.outage.guard(
-                lambda: guarded(self._redis.xadd(keys.INTAKE_STREAM, {_FIELD: inbound.encode()})),
+                lambda: guarded(
+                    self._redis.xadd(self.stream_of(inbound.chat_id), {_FIELD: inbound.encode()})
+                ),
                 on=(StoreUnavailableError,),
                 until=stopping,
             )
@@ -94,43 +103,43 @@ class Intake:
             return False
         return True
 
-    async def read_pending(self, after: bytes, count: int) -> list[Entry]:
+    async def read_pending(
+        self, after: bytes, count: int, stream: str = keys.INTAKE_STREAM
+    ) -> list[Entry]:
         """Entries delivered to this consumer before and never acknowledged, after ``after``."""
         return self._entries(
             await guarded(
                 self._redis.xreadgroup(
-                    keys.INTAKE_GROUP, self.consumer, {keys.INTAKE_STREAM: after}, count=count
+                    keys.INTAKE_GROUP, self.consumer, {stream: after}, count=count
                 )
             )
         )
 
-    async def read_new(self, count: int, block_ms: int) -> list[Entry]:
+    async def read_new(
+        self, count: int, block_ms: int, stream: str = keys.INTAKE_STREAM
+    ) -> list[Entry]:
         return self._entries(
             await guarded(
                 self._redis.xreadgroup(
-                    keys.INTAKE_GROUP,
-                    self.consumer,
-                    {keys.INTAKE_STREAM: ">"},
-                    count=count,
-                    block=block_ms,
+                    keys.INTAKE_GROUP, self.consumer, {stream: ">"}, count=count, block=block_ms
                 )
             )
         )
 
-    async def keep(self, entry_ids: Sequence[bytes]) -> int:
+    async def keep(self, entries: Sequence[Entry]) -> int:
         """Heartbeat: reset the idle time of the entries this consumer still holds.
 
         An entry another consumer has claimed meanwhile is left alone. Returns
         how many were kept.
         """
-        if not entry_ids:
-            return 0
-        kept = await guarded(
-            self._keep(
-                keys=[keys.INTAKE_STREAM], args=[keys.INTAKE_GROUP, self.consumer, *entry_ids]
-            )
-        )
-        return int(kept)
+        by_stream: dict[str, list[bytes]] = {}
+        for entry in entries:
+            by_stream.setdefault(entry.stream, []).append(entry.id)
+        kept = 0
+        for stream, ids in by_stream.items():
+            args: list[str | bytes] = [keys.INTAKE_GROUP, self.consumer, *ids]
+            kept += int(await guarded(self._keep(keys=[stream], args=args)))
+        return kept
 
     async def claim_idle(self, min_idle_ms: int, count: int) -> list[Entry]:
         """Entries other (dead) consumers left unacknowledged for ``min_idle_ms``.
@@ -138,29 +147,34 @@ class Intake:
         A live consumer's heartbeat (:meth:`keep`) keeps its entries from ever
         being idle that long.
         """
-        result = await guarded(
-            self._redis.xautoclaim(
-                keys.INTAKE_STREAM,
-                keys.INTAKE_GROUP,
-                self.consumer,
-                min_idle_time=min_idle_ms,
-                start_id="0-0",
-                count=count,
+        found: list[Entry] = []
+        for stream in self.streams:
+            if len(found) >= count:
+                break
+            result = await guarded(
+                self._redis.xautoclaim(
+                    stream,
+                    keys.INTAKE_GROUP,
+                    self.consumer,
+                    min_idle_time=min_idle_ms,
+                    start_id="0-0",
+                    count=count - len(found),
+                )
             )
-        )
-        return [self._entry(entry_id, fields) for entry_id, fields in result[1]]
+            found += [self._entry(entry_id, fields, stream) for entry_id, fields in result[1]]
+        return found
 
-    async def ack(self, entry_id: bytes) -> None:
+    async def ack(self, entry_id: bytes, stream: str = keys.INTAKE_STREAM) -> None:
         """The turn is finished: acknowledge and delete (the stream never grows)."""
         async with self._redis.pipeline(transaction=True) as pipe:
-            self.queue_ack(pipe, entry_id)
+            self.queue_ack(pipe, entry_id, stream)
             await guarded(pipe.execute())
 
     @staticmethod
-    def queue_ack(pipe: Pipeline, entry_id: bytes) -> None:
+    def queue_ack(pipe: Pipeline, entry_id: bytes, stream: str = keys.INTAKE_STREAM) -> None:
         """:meth:`ack`, queued on a caller's pipeline (the turn's final round trip)."""
-        pipe.xack(keys.INTAKE_STREAM, keys.INTAKE_GROUP, entry_id)
-        pipe.xdel(keys.INTAKE_STREAM, entry_id)
+        pipe.xack(stream, keys.INTAKE_GROUP, entry_id)
+        pipe.xdel(stream, entry_id)
 
     async def park(self, entry: Entry, reason: str) -> None:
         """Give up on an entry: into the dead-letter stream, then out of the intake.
@@ -174,8 +188,8 @@ class Intake:
                 keys.DEAD_LETTER_STREAM,
                 {_FIELD: entry.raw, b"why": reason, b"at": str(int(time.time()))},
             )
-            pipe.xack(keys.INTAKE_STREAM, keys.INTAKE_GROUP, entry.id)
-            pipe.xdel(keys.INTAKE_STREAM, entry.id)
+            pipe.xack(entry.stream, keys.INTAKE_GROUP, entry.id)
+            pipe.xdel(entry.stream, entry.id)
             await guarded(pipe.execute())
 
     async def parked(self) -> list[tuple[bytes, Inbound | None, str, int]]:
@@ -195,7 +209,10 @@ class Intake:
         for entry_id, fields in parked or []:
             # back first, then out (one round trip; the streams may be in different slots)
             async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.xadd(keys.INTAKE_STREAM, {_FIELD: (fields or {}).get(_FIELD, b"")})
+                raw = (fields or {}).get(_FIELD, b"")
+                inbound = Inbound.decode(raw) if isinstance(raw, bytes) else None
+                stream = self.streams[0] if inbound is None else self.stream_of(inbound.chat_id)
+                pipe.xadd(stream, {_FIELD: raw})
                 pipe.xdel(keys.DEAD_LETTER_STREAM, entry_id)
                 await guarded(pipe.execute())
             moved += 1
@@ -217,14 +234,25 @@ class Intake:
 
     def _entries(self, response: Any) -> list[Entry]:
         return [
-            self._entry(entry_id, fields)
-            for _stream, items in response or []
+            self._entry(entry_id, fields, _text(stream))
+            for stream, items in _streams(response)
             for entry_id, fields in items
         ]
 
     @staticmethod
-    def _entry(entry_id: bytes, fields: dict[Any, Any] | None) -> Entry:
+    def _entry(entry_id: bytes, fields: dict[Any, Any] | None, stream: str) -> Entry:
         raw = fields.get(_FIELD) if fields else None
         if not isinstance(raw, bytes):
-            return Entry(entry_id, None)  # deleted or foreign entry
-        return Entry(entry_id, Inbound.decode(raw), raw)
+            return Entry(entry_id, None, stream=stream)  # deleted or foreign entry
+        return Entry(entry_id, Inbound.decode(raw), raw, stream)
+
+
+def _streams(response: Any) -> list[tuple[Any, Any]]:
+    """XREADGROUP's answer as (stream, entries) pairs (RESP2 list or RESP3 map)."""
+    if isinstance(response, dict):
+        return list(response.items())
+    return [(stream, items) for stream, items in response or []]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

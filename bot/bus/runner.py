@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol
@@ -194,22 +193,38 @@ class TurnRunner:
         await self.intake.outage.guard(
             self.intake.ensure_group, on=(StoreUnavailableError,), until=self._stopping
         )
-        await self._resume_own()
+        for stream in self.intake.streams:
+            await self._resume_own(stream)
+        await asyncio.gather(
+            self._claim_idle(), *(self._read(stream) for stream in self.intake.streams)
+        )
+
+    async def _read(self, stream: str) -> None:
+        """Start the turns of new entries of one intake stream as turn slots free up."""
         claim_every = self.takeover_ms / 1000 / CLAIMS_PER_TAKEOVER
         block_ms = max(1, min(READ_BLOCK_MS, int(claim_every * 1000)))
-        last_claim = time.monotonic()
         while not self._stopping.is_set():
             await self._slot()
-            if time.monotonic() - last_claim > claim_every:
-                last_claim = time.monotonic()
-                entries = await self._redis(
-                    lambda: self.intake.claim_idle(self.takeover_ms, self._free())
-                )
-                if entries:
-                    log.warning("taking over %d turn(s) of a stopped process", len(entries))
-                self._claimed.update(entry.id for entry in entries)
-            else:
-                entries = await self._redis(lambda: self.intake.read_new(self._free(), block_ms))
+            entries = await self._redis(
+                lambda: self.intake.read_new(self._free(), block_ms, stream)
+            )
+            for entry in entries:
+                self._start(entry)
+
+    async def _claim_idle(self) -> None:
+        """Look for a dead process's entries (idle for the takeover time) and take them over."""
+        claim_every = self.takeover_ms / 1000 / CLAIMS_PER_TAKEOVER
+        while not self._stopping.is_set():
+            await asyncio.sleep(claim_every)
+            await self._slot()
+            entries = await self._redis(
+                lambda: self.intake.claim_idle(self.takeover_ms, self._free())
+            )
+            # an entry of this process's own that went idle (its heartbeat was late) runs here
+            entries = [entry for entry in entries if entry.id not in self._held]
+            if entries:
+                log.warning("taking over %d turn(s) of a stopped process", len(entries))
+            self._claimed.update(entry.id for entry in entries)
             for entry in entries:
                 self._start(entry)
 
@@ -224,7 +239,7 @@ class TurnRunner:
                 log.warning("heartbeat missed: %s", exc)
 
     async def _renew(self) -> None:
-        await self.intake.keep(list(self._held))
+        await self.intake.keep(list(self._held.values()))
         if self.leases is None:
             return
         running = [
@@ -242,14 +257,14 @@ class TurnRunner:
                 )  # fmt: skip
                 task.cancel()
 
-    async def _resume_own(self) -> None:
-        """Start, once each, the entries this consumer took before it stopped."""
+    async def _resume_own(self, stream: str) -> None:
+        """Start, once each, the entries of ``stream`` this consumer took before it stopped."""
         after = b"0"
         resumed = 0
         while True:
             await self._slot()
             entries = await self._redis(
-                lambda after=after: self.intake.read_pending(after, self._free())  # type: ignore[misc]
+                lambda after=after: self.intake.read_pending(after, self._free(), stream)  # type: ignore[misc]
             )
             if not entries:
                 break
@@ -336,14 +351,16 @@ class TurnRunner:
         except self._retried_kinds:
             return  # shutting down: the entry stays pending and is finished at the next start
         if not settled:
-            await self._settle(lambda: self.intake.ack(entry.id))
+            await self._settle(lambda: self.intake.ack(entry.id, entry.stream))
         for outage in self.outages.values():
             outage.ok()
 
     async def _attempt(self, entry: Entry, inbound: Inbound) -> bool:
         """One run of the turn; ``True`` when its entry needs no acknowledgement of ours."""
         try:
-            return await self.handler.run(inbound, lambda pipe: Intake.queue_ack(pipe, entry.id))
+            return await self.handler.run(
+                inbound, lambda pipe: Intake.queue_ack(pipe, entry.id, entry.stream)
+            )
         except TurnBusy:
             # a stopped process's turn whose lease has not lapsed yet: its entry stays
             # pending (no longer renewed) and is claimed again later. A new entry is

@@ -7,7 +7,10 @@ so a turn's state lives in the same Redis Cluster slot as its transcript.
 
 The message bus:
 
-    rc:intake          stream of accepted user messages, consumer group "turns"
+    rc:intake          stream of accepted user messages, consumer group "turns";
+                         with INTAKE_SHARDS=N > 1 also rc:intake:1 .. rc:intake:<N-1>
+                         (no hash tag: each its own slot), a chat's messages in
+                         shard crc32(chat id) % N
     rc:deadletter      stream of turns given up after TURN_MAX_ATTEMPTS unexpected
                          failures (the entry, the error's type; for the operator)
     rc:poller          the BOT_INSTANCE that polls Telegram (a lease, SET PX,
@@ -82,12 +85,25 @@ fall back to ``n:<chat>`` for nodes recorded before the change.
 
 from __future__ import annotations
 
+import zlib
+
 from transcript.keys import NAMESPACE, scope_prefix
 
 INTAKE_STREAM = f"{NAMESPACE}:intake"
 INTAKE_GROUP = "turns"
 DEAD_LETTER_STREAM = f"{NAMESPACE}:deadletter"
 TEXT_ONLY_MODELS = f"{NAMESPACE}:text-only"
+
+
+def intake_stream(shard: int) -> str:
+    """Intake stream number ``shard`` (INTAKE_SHARDS of them; shard 0 is ``rc:intake``)."""
+    return INTAKE_STREAM if shard == 0 else f"{INTAKE_STREAM}:{shard}"
+
+
+def intake_shard(chat_id: int, shards: int) -> int:
+    """The intake shard of a chat: a hash of its id, so a chat's messages share a stream."""
+    return zlib.crc32(str(chat_id).encode()) % shards if shards > 1 else 0
+
 POLLER_LEASE = f"{NAMESPACE}:poller"
 
 
