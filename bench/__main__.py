@@ -28,7 +28,10 @@ BENCHES = {
     "load": "bench.load_bench",
     "tools": "bench.tools_bench",
     "media": "bench.media_bench",
+    "scale": "bench.scale_bench",
 }
+#: Run only when named (``python -m bench scale``): real processes, minutes.
+NAMED_ONLY = {"scale"}
 
 #: Smaller sizes for the quick run, by bench: module constant -> quick value. A bench
 #: may instead read ``common.FULL`` / ``common.sized`` itself; a constant it no longer
@@ -40,6 +43,7 @@ QUICK: dict[str, dict[str, object]] = {
     "cpu": {"CALLS": 20, "WARMUP": 3},
     "load": {"CONCURRENT_USERS": (50, 200), "FAIRNESS_BACKLOG": 60},
     "tools": {"TURNS": 30},
+    "scale": {"MESSAGES": 200, "CHATS": 50},
 }
 
 #: Seconds between "still running" lines while a bench is busy.
@@ -76,7 +80,7 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("names", nargs="*", metavar="name", help=f"any of {', '.join(BENCHES)}")
     args = parser.parse_args(argv)
-    names = args.names or list(BENCHES)
+    names = args.names or [name for name in BENCHES if name not in NAMED_ONLY]
     unknown = [n for n in names if n not in BENCHES]
     if unknown:
         print(f"unknown bench {unknown}; choose from {sorted(BENCHES)}", file=sys.stderr)
