@@ -217,7 +217,6 @@ class App:
             max_attempts=settings.turn_max_attempts,
             metrics=self.metrics,
             leases=states,
-            takeover_ms=takeover_ms,
         )
         outages = {"redis": self.intake.outage, "telegram": telegram_outage}
         store = self.store

@@ -64,7 +64,6 @@ def runner_for(turns: LeasedTurns, intake: Intake) -> TurnRunner:
         max_per_user=4,
         max_attempts=3,
         leases=turns.states,
-        takeover_ms=TAKEOVER_MS,
     )
 
 

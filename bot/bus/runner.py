@@ -67,6 +67,9 @@ class TurnBusy(Exception):
 class Leases(Protocol):
     """Renews the leases of running turns (:class:`bot.turn.state.TurnStates`)."""
 
+    #: How long a lease lasts: :data:`LEASE_SHARE` of the takeover time.
+    lease_ms: int
+
     async def renew(self, running: Sequence[Inbound]) -> list[bool]:
         """Extend each claim; ``False`` for one another worker holds now."""
 
@@ -142,7 +145,6 @@ class TurnRunner:
         max_attempts: int,
         metrics: Metrics | None = None,
         leases: Leases | None = None,
-        takeover_ms: int = TAKEOVER_MS,
     ) -> None:
         self.handler = handler
         self.intake = intake
@@ -158,7 +160,8 @@ class TurnRunner:
         self.max_attempts = max_attempts
         self.metrics = metrics or Metrics()
         self.leases = leases
-        self.takeover_ms = takeover_ms
+        #: A dead process's entries are claimed after sitting idle this long.
+        self.takeover_ms = round(leases.lease_ms / LEASE_SHARE) if leases else TAKEOVER_MS
         #: Entries this process holds (running or waiting), renewed by the heartbeat.
         self._held: dict[bytes, Entry] = {}
         #: The task running each held entry's turn.
