@@ -320,6 +320,55 @@ async def test_webhook_blocks_get_updates(fake: FakeTelegram, bot: Bot) -> None:
     assert await bot.get_updates() == []
 
 
+async def test_set_webhook_is_checked_like_telegram_and_delivers_with_the_secret(
+    fake: FakeTelegram, bot: Bot
+) -> None:
+    with pytest.raises(TelegramBadRequest, match="ports 80, 88, 443 or 8443"):
+        await bot.set_webhook("https://example.com:8080/hook")
+    with pytest.raises(TelegramBadRequest, match="secret token contains unallowed characters"):
+        await bot.set_webhook("https://example.com/hook", secret_token="no spaces")
+    with pytest.raises(TelegramBadRequest, match="max_connections"):
+        await bot.set_webhook("https://example.com/hook", max_connections=101)
+    received: list[tuple[str | None, dict[str, Any]]] = []
+    arrived = asyncio.Event()
+
+    async def hook(request: aiohttp.web.Request) -> aiohttp.web.Response:
+        received.append(
+            (request.headers.get("X-Telegram-Bot-Api-Secret-Token"), await request.json())
+        )
+        arrived.set()
+        status = 500 if len(received) == 1 else 200  # the first try fails: retried
+        return aiohttp.web.Response(status=status)
+
+    app = aiohttp.web.Application()
+    app.router.add_post("/hook", hook)
+    runner = aiohttp.web.AppRunner(app)
+    await runner.setup()
+    site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        fake.webhook_target = f"http://127.0.0.1:{port}/hook"
+        assert await bot.set_webhook(
+            "https://example.com/hook", secret_token="Abc_123-x", allowed_updates=["message"]
+        )
+        info = await bot.get_webhook_info()
+        assert (info.max_connections, info.allowed_updates) == (40, ["message"])
+        fake.add_private_chat(1)
+        fake.send_user_message(1, 1, "hi")
+        await fake.wait_for(lambda: fake.pending_updates == 0, 10)
+        assert [secret for secret, _update in received] == ["Abc_123-x", "Abc_123-x"]
+        assert received[0][1] == received[1][1]  # the same update again after the 500
+        assert received[1][1]["message"]["text"] == "hi"
+        assert [status for _id, status in fake.webhook_deliveries] == [500, 200]
+        info = await bot.get_webhook_info()
+        assert (
+            info.last_error_message == "Wrong response from the webhook: 500 Internal Server Error"
+        )
+    finally:
+        await runner.cleanup()
+
+
 async def test_stop_answers_open_polls_and_restart_keeps_the_url(
     fake: FakeTelegram, bot: Bot
 ) -> None:
