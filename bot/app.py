@@ -254,20 +254,24 @@ class App:
             settings.bot_instance,
             lease_ms=int(min(POLLER_LEASE_MS, takeover_ms * LEASE_SHARE)),
         )
-        self.webhook: WebhookServer | None = None
-        if settings.webhook_url and settings.webhook_secret:
-            self.webhook = WebhookServer(
-                self.dispatcher,
-                self.bot,
-                url=settings.webhook_url,
-                secret=settings.webhook_secret.get_secret_value(),
-                listen=settings.webhook_listen_address,
-            )
+        self.webhook = self._webhook_server(settings)
         self.poller = Poller(
             self.dispatcher,
             poller_lease,
             self._start_polling,
             stop_timeout=settings.shutdown_timeout,
+        )
+
+    def _webhook_server(self, settings: Settings) -> WebhookServer | None:
+        """The webhook's HTTP server in webhook mode (WEBHOOK_URL set), else None."""
+        if not (settings.webhook_url and settings.webhook_secret):
+            return None
+        return WebhookServer(
+            self.dispatcher,
+            self.bot,
+            url=settings.webhook_url,
+            secret=settings.webhook_secret.get_secret_value(),
+            listen=settings.webhook_listen_address,
         )
 
     async def check(self) -> None:
