@@ -248,18 +248,20 @@ class App:
         self.dispatcher["redis"] = self.redis
         self.dispatcher["topics"] = self.topics
         self.dispatcher["settings"] = settings
-        poller_lease = Lease(
+        self.webhook = self._webhook_server(settings)
+        self.poller = self._poller(settings)
+
+    def _poller(self, settings: Settings) -> Poller:
+        """Polls Telegram while this process holds the poller lease (polling mode)."""
+        takeover_ms = settings.takeover_seconds * 1000
+        lease = Lease(
             self.redis,
             keys.POLLER_LEASE,
             settings.bot_instance,
             lease_ms=int(min(POLLER_LEASE_MS, takeover_ms * LEASE_SHARE)),
         )
-        self.webhook = self._webhook_server(settings)
-        self.poller = Poller(
-            self.dispatcher,
-            poller_lease,
-            self._start_polling,
-            stop_timeout=settings.shutdown_timeout,
+        return Poller(
+            self.dispatcher, lease, self._start_polling, stop_timeout=settings.shutdown_timeout
         )
 
     def _webhook_server(self, settings: Settings) -> WebhookServer | None:
