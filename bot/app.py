@@ -77,6 +77,11 @@ class StartupError(Exception):
     """The bot cannot start; the message says what to fix (one line, no secrets)."""
 
 
+def lease_ms(settings: Settings) -> int:
+    """How long a turn's lease lasts: a share of TAKEOVER_SECONDS (bot/bus/runner.py)."""
+    return int(settings.takeover_seconds * 1000 * LEASE_SHARE)
+
+
 def redis_location(url: str) -> str:
     """host:port of a Redis URL, never its credentials."""
     parts = urlsplit(url)
@@ -170,10 +175,7 @@ class App:
             )
             self.context.shape = stub_old_results
         self.albums = Albums(self.redis, self.intake.outage, settings.album_wait)
-        takeover_ms = int(settings.takeover_seconds * 1000)
-        states = TurnStates(
-            self.redis, settings.bot_instance, lease_ms=int(takeover_ms * LEASE_SHARE)
-        )
+        states = TurnStates(self.redis, settings.bot_instance, lease_ms=lease_ms(settings))
         self.engine = Engine(
             store=self.store,
             model=self.model,
@@ -253,12 +255,11 @@ class App:
 
     def _poller(self, settings: Settings) -> Poller:
         """Polls Telegram while this process holds the poller lease (polling mode)."""
-        takeover_ms = settings.takeover_seconds * 1000
         lease = Lease(
             self.redis,
             keys.POLLER_LEASE,
             settings.bot_instance,
-            lease_ms=int(min(POLLER_LEASE_MS, takeover_ms * LEASE_SHARE)),
+            lease_ms=min(POLLER_LEASE_MS, lease_ms(settings)),
         )
         return Poller(
             self.dispatcher, lease, self._start_polling, stop_timeout=settings.shutdown_timeout
