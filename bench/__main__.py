@@ -29,6 +29,7 @@ BENCHES = {
     "tools": "bench.tools_bench",
     "media": "bench.media_bench",
     "scale": "bench.scale_bench",
+    "streaming": "bench.streaming_bench",
 }
 #: Run only when named (``python -m bench scale``): real processes, minutes.
 NAMED_ONLY = {"scale"}

@@ -60,6 +60,7 @@ class InstantModel:
         on_text: Callable[[str], None],
         *,
         media: Media = None,
+        stop: asyncio.Event | None = None,
     ) -> Answer:
         on_text(ANSWER)
         return Answer(ANSWER, Usage(len(messages) * 50, 40), 0.0)
@@ -92,6 +93,11 @@ class InstantTelegram(TelegramOut):
         return contextlib.nullcontext()
 
     async def edit(self, chat_id: int, message_id: int, chunk: Chunk) -> None:
+        return None
+
+    async def draft(
+        self, chat_id: int, draft_id: int, chunk: Chunk | None, *, thread_id: int | None
+    ) -> None:
         return None
 
 

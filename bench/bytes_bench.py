@@ -18,6 +18,7 @@ script alone (one call per turn of a chain) for its Redis time per call
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Callable, Sequence
 
@@ -61,6 +62,7 @@ class ScriptedModel:
         on_text: Callable[[str], None],
         *,
         media: Media = None,
+        stop: asyncio.Event | None = None,
     ) -> Answer:
         on_text(self.answer)
         return Answer(self.answer, Usage(len(messages) * 50, 40), 0.0)

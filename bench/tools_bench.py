@@ -14,6 +14,7 @@ returning ``RESULT_CHARS`` characters, once with the stubs of earlier results
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Sequence
 
@@ -71,6 +72,7 @@ class ToolModel:
         *,
         tools: bytes | None = None,
         media: Media = None,
+        stop: asyncio.Event | None = None,
     ) -> Answer:
         self.sent_bytes.append(len(self.wire.stream_body(self.name, messages, tools, media)))
         done = 0

@@ -191,6 +191,7 @@ class App:
                 user_daily_tokens=settings.user_daily_token_limit,
                 max_calls_per_turn=settings.turn_max_model_calls,
                 max_tokens_per_turn=settings.turn_max_tokens,
+                show_reasoning=settings.show_reasoning,
             ),
             media=MediaReader(
                 self.store,
@@ -250,6 +251,7 @@ class App:
         self.dispatcher["redis"] = self.redis
         self.dispatcher["topics"] = self.topics
         self.dispatcher["settings"] = settings
+        self.dispatcher["stops"] = self.engine.stops
         self.webhook = self._webhook_server(settings)
         self.poller = self._poller(settings)
 

@@ -81,7 +81,7 @@ class Metrics:
         )
         self._first_text = Histogram(
             f"{PREFIX}_first_text_seconds",
-            "From the start of a turn to the first part of its answer on screen",
+            "From the start of a turn to the first text of its answer on screen (draft or message)",
             buckets=_SHORT,
             registry=r,
         )
@@ -132,7 +132,7 @@ class Metrics:
             self._turn_seconds.observe(time.monotonic() - started)
 
     def first_text(self, started: float, shown_at: float | None) -> None:
-        """The first part of an answer was on screen at ``shown_at`` (monotonic)."""
+        """The first text of an answer was on screen at ``shown_at`` (monotonic)."""
         if shown_at is not None:
             self._first_text.observe(shown_at - started)
 

@@ -95,6 +95,7 @@ SETTINGS_HELP: dict[str, str] = {
     "TEXT_FILE_MAX_BYTES": "largest text file read into the conversation (262144)",
     "ALBUM_WAIT": "seconds an album's photos are collected into one turn (1.0)",
     "SHUTDOWN_TIMEOUT": "seconds in-flight answers get to finish on SIGTERM (25)",
+    "SHOW_REASONING": "show a reasoning model's thoughts collapsed under the answer (false)",
     "BOT_INSTANCE": "this process's name on the message bus (default: the host name)",
     "REDIS_CLUSTER": "true: REDIS_URL names a node of a Redis Cluster (false)",
     "INTAKE_SHARDS": "intake streams; a chat's messages always go to the same one (1)",
@@ -232,6 +233,8 @@ class Settings(BaseSettings):
     album_wait: float = Field(1.0, gt=0, le=30)
     #: Seconds in-flight answers get to finish on SIGTERM.
     shutdown_timeout: float = Field(25.0, ge=0)
+    #: Show a reasoning model's thoughts, collapsed, in the final answer message.
+    show_reasoning: bool = False
     log_level: str = "INFO"
     #: host:port serving Prometheus ``/metrics`` and ``/healthz``; unset = off.
     metrics_listen: str | None = None

@@ -59,6 +59,23 @@ Token counting (deterministic; ``len`` counts Python characters)
   when ``tools`` is given;
 * completion_tokens = max(1, ceil(len(reply) / 4)).
 
+Reasoning models
+----------------
+``reasoner`` (messages -> thoughts, or None) makes the model think before it answers;
+``reasoning_style`` says how the thoughts are streamed: ``"reasoning_content"`` (DeepSeek,
+vLLM) or ``"reasoning"`` (Ollama, OpenRouter) deltas before the content, or ``"think"``:
+inside ``<think>…</think>`` at the start of the content (DeepSeek-R1, QwQ, Qwen3 served
+raw). A non-streaming reply carries them the same way (``message.reasoning_content`` /
+``message.reasoning``, or in the content). Thoughts are completion tokens:
+completion_tokens = max(1, ceil(len(thoughts + reply) / 4)), and
+``completion_tokens_details.reasoning_tokens`` = ceil(len(thoughts) / 4).
+
+Early close
+-----------
+A client that closes a stream before ``[DONE]`` (a user's stop) is recorded:
+``Request.closed_early`` is set and ``Request.events_sent`` says how many events went out
+before the server noticed and stopped generating. Use ``chunk_delay`` for a slow stream.
+
 Prompt cache emulation
 ----------------------
 The server remembers every prompt it processed (per model and tools): the digest of each prefix
@@ -224,6 +241,7 @@ class Usage:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int
+    reasoning_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -249,6 +267,12 @@ class Request:
     completed: bool = False
     #: The ``tool_calls`` the answer carried (a responder's :class:`ToolCalls`).
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    #: The client closed a stream before its end; nothing more was generated.
+    closed_early: bool = False
+    #: Stream events written so far (the role chunk included).
+    events_sent: int = 0
+    #: What the model thought before its reply (see ``FakeOpenAI.reasoner``).
+    thoughts: str = ""
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -685,6 +709,11 @@ class FakeOpenAI:
         self.model = model
         self.context_limit = context_limit
         self.responder: Callable[[list[dict[str, Any]]], str | ToolCalls] = default_responder
+        #: Thoughts before each reply (None: the model does not reason); see the docstring.
+        self.reasoner: Callable[[list[dict[str, Any]]], str | None] = lambda _messages: None
+        self.reasoning_style: Literal["reasoning_content", "reasoning", "think"] = (
+            "reasoning_content"
+        )
         self.chunk_chars = 8
         self.chunk_delay = 0.0
         self.report_usage = True
@@ -964,7 +993,7 @@ class FakeOpenAI:
             "total_tokens": usage.total_tokens,
             "prompt_tokens_details": {"cached_tokens": usage.cached_tokens, "audio_tokens": 0},
             "completion_tokens_details": {
-                "reasoning_tokens": 0,
+                "reasoning_tokens": usage.reasoning_tokens,
                 "audio_tokens": 0,
                 "accepted_prediction_tokens": 0,
                 "rejected_prediction_tokens": 0,
@@ -1159,12 +1188,16 @@ class FakeOpenAI:
         ):
             return self._drop(request)
         reply, finish, calls = self._reply(body)
+        thoughts = self._thoughts(body)
         key, digests, cached = self._prompt_cache(body)
         self._prefixes.setdefault(key, set()).update(digests)
         record.tool_calls = calls
-        said = reply + _tool_call_text({"tool_calls": calls})
-        usage = Usage(prompt_tokens(body), completion_tokens(said), cached)
+        said = thoughts + reply + _tool_call_text({"tool_calls": calls})
+        usage = Usage(
+            prompt_tokens(body), completion_tokens(said), cached, math.ceil(len(thoughts) / 4)
+        )
         record.usage = usage
+        record.thoughts = thoughts
         if streaming:
             stream_fault = fault if fault is not None and fault.kind in ("cut", "stall") else None
             return await self._stream(request, record, body, reply, finish, stream_fault)
@@ -1176,6 +1209,10 @@ class FakeOpenAI:
         }
         if calls:
             said_msg["tool_calls"] = calls
+        if thoughts and self.reasoning_style == "think":
+            said_msg["content"] = f"<think>{thoughts}</think>\n\n{reply}"
+        elif thoughts:
+            said_msg[self.reasoning_style] = thoughts
         completion: dict[str, Any] = {
             "id": f"chatcmpl-fake{next(self._ids)}",
             "object": "chat.completion",
@@ -1198,6 +1235,29 @@ class FakeOpenAI:
         record.completed = True
         return web.json_response(completion, headers=self._response_headers())
 
+    def _text_deltas(self, thoughts: str, reply: str, size: int) -> list[dict[str, Any]]:
+        """The deltas of the thoughts (as ``reasoning_style`` says) and the reply."""
+        deltas: list[dict[str, Any]] = []
+        content = reply
+        if thoughts and self.reasoning_style == "think":
+            content = f"<think>{thoughts}</think>\n\n{reply}"
+        elif thoughts:
+            field = self.reasoning_style
+            deltas += [
+                {"content": None, field: thoughts[i : i + size]}
+                for i in range(0, len(thoughts), size)
+            ]
+        return deltas + [{"content": content[i : i + size]} for i in range(0, len(content), size)]
+
+    def _thoughts(self, body: dict[str, Any]) -> str:
+        try:
+            thoughts = self.reasoner(copy.deepcopy(body["messages"]))
+        except Exception as exc:
+            raise _ApiError(
+                500, f"FakeOpenAI reasoner raised {exc!r}", type_="server_error"
+            ) from exc
+        return thoughts or ""
+
     async def _stream(
         self,
         request: web.Request,
@@ -1208,6 +1268,7 @@ class FakeOpenAI:
         fault: _Fault | None,
     ) -> web.StreamResponse:
         calls = record.tool_calls
+        thoughts = record.thoughts
         options = body.get("stream_options") or {}
         usage_requested = options.get("include_usage") is True and self.report_usage
         base: dict[str, Any] = {
@@ -1231,7 +1292,7 @@ class FakeOpenAI:
 
         size = max(1, self.chunk_chars)
         events = [chunk({"role": "assistant", "content": None if calls and not reply else ""})]
-        events += [chunk({"content": reply[i : i + size]}) for i in range(0, len(reply), size)]
+        events += [chunk(delta) for delta in self._text_deltas(thoughts, reply, size)]
         for index, call in enumerate(calls):
             if self.whole_tool_calls:
                 events.append(chunk({"tool_calls": [call]}))
@@ -1268,11 +1329,17 @@ class FakeOpenAI:
             for index, event in enumerate(events):
                 if not await self._pace(index, stop_at, fault):
                     return self._drop(request, response)
+                transport = request.transport
+                if transport is None or transport.is_closing():
+                    raise ConnectionResetError("the client closed the stream")
                 await response.write(event)
+                record.events_sent += 1
                 if index == usage_at and record.usage is not None:
                     self.usages.append(record.usage)
             await response.write_eof()
-        except ConnectionError:  # the client went away
+        except ConnectionError:  # the client went away: stop generating
+            record.closed_early = True
+            self._notify()
             return response
         record.completed = True
         return response

@@ -26,6 +26,15 @@ false}`` alone), with or without applying the method; ``unsupported_methods=`` m
 unknown to the server; ``flood_sends_per_second=``/``flood_edits_per_second=`` add per-chat
 and per-message flood limits.  Injected answers are marked in ``Call.fault``.
 
+Drafts (``sendMessageDraft``, Bot API 10.3) are private-chat only (a group gets Telegram's
+``400 TEXTDRAFT_PEER_INVALID``), at most 4096 visible characters, an empty text being the
+"Thinking…" placeholder; every draft shown is kept in :attr:`FakeTelegram.drafts`, the one
+on screen is :meth:`FakeTelegram.current_draft` (a message the bot sends replaces it).
+:meth:`FakeTelegram.stop_generation` is the user pressing a draft's stop button (only on a
+draft shown with ``can_stop``): it queues a ``stopped_message_generation`` update.  Like an
+older or self-hosted server, ``unsupported_methods={"sendMessageDraft"}`` (or adding it to
+that set while running) answers ``404 Not Found: method not found``.
+
 Deliberately stricter than Telegram (real Telegram silently passes these through):
 a bare ``&`` that does not start ``&lt;``/``&gt;``/``&amp;``/``&quot;``/``&#NN;``/``&#xHH;``
 (``;`` included) and ``<a>`` without ``href`` are rejected.  Pass ``strict_html=False`` to get
@@ -72,7 +81,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import ClientError, ClientSession, ClientTimeout, web
 
-__all__ = ["Call", "FakeTelegram", "Misbehaviour", "StoredMessage"]
+__all__ = ["Call", "Draft", "FakeTelegram", "Misbehaviour", "StoredMessage"]
 
 JSON = dict[str, Any]
 
@@ -123,6 +132,7 @@ _METHODS: Final = (
     "logOut",
     "getChat",
     "getFile",
+    "sendMessageDraft",
 )
 _CANONICAL: Final = {name.lower(): name for name in _METHODS}
 # Methods whose successful result is an object (so a field can be dropped or added).
@@ -142,7 +152,14 @@ _DEFAULT_FAULT_STATUS: Final = {"no_ok": 500, "html": 502, "bare_error": 400}
 
 # Methods whose flood limits are per chat: a 429 for one chat blocks them all for that chat.
 _CHAT_RATE_METHODS: Final = frozenset(
-    {"sendMessage", "sendPhoto", "sendDocument", "editMessageText", "sendChatAction"}
+    {
+        "sendMessage",
+        "sendPhoto",
+        "sendDocument",
+        "editMessageText",
+        "sendChatAction",
+        "sendMessageDraft",
+    }
 )
 _MAX_CAPTION_UNITS: Final = 1024
 # sendPhoto (core.telegram.org/bots/api#sendphoto): "The photo must be at most 10 MB in
@@ -152,6 +169,7 @@ _MAX_PHOTO_BYTES: Final = 10 * 1024 * 1024
 _PHOTO_SIDES: Final = (90, 320, 800, 1280, 2560)
 _PNG_SIGNATURE: Final = b"\x89PNG\r\n\x1a\n"
 _MAX_UPLOAD_BYTES: Final = 50 * 1024 * 1024
+_DRAFT_PEER_INVALID: Final = "Bad Request: TEXTDRAFT_PEER_INVALID"  # a draft outside a DM
 
 _CHAT_ACTIONS: Final = frozenset(
     {
@@ -230,6 +248,7 @@ _INT_FIELDS: Final = frozenset(
         "limit",
         "timeout",
         "max_connections",
+        "draft_id",
     }
 )
 # ... and these are kept verbatim; every other value is JSON-decoded when it parses as JSON.
@@ -337,6 +356,20 @@ class StoredMessage:
     photo: bytes | None = None  # the uploaded image of a photo the bot sent
     #: A document the bot uploaded: (file name, bytes).
     document: tuple[str, bytes] | None = None
+
+
+@dataclass(frozen=True)
+class Draft:
+    """One ``sendMessageDraft`` the server accepted: what the user saw while it streamed."""
+
+    chat_id: int
+    draft_id: int
+    text: str | None  # visible text after parsing; None for the "Thinking…" placeholder
+    html: str | None  # the raw ``text`` parameter
+    thread_id: int | None
+    can_stop: bool
+    keep_on_stop: bool
+    at: float  # the server clock when it was shown
 
 
 # --------------------------------------------------------------------------- internals
@@ -1219,6 +1252,7 @@ class FakeTelegram:
         first_name: str = "replychain",
         flood_edits_per_second: float | None = None,
         flood_sends_per_second: float | None = None,
+        flood_drafts_per_second: float | None = None,
         strict_html: bool = True,
         unsupported_methods: Iterable[str] = (),
         unsupported_answer: Literal["not_found", "no_ok"] = "not_found",
@@ -1234,6 +1268,12 @@ class FakeTelegram:
         #: violation by itself: the bot cannot know a chat's limit; sending again before
         #: retry_after elapsed is).
         self.flood_sends_per_second = flood_sends_per_second
+        #: Drafts to one chat per second before a 429 (recorded as a violation, like edits).
+        self.flood_drafts_per_second = flood_drafts_per_second
+        #: Every draft shown, oldest first.
+        self.drafts: list[Draft] = []
+        self._draft_on_screen: dict[int, Draft] = {}
+        self._draft_windows: dict[int, deque[float]] = {}
         #: Methods this server does not implement at all (canonical names, e.g.
         #: ``"setMyCommands"``), answered as ``unsupported_answer`` says: ``"not_found"`` like
         #: telegram-bot-api (404 ``Not Found: method not found``) or ``"no_ok"`` like a
@@ -1302,6 +1342,7 @@ class FakeTelegram:
             "logOut": lambda _params: True,
             "getChat": self._get_chat,
             "getFile": self._get_file,
+            "sendMessageDraft": self._send_message_draft,
         }
         #: Files users sent: file_id -> (file_unique_id, bytes, reported file_size).
         self._files: dict[str, tuple[str, bytes, int]] = {}
@@ -1638,6 +1679,31 @@ class FakeTelegram:
         self._notify()
         return update_id
 
+    def current_draft(self, chat_id: int) -> Draft | None:
+        """The draft the user sees in the chat now (None once a message replaced it)."""
+        return self._draft_on_screen.get(chat_id)
+
+    def drafts_in(self, chat_id: int) -> list[Draft]:
+        return [draft for draft in self.drafts if draft.chat_id == chat_id]
+
+    def stop_generation(self, chat_id: int, draft_id: int | None = None) -> int:
+        """The user presses the stop button of a draft (default: the one on screen).
+
+        Only a draft shown with ``can_stop`` has the button. Queues the
+        ``stopped_message_generation`` update; returns its update_id.
+        """
+        shown = self.current_draft(chat_id) if draft_id is None else next(
+            (d for d in reversed(self.drafts_in(chat_id)) if d.draft_id == draft_id), None
+        )  # fmt: skip
+        if shown is None or not shown.can_stop:
+            raise ValueError(f"no draft with a stop button to press in chat {chat_id}")
+        if not shown.keep_on_stop and self._draft_on_screen.get(chat_id) == shown:
+            del self._draft_on_screen[chat_id]
+        event: JSON = {"chat": self._chat(chat_id).as_dict(), "draft_id": shown.draft_id}
+        if shown.thread_id is not None:
+            event["message_thread_id"] = shown.thread_id
+        return self.push_update({"stopped_message_generation": event})
+
     def delete_message(self, chat_id: int, message_id: int) -> None:
         """As if the user deleted the message (bots get no update for that)."""
         self.message(chat_id, message_id).deleted = True
@@ -1923,7 +1989,23 @@ class FakeTelegram:
             self._check_edit_flood(params, now)
         if method in ("sendMessage", "sendPhoto"):
             self._check_send_flood(chat_id, now)
+        if method == "sendMessageDraft":
+            self._check_draft_flood(chat_id, now)
         return misbehaving
+
+    def _check_draft_flood(self, chat_id: int | None, now: float) -> None:
+        limit = self.flood_drafts_per_second
+        if limit is None or chat_id is None:
+            return
+        window = self._draft_windows.setdefault(chat_id, deque())
+        while window and now - window[0] >= 1.0:
+            window.popleft()
+        if len(window) + 1 > limit:
+            self.violations.append(
+                f"sendMessageDraft: more than {limit:g} drafts/s in chat {chat_id}"
+            )
+            raise _ApiError(429, "Too Many Requests: retry after 1", retry_after=1)
+        window.append(now)
 
     def _check_send_flood(self, chat_id: int | None, now: float) -> None:
         rate = self.flood_sends_per_second
@@ -2344,6 +2426,7 @@ class FakeTelegram:
         text, entities, mode, raw_text = self._format(params)
         thread_id, reply = self._placement(chat, params)
         markup = _reply_markup(params)
+        self._draft_on_screen.pop(chat.id, None)  # a message the bot sends replaces its draft
         message = self._store(
             chat,
             self._bot_user(),
@@ -2458,6 +2541,31 @@ class FakeTelegram:
         )
         message.document = (name, data)
         return copy.deepcopy(message.raw)
+
+    def _send_message_draft(self, params: JSON) -> bool:
+        chat = self._target_chat(params)
+        if chat.type != "private":
+            raise _ApiError(400, _DRAFT_PEER_INVALID)
+        draft_id = _opt_int(params, "draft_id")
+        if draft_id is None:
+            raise _ApiError(400, 'Bad Request: parameter "draft_id" is required')
+        if draft_id == 0:
+            raise _ApiError(400, "Bad Request: draft_id must be non-zero")
+        thread_id = _opt_int(params, "message_thread_id")
+        self._check_thread(chat, thread_id)
+        raw = params.get("text")
+        text: str | None = None
+        html: str | None = None
+        if raw not in (None, ""):  # an empty text is the "Thinking…" placeholder
+            text, _entities, _mode, html = self._format(params)
+        draft = Draft(
+            chat.id, draft_id, text, html, thread_id, _truthy(params.get("can_stop")),
+            _truthy(params.get("keep_on_stop")), self._clock(),
+        )  # fmt: skip
+        self.drafts.append(draft)
+        self._draft_on_screen[chat.id] = draft
+        self._notify()
+        return True
 
     def _edit_message_text(self, params: JSON) -> JSON:
         if params.get("inline_message_id"):

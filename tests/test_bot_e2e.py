@@ -232,6 +232,7 @@ async def test_telegram_429_during_streaming_is_honoured(
     llm.responder = lambda _messages: " ".join(f"w{i}" for i in range(120))
     llm.chunk_chars = 20
     llm.chunk_delay = 0.05
+    tg.unsupported_methods.add("sendMessageDraft")  # edit streaming (tests/test_drafts.py: drafts)
     tg.fail_next("editMessageText", status=429, retry_after=1)
     async with start_bot() as app:
         _, text = await ask(tg, app, USER, "stream please")
@@ -265,6 +266,7 @@ async def test_typing_is_shown_while_waiting_for_the_model(
     tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory
 ) -> None:
     llm.gate = asyncio.Event()
+    tg.unsupported_methods.add("sendMessageDraft")  # drafts show "Thinking…" (test_drafts.py)
     async with start_bot() as app:
         message = tg.send_user_message(USER, USER, "think hard")
         await tg.wait_for(lambda: any(c.method == "sendChatAction" for c in tg.calls))
@@ -325,7 +327,10 @@ async def test_streaming_edits_stay_within_one_per_second(
     llm.responder = lambda _m: words
     llm.chunk_chars = 12
     llm.chunk_delay = 0.03  # ~2.5 s of streaming
-    async with FakeTelegram(flood_edits_per_second=1) as tg:
+    # edit streaming, on a server without drafts (tests/test_drafts.py paces drafts)
+    async with FakeTelegram(
+        flood_edits_per_second=1, unsupported_methods=("sendMessageDraft",)
+    ) as tg:
         tg.add_private_chat(USER, "Ada")
         async with running_bot(settings_for(tg, llm, redis_server.url)) as app:
             first, text = await ask(tg, app, USER, "stream")

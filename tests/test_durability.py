@@ -91,6 +91,7 @@ async def test_kill_mid_stream_finishes_by_editing(
     )
     llm.chunk_chars = 10
     llm.chunk_delay = 0.03  # ~5 s of streaming
+    tg.unsupported_methods.add("sendMessageDraft")  # edits (test_drafts.py: kill mid-draft)
     env = env_for(tg, llm, redis_server.url)
     first = BotProcess(env, tmp_path)
     await first.start()
@@ -123,6 +124,7 @@ async def test_kill_after_sending_before_storing(
     llm.responder = lambda m: words if m[-1]["content"] == "kill me late" else "echo: and then?"
     llm.chunk_chars = 10
     llm.chunk_delay = 0.02  # streams, so the final text arrives as an edit
+    tg.unsupported_methods.add("sendMessageDraft")  # (drafts send the final text anew)
     env = env_for(tg, llm, redis_server.url)
     first = BotProcess(env, tmp_path)
 

@@ -847,6 +847,7 @@ async def test_deleting_an_answer_while_it_streams_sends_it_anew(
     llm.responder = lambda _messages: " ".join(f"w{i}" for i in range(300))
     llm.chunk_chars = 20
     llm.chunk_delay = 0.05  # about 3.5 s of streaming
+    tg.unsupported_methods.add("sendMessageDraft")  # a part on screen while streaming: edits
     async with start_bot() as app:
         asked = tg.send_user_message(USER, USER, "zz1001zz stream please")
         await tg.wait_for(lambda: bool(answers_to(tg, USER, asked["message_id"])))

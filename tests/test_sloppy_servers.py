@@ -123,10 +123,10 @@ async def test_an_unforeseen_failure_ends_in_a_notice_and_a_dead_letter(
 ) -> None:
     caplog.set_level(logging.ERROR, logger="replychain")
 
-    def fragile(text: str, *, prefix: str = "") -> list[Chunk]:
+    def fragile(text: str, *, prefix: str = "", reasoning: str = "") -> list[Chunk]:
         if "boom" in text:
             raise RuntimeError("a bug nobody foresaw")
-        return render_chunks(text, prefix=prefix)
+        return render_chunks(text, prefix=prefix, reasoning=reasoning)
 
     monkeypatch.setattr(bot.telegram.writer, "render_chunks", fragile)
     async with start_bot(turn_max_attempts=2) as app:

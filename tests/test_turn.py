@@ -6,6 +6,7 @@ so a failure points at a step, not at a 40-second end-to-end run.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -40,6 +41,8 @@ class RecordingTelegram(TelegramOut):
         self.shown: dict[int, str] = {}
         self.sends = 0
         self.edits = 0
+        #: (draft id, text or None for "Thinking…") of every draft shown
+        self.shown_drafts: list[tuple[int, str | None]] = []
 
     async def send(
         self, chat_id: int, chunk: Chunk, *, reply_to: int | None, thread_id: int | None
@@ -57,6 +60,11 @@ class RecordingTelegram(TelegramOut):
     async def edit(self, chat_id: int, message_id: int, chunk: Chunk) -> None:
         self.edits += 1
         self.shown[message_id] = chunk.plain
+
+    async def draft(
+        self, chat_id: int, draft_id: int, chunk: Chunk | None, *, thread_id: int | None
+    ) -> None:
+        self.shown_drafts.append((draft_id, chunk.plain if chunk is not None else None))
 
     async def delete(self, chat_id: int, message_id: int) -> None:
         self.shown.pop(message_id, None)
@@ -77,6 +85,7 @@ class ScriptedModel:
         on_text: Callable[[str], None],
         *,
         media: Media = None,
+        stop: asyncio.Event | None = None,
     ) -> Answer:
         self.calls += 1
         if self.fail is not None:

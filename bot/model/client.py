@@ -16,10 +16,22 @@ does auth, retries (bytes replay), error mapping and SSE parsing. The bytes are
 exactly what ``create()`` would have sent (same keys in the same order, the
 same ``json.dumps`` settings as the SDK's ``openapi_dumps``), so the same chain
 is the same request bytes every turn and prompt caches keep hitting.
+
+Reasoning models think before they answer, either in ``reasoning_content`` /
+``reasoning`` deltas or inside ``<think>…</think>`` at the start of the content
+(DeepSeek-R1, QwQ, Qwen3 served by Ollama or vLLM). Both are kept apart from the
+answer's text (:attr:`Answer.reasoning`): never shown as the answer, never
+stored as history. Their tokens count as completion tokens (providers report
+them so; an estimate counts their text).
+
+A stream can be stopped (the user's stop button): the HTTP stream is closed at
+once, so the provider stops generating and billing, and what arrived so far is
+the answer (``stopped``), with an estimated usage.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import inspect
 import json
@@ -28,9 +40,9 @@ import math
 import re
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, cast
+from typing import Any, Literal, Protocol, TypeVar, cast
 
 import openai
 from cachetools import LRUCache
@@ -43,6 +55,8 @@ from transcript import ChatMessage, ToolCall
 from ..retry import Backoff, retrying
 
 log = logging.getLogger("replychain.model")
+
+T = TypeVar("T")
 
 ErrorKind = Literal[
     "rate_limited", "unavailable", "timeout", "too_long", "rejected", "config", "no_images"
@@ -79,6 +93,10 @@ class Answer:
     latency: float
     #: Tools the model asked to run (only when it was offered tools).
     tool_calls: tuple[ToolCall, ...] = ()
+    #: What a reasoning model thought before answering (never part of ``text``).
+    reasoning: str = ""
+    #: The user stopped the answer: ``text`` is what had arrived by then.
+    stopped: bool = False
 
 
 class ModelError(Exception):
@@ -116,6 +134,7 @@ class Model(Protocol):
         on_text: Callable[[str], None],
         *,
         media: Media = None,
+        stop: asyncio.Event | None = None,
     ) -> Answer: ...
 
     async def complete(self, messages: Sequence[ChatMessage], *, max_tokens: int) -> Answer: ...
@@ -146,7 +165,82 @@ def _usage(reported: CompletionUsage) -> Usage:
 
 
 def _estimated(messages: Sequence[ChatMessage], text: str) -> Usage:
+    """``text``: everything generated, thoughts included (they are completion tokens)."""
     return Usage(estimate_messages(messages), estimate_text(text), 0, estimated=True)
+
+
+async def _unless_stopped(work: Awaitable[T], stop: asyncio.Event | None) -> T | None:
+    """``work``'s result, or None when ``stop`` was set first (``work`` is then cancelled,
+    which closes its HTTP stream)."""
+    if stop is None:
+        return await work
+    task = asyncio.ensure_future(work)
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        if not task.done():
+            task.cancel()
+    await asyncio.wait({task})
+    return None if task.cancelled() else task.result()
+
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+def split_think(content: str) -> tuple[str, str] | None:
+    """(thoughts, answer) of content that may start with ``<think>…</think>``.
+
+    None while that cannot be told yet (the content so far could still become
+    the opening tag). Until the closing tag arrives everything is thought.
+    """
+    head = content.lstrip()
+    if not head.startswith(THINK_OPEN):
+        return None if THINK_OPEN.startswith(head) else ("", content)
+    end = head.find(THINK_CLOSE, len(THINK_OPEN))
+    if end == -1:
+        return head[len(THINK_OPEN) :], ""
+    return head[len(THINK_OPEN) : end].strip(), head[end + len(THINK_CLOSE) :].lstrip()
+
+
+class _Progress:
+    """One stream's answer and thoughts so far."""
+
+    def __init__(self) -> None:
+        self.content = ""  # the content deltas, as they came
+        self.text = ""
+        self.think = ""  # the content's <think> part
+        self.thought = ""  # the reasoning deltas
+        self._settled = False  # the content's answer has begun: deltas just append
+
+    @property
+    def reasoning(self) -> str:
+        return "\n\n".join(part for part in (self.thought.strip(), self.think.strip()) if part)
+
+    @property
+    def generated(self) -> str:
+        """Everything the model generated (thoughts count as completion tokens)."""
+        return self.content + self.thought
+
+    def add(self, piece: str) -> bool:
+        """One content delta; True when the answer's text grew."""
+        self.content += piece
+        if self._settled:
+            self.text += piece
+            return True
+        split = split_think(self.content)
+        if split is None:
+            return False
+        before = self.text
+        self.think, self.text = split
+        self._settled = bool(self.text)
+        return self.text != before
+
+    def finish(self) -> None:
+        """The stream ended: content still undecided is answer, not thought."""
+        if split_think(self.content) is None:
+            self.text = self.content
 
 
 def _lead(messages: Sequence[ChatMessage]) -> int:
@@ -503,13 +597,16 @@ class ModelClient:
         *,
         tools: bytes | None = None,
         media: Media = None,
+        stop: asyncio.Event | None = None,
     ) -> Answer:
         """Stream one answer, calling ``on_text`` with the whole text so far.
 
         ``tools`` (the encoded ``tools`` array) offers tools; the answer's
         ``tool_calls`` are what the model asked to run. Without it the request
         is exactly what it was before tools existed. ``media`` holds the bytes
-        of the messages' images (see :data:`Media`).
+        of the messages' images (see :data:`Media`). Setting ``stop`` ends the
+        call at once: the stream is closed and what arrived so far is returned
+        as a ``stopped`` answer.
         """
         body: bytes | list[dict[str, Any]] = (
             self.wire.stream_body(self.model, messages, tools, media)
@@ -517,25 +614,49 @@ class ModelClient:
             else wire_messages(messages, media)
         )
         started = time.monotonic()
+        progress = _Progress()
+        if stop is not None and stop.is_set():  # stopped while the request was prepared
+            return Answer("", Usage(0, 0, 0, estimated=True), 0.0, stopped=True)
+
+        def attempt() -> Awaitable[Answer]:
+            nonlocal progress
+            progress = _Progress()  # a retried stream starts over
+            return self._stream_once(
+                messages, body=body, on_text=on_text, started=started, progress=progress,
+                tools=tools,
+            )  # fmt: skip
+
         try:
             # The SDK retried the request itself (429, 5xx, timeouts); only a
             # stream that broke before any text arrived is retried here.
-            return await retrying(
-                lambda: self._stream_once(
-                    messages, body=body, on_text=on_text, started=started, tools=tools
+            answer = await _unless_stopped(
+                retrying(
+                    attempt,
+                    on=(ModelError,),
+                    when=lambda exc: isinstance(exc, ModelError) and exc.broke_before_text,
+                    attempts=self.max_retries + 1,
+                    backoff=BROKEN_STREAM_BACKOFF,
+                    on_retry=lambda _exc: log.info("model stream broke before any text; retrying"),
                 ),
-                on=(ModelError,),
-                when=lambda exc: isinstance(exc, ModelError) and exc.broke_before_text,
-                attempts=self.max_retries + 1,
-                backoff=BROKEN_STREAM_BACKOFF,
-                on_retry=lambda _exc: log.info("model stream broke before any text; retrying"),
+                stop,
             )
         except ModelError as exc:
             # a failed call may still be billed for what it streamed: estimate it
             exc.latency = time.monotonic() - started
-            if exc.partial:
-                exc.usage = _estimated(messages, exc.partial)
+            if progress.generated:
+                exc.usage = _estimated(messages, progress.generated)
             raise
+        if answer is not None:
+            return answer
+        log.info("the answer was stopped by the user; the model stream is closed")
+        progress.finish()
+        return Answer(
+            progress.text,
+            _estimated(messages, progress.generated),
+            time.monotonic() - started,
+            reasoning=progress.reasoning,
+            stopped=True,
+        )
 
     async def complete(self, messages: Sequence[ChatMessage], *, max_tokens: int) -> Answer:
         """One answer without streaming (used for summaries); errors as :class:`ModelError`."""
@@ -559,6 +680,8 @@ class ModelClient:
             error.latency = time.monotonic() - started
             raise error from exc
         text = (response.choices[0].message.content or "") if response.choices else ""
+        split = split_think(text)  # a summary never carries the model's thoughts
+        text = split[1] if split is not None else text
         reported = response.usage
         usage = _usage(reported) if reported is not None else _estimated(messages, text)
         return Answer(text, usage, time.monotonic() - started)
@@ -600,13 +723,13 @@ class ModelClient:
         body: bytes | list[dict[str, Any]],
         on_text: Callable[[str], None],
         started: float,
+        progress: _Progress,
         tools: bytes | None = None,
     ) -> Answer:
         try:
             stream = await self._open_stream(body, tools)
         except openai.OpenAIError as exc:
             raise _classify(exc) from exc
-        text = ""
         usage: Usage | None = None
         calls: dict[int, list[str]] = {}  # index -> [id, name, arguments]
         try:
@@ -615,30 +738,43 @@ class ModelClient:
                     usage = _usage(chunk.usage)
                 for choice in chunk.choices:
                     _add_call_deltas(calls, choice.delta.tool_calls)
-                    if choice.delta.content:
-                        text += choice.delta.content
+                    delta = choice.delta
+                    extra = delta.model_extra or {}
+                    thought = extra.get("reasoning_content") or extra.get("reasoning")
+                    if isinstance(thought, str):
+                        progress.thought += thought
+                    if delta.content and progress.add(delta.content):
                         try:
-                            on_text(text)
+                            on_text(progress.text)
                         except Exception as exc:
                             raise _ReaderFailedError(exc) from exc
         except _ReaderFailedError as wrapped:
             raise wrapped.error from None  # the reader's own failure, not the model's
         except openai.OpenAIError as exc:
             classified = _classify(exc)
-            error = ModelError(classified.kind, classified.detail, text)
+            error = ModelError(classified.kind, classified.detail, progress.text)
             error.mid_stream = True
             raise error from exc
         except Exception as exc:
             # some SDK versions let transport errors of a broken stream through unwrapped
-            error = ModelError("unavailable", f"the stream broke ({type(exc).__name__})", text)
+            detail = f"the stream broke ({type(exc).__name__})"
+            error = ModelError("unavailable", detail, progress.text)
             error.mid_stream = True
             raise error from exc
         finally:
             await stream.close()
+        progress.finish()
         tool_calls = tuple(
             ToolCall(calls[i][0] or f"call_{uuid.uuid4().hex[:24]}", calls[i][1], calls[i][2])
             for i in sorted(calls)
         )  # a server that sends no id still gets its call paired with its result
         if usage is None:
-            usage = _estimated(messages, text + "".join(c.arguments for c in tool_calls))
-        return Answer(text, usage, time.monotonic() - started, tool_calls)
+            generated = progress.generated + "".join(c.arguments for c in tool_calls)
+            usage = _estimated(messages, generated)
+        return Answer(
+            progress.text,
+            usage,
+            time.monotonic() - started,
+            tool_calls=tool_calls,
+            reasoning=progress.reasoning,
+        )

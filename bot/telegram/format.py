@@ -93,6 +93,8 @@ _STRIKE = _Tag("s", "<s>", "</s>")
 _CODE = _Tag("code", "<code>", "</code>")
 _QUOTE = _Tag("blockquote", "<blockquote>", "</blockquote>")
 _PRE = _Tag("pre", "<pre><code>", "</code></pre>")
+#: A reasoning model's thoughts: collapsed under the answer's first line until tapped.
+_THOUGHTS = _Tag("blockquote", "<blockquote expandable>", "</blockquote>")
 
 _INLINE_OPEN = {"strong_open": _BOLD, "em_open": _ITALIC, "s_open": _STRIKE}
 _INLINE_CLOSE = frozenset({"strong_close", "em_close", "s_close", "link_close"})
@@ -470,15 +472,21 @@ def _body_runs(markdown: str) -> tuple[list[str], list[_Stack]]:
     return texts, stacks
 
 
-def render_chunks(markdown: str, *, prefix: str = "", limit: int = TELEGRAM_LIMIT) -> list[Chunk]:
+def render_chunks(
+    markdown: str, *, prefix: str = "", reasoning: str = "", limit: int = TELEGRAM_LIMIT
+) -> list[Chunk]:
     """Convert the model's Markdown to Telegram HTML chunks of at most `limit` visible units.
 
-    `prefix` (plain text) starts the first chunk and counts against its limit.  Works
+    `prefix` (plain text) starts the first chunk and counts against its limit;
+    `reasoning` (plain text) follows it as a collapsed (expandable) quote.  Works
     on partial (still streaming) Markdown too.  Never returns an empty list or chunk.
     """
     if limit < 2:
         raise ValueError("limit must be at least 2 UTF-16 units")
     texts, stacks = _body_runs(_clean(markdown))
+    thoughts = _clean(reasoning).strip()
+    if thoughts:
+        texts, stacks = [thoughts, "\n", *texts], [(_THOUGHTS,), (), *stacks]
     prefix = _clean(prefix) if prefix.strip() else ""
     keep = 0  # avoid cutting inside the prefix
     if not texts:  # the output's trailing whitespace is trimmed, the prefix's too

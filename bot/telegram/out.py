@@ -1,12 +1,13 @@
 """Sending to Telegram: answer parts and notices, as typed outcomes the turn can act on.
 
-Every Telegram failure a turn may meet becomes one of four errors (the
+Every Telegram failure a turn may meet becomes one of five errors (the
 session, :mod:`bot.telegram.session`, has already classified odd answers and
 waited out flood control)::
 
     ChatUnavailableError      the bot may not write to this chat any more (403)
     AnswerRejectedError       a 400 that retrying will not fix
     MessageGoneError          the message to edit was deleted
+    DraftsUnavailableError    this chat, or this Bot API server, takes no drafts
     TelegramUnavailableError  5xx, network, flood control past its bound, an answer
                               that cannot be read: try the turn again later
 
@@ -34,7 +35,7 @@ from aiogram.exceptions import (
 from aiogram.types import BufferedInputFile, InlineKeyboardMarkup, Message, ReplyParameters
 
 from .format import Chunk
-from .session import BadResponseError, UnreadableResultError
+from .session import BadResponseError, UnknownMethodError, UnreadableResultError
 
 log = logging.getLogger("replychain.telegram")
 
@@ -49,6 +50,10 @@ class AnswerRejectedError(Exception):
 
 class MessageGoneError(Exception):
     """The message to edit no longer exists (the user deleted it)."""
+
+
+class DraftsUnavailableError(Exception):
+    """No drafts here: the chat takes none, or the Bot API server knows no ``sendMessageDraft``."""
 
 
 class TelegramUnavailableError(Exception):
@@ -69,6 +74,11 @@ def _is_not_modified(exc: TelegramBadRequest) -> bool:
 
 def _is_gone(exc: TelegramBadRequest) -> bool:
     return "message to edit not found" in _text(exc) or "message_id_invalid" in _text(exc)
+
+
+def _is_draft_peer(exc: TelegramBadRequest) -> bool:
+    """Telegram's answer to a draft for a chat that is not a private one."""
+    return "textdraft_peer_invalid" in _text(exc)
 
 
 def _is_thread_gone(exc: TelegramBadRequest) -> bool:
@@ -118,6 +128,10 @@ class _Typing:
 
 class TelegramOut:
     """Sends, edits and deletes messages; the only place the turn flow talks to Telegram."""
+
+    #: Whether answers stream as drafts in private chats; the first server that knows no
+    #: ``sendMessageDraft`` turns it off for the life of the process.
+    drafts = True
 
     def __init__(self, bot: Bot) -> None:
         self.bot = bot
@@ -183,6 +197,49 @@ class TelegramOut:
                 raise AnswerRejectedError(exc.message) from exc
         except UnreadableResultError as exc:
             log.info("chat %s: %s; the edit counts as done", chat_id, exc.message)
+
+    async def draft(
+        self, chat_id: int, draft_id: int, chunk: Chunk | None, *, thread_id: int | None
+    ) -> None:
+        """Show ``chunk`` as the chat's draft with a stop button (None: "Thinking…").
+
+        Raises :class:`DraftsUnavailableError` when the chat takes no drafts or the
+        server does not know the method; the latter also turns drafts off for good.
+        """
+        common: dict[str, Any] = {
+            "chat_id": chat_id,
+            "draft_id": draft_id,
+            "message_thread_id": thread_id,
+            # the stop button; the partial text stays until the final message replaces it
+            "can_stop": True,
+            "keep_on_stop": True,
+        }
+        try:
+            try:
+                text = chunk.html if chunk is not None else ""
+                await self._call(self.bot.send_message_draft(text=text, **common))
+            except TelegramBadRequest as exc:
+                if chunk is None or not _is_parse_error(exc):
+                    raise
+                await self._call(
+                    self.bot.send_message_draft(text=chunk.plain, parse_mode=None, **common)
+                )
+        except UnknownMethodError as exc:
+            if self.drafts:  # one line, however many answers were drafting
+                log.warning(
+                    "the Bot API server does not know sendMessageDraft (%s); "
+                    "answers stream by editing messages from now on",
+                    exc.message,
+                )
+            self.drafts = False
+            raise DraftsUnavailableError(exc.message) from exc
+        except TelegramBadRequest as exc:
+            if _is_draft_peer(exc) or _is_thread_gone(exc):
+                # the answer goes on by sending messages, which handle both cases
+                raise DraftsUnavailableError(exc.message) from exc
+            raise AnswerRejectedError(exc.message) from exc
+        except UnreadableResultError as exc:
+            log.info("chat %s: %s; the draft counts as shown", chat_id, exc.message)
 
     def typing(
         self, chat_id: int, thread_id: int | None, interval: float
@@ -297,7 +354,7 @@ class TelegramOut:
             return await request
         except TelegramForbiddenError as exc:
             raise ChatUnavailableError(exc.message) from exc
-        except (TelegramBadRequest, UnreadableResultError):
+        except (TelegramBadRequest, UnreadableResultError, UnknownMethodError):
             raise  # the caller decides
         except (
             TelegramServerError,

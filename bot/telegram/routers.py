@@ -19,7 +19,7 @@ from typing import Any
 from aiogram import BaseMiddleware, Bot, F, Router
 from aiogram.enums import ChatType, ContentType
 from aiogram.filters import Command, CommandStart, Filter
-from aiogram.types import BotCommand, Message, TelegramObject, Update
+from aiogram.types import BotCommand, Message, MessageGenerationStopped, TelegramObject, Update
 from aiogram.types.update import UpdateTypeLookupError
 
 from transcript import TranscriptStore
@@ -30,6 +30,7 @@ from ..bus.intake import Intake
 from ..settings import Settings
 from ..usage.accounting import Accounting
 from ..usage.reports import OWNER_ONLY_TEXT, stats_chart, stats_report, usage_report
+from .drafts import StopButtons
 from .out import Notifier
 from .steering import steering_router, topic_router
 
@@ -239,6 +240,17 @@ def build_router(allowed_user_ids: frozenset[int]) -> Router:
         child.edited_message.middleware(access)
         root.include_router(child)
     root.include_router(topic_router())  # service messages: noted, never answered
+
+    # a handler here also puts this update type into getUpdates' allowed_updates
+    @root.stopped_message_generation()
+    async def on_stop(event: MessageGenerationStopped, stops: StopButtons) -> None:
+        """The stop button under a draft: end that answer (if this process writes it)."""
+        if stops.press(event.chat.id, event.draft_id):
+            log.info("answer in chat %s stopped by the user", event.chat.id)
+        else:
+            log.info("stop for draft %s of chat %s: no such answer here", event.draft_id,
+                     event.chat.id)  # fmt: skip
+
     return root
 
 

@@ -6,6 +6,8 @@ of aiogram's ``ClientDecodeError`` (or worse), so callers handle it like any
 other Telegram error::
 
     HTTP 5xx, whatever the body                  -> TelegramServerError (retried)
+    404 "method not found" (an older or          -> UnknownMethodError (a TelegramNotFound)
+      self-hosted server lacks the method)
     {"ok": true} with a result that does not     -> UnreadableResultError (the server
       decode (fields missing or malformed)            did it; ``result`` holds the raw JSON)
     anything else that is not a Bot API answer   -> BadResponseError
@@ -42,6 +44,7 @@ from aiogram.client.session.middlewares.base import (
 from aiogram.exceptions import (
     ClientDecodeError,
     TelegramAPIError,
+    TelegramNotFound,
     TelegramRetryAfter,
     TelegramServerError,
 )
@@ -69,6 +72,10 @@ SERVER_ERROR_BACKOFF = Backoff(1.0, 4.0, 0.2)
 
 class BadResponseError(TelegramAPIError):
     """The Bot API server answered something that is not a Bot API response."""
+
+
+class UnknownMethodError(TelegramNotFound):
+    """The Bot API server does not know the method (an older or self-hosted server)."""
 
 
 class UnreadableResultError(TelegramAPIError):
@@ -102,6 +109,10 @@ class BotApiSession(AiohttpSession):
         name = type(method).__name__
         try:
             return super().check_response(bot, method, status_code, content)
+        except TelegramNotFound as exc:
+            if "method not found" in (exc.message or "").lower():
+                raise UnknownMethodError(method=method, message=exc.message) from None
+            raise
         except ClientDecodeError as exc:
             if isinstance(method, GetUpdates) and (cleaned := _without_undecodable(bot, content)):
                 same = cast("TelegramMethod[TelegramType]", method)

@@ -1,14 +1,21 @@
-"""Streaming an answer into Telegram: show it early, grow it by throttled edits.
+"""Streaming an answer into Telegram: show it early, grow it, then persist it.
 
 While the model streams, :class:`AnswerWriter` re-renders the whole text so far
-and brings the Telegram messages in line: the first part is sent as soon as
-text exists, later parts are sent when the answer outgrows 4096 characters, and
-changed parts are edited at most once per ``edit_interval`` seconds. A typing
-action is shown until the first part is out.
-Every new part goes through the :class:`PartJournal`: it is announced before
+and brings Telegram in line, at most once per ``edit_interval`` seconds. In a
+group it edits messages: the first part is sent as soon as text exists, later
+parts when the answer outgrows 4096 characters, and changed parts are edited;
+a typing action is shown until the first part is out. In a private chat it
+streams drafts instead (``sendMessageDraft``, one draft id per part, with a
+stop button): an empty draft ("Thinking…") when the model has no text after
+``FIRST_SHOW_DELAY``, then the part being written, while parts already complete are sent as
+messages; the final text is sent as messages (drafts are ephemeral). When the
+chat or the server takes no drafts, the writer goes on by editing, from the
+same text: nothing shown is lost or sent twice.
+Every new message goes through the :class:`PartJournal`: it is announced before
 it is sent (so nothing is sent while the journal cannot record it, e.g. while
 Redis is away) and recorded once Telegram accepted it, before anything else
-is sent, so a part on screen is never forgotten by a crash.
+is sent, so a part on screen is never forgotten by a crash. Drafts are not
+journaled: they vanish by themselves.
 """
 
 from __future__ import annotations
@@ -22,8 +29,9 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
+from .drafts import draft_id
 from .format import Chunk, render_chunks
-from .out import ChatUnavailableError, MessageGoneError, TelegramOut
+from .out import ChatUnavailableError, DraftsUnavailableError, MessageGoneError, TelegramOut
 from .session import AFTER_FLOOD_WAIT
 
 log = logging.getLogger("replychain.answer")
@@ -31,12 +39,18 @@ log = logging.getLogger("replychain.answer")
 TYPING_EVERY = 4.5  # Telegram shows a chat action for about 5 s
 #: The first part waits this long for more text, so a short answer arrives whole.
 FIRST_SHOW_DELAY = 0.5
+#: A draft shows for about 30 s: one not updated for this long is shown again.
+DRAFT_REFRESH = 20.0
 
 
 @dataclass(slots=True)
 class Part:
     message_id: int
     chunk: Chunk | None  # None: sent by an earlier run, content unknown
+
+
+#: No draft shown yet (a draft of None is the "Thinking…" placeholder).
+_NO_DRAFT = object()
 
 
 class JournalUnavailableError(Exception):
@@ -81,7 +95,10 @@ class AnswerWriter:
         thread_id: int | None,
         edit_interval: float,
         existing: Sequence[int] = (),
+        draft_of: int | None = None,
     ) -> None:
+        """``draft_of``: stream drafts named after this message (the question; private
+        chats only) instead of editing messages, unless parts are already on screen."""
         self._out = out
         self._chat_id = chat_id
         self._reply_to = reply_to
@@ -94,11 +111,18 @@ class AnswerWriter:
         self.parts: list[Part] = [Part(m, None) for m in existing]
         #: Where new parts are announced and recorded (none by default).
         self.journal: PartJournal = _NoJournal()
+        self._draft_of = draft_of if not self.existing else None
+        #: The draft on screen: None for "Thinking…"; _NO_DRAFT before the first one.
+        self._drafted: Chunk | object | None = _NO_DRAFT
+        self._last_draft = float("-inf")
+        #: The draft call in flight, which the end of the answer cuts short.
+        self._draft_call: asyncio.Future[None] | None = None
+        self._started = float("-inf")
         self._latest = ""
         self._shown = ""
         self._dirty = asyncio.Event()
         self._closing = False
-        self._last_push = 0.0
+        self._last_push = float("-inf")
         #: When a part was last edited: the final edit keeps the per-message edit rate,
         #: and nothing else delays it (the first part's send is not an edit).
         self._last_edit = float("-inf")
@@ -106,7 +130,7 @@ class AnswerWriter:
         #: The chat refused us while streaming: every later step raises this.
         self._fatal: ChatUnavailableError | None = None
         self._typing: AbstractAsyncContextManager[object] | None = None
-        #: When the first part of this run went on screen (monotonic), if it did.
+        #: When the first text of this run went on screen (monotonic; a draft or a part).
         self.first_shown_at: float | None = None
 
     @property
@@ -114,11 +138,25 @@ class AnswerWriter:
         return self._closing
 
     @property
+    def drafting(self) -> bool:
+        """Whether the answer streams as drafts (else by editing messages)."""
+        return self._draft_of is not None and self._out.drafts
+
+    @property
     def message_ids(self) -> list[int]:
         return [p.message_id for p in self.parts]
 
     async def start(self) -> None:
-        """Begin showing the typing action (until the first part is sent)."""
+        """Show that an answer is coming: "Thinking…" as a draft, else typing."""
+        if self.drafting:
+            if self._pump_task is None:
+                self._started = time.monotonic()
+                self._pump_task = asyncio.create_task(self._pump())
+            return
+        await self._start_typing()
+
+    async def _start_typing(self) -> None:
+        """Typing, until the first part is sent."""
         if not self.parts and self._typing is None:
             self._typing = self._out.typing(self._chat_id, self._thread_id, TYPING_EVERY)
             await self._typing.__aenter__()
@@ -134,17 +172,20 @@ class AnswerWriter:
         self._latest = text
         self._dirty.set()
         if self._pump_task is None and not self._closing:
-            if not self.parts:
+            if not self.parts and not self.drafting:
                 self._last_push = time.monotonic() - self._interval + FIRST_SHOW_DELAY
             self._pump_task = asyncio.create_task(self._pump())
 
-    async def finish(self, text: str) -> list[int]:
-        """Show the final text (every part in place) and return the part ids."""
+    async def finish(self, text: str, *, reasoning: str = "") -> list[int]:
+        """Show the final text (every part in place) and return the part ids.
+
+        ``reasoning`` is shown collapsed after the prefix (SHOW_REASONING).
+        """
         await self._stop()
         if self._fatal is not None:
             raise self._fatal
         await self._pace()
-        await self._push(text)
+        await self._push(text, reasoning)
         return self.message_ids
 
     async def fail(self, notice: str) -> list[int]:
@@ -184,9 +225,12 @@ class AnswerWriter:
             await asyncio.sleep(wait)
 
     async def _stop(self) -> None:
-        """Stop streaming edits; a push in progress is finished, never cut mid-call."""
+        """Stop streaming; a push in progress is finished, never cut mid-call, except a
+        draft: it is cosmetic, and may be sitting out a flood window for minutes."""
         self._closing = True
         self._dirty.set()
+        if self._draft_call is not None:
+            self._draft_call.cancel()
         if self._pump_task is not None:
             with contextlib.suppress(Exception):
                 await self._pump_task
@@ -199,18 +243,19 @@ class AnswerWriter:
             with contextlib.suppress(Exception):
                 await sender.__aexit__(None, None, None)
 
+    def _draft_due(self) -> bool:
+        """No draft shown yet, or the one shown is about to vanish."""
+        return self.drafting and (
+            self._drafted is _NO_DRAFT or time.monotonic() - self._last_draft >= DRAFT_REFRESH
+        )
+
     async def _pump(self) -> None:
         while not self._closing:
-            await self._dirty.wait()
-            wait = self._last_push + self._interval - time.monotonic()
-            if wait > 0 and not self._closing:
-                # rate limit: at most one round of edits per interval
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wait_closing(), wait)
+            await self._next_round()
             if self.closing:
                 return
             self._dirty.clear()
-            if self._latest != self._shown:
+            if self._latest != self._shown or self._draft_due():
                 try:
                     await self._push(self._latest)
                 except ChatUnavailableError as exc:
@@ -221,19 +266,46 @@ class AnswerWriter:
                 except Exception as exc:
                     # an intermediate edit is not worth failing over: finish() retries
                     log.warning("streaming edit failed: %s", type(exc).__name__)
-                    if not self.parts:
+                    if not self.parts and not self.drafting:
                         raise
+
+    async def _next_round(self) -> None:
+        """Wait until the next round of edits or drafts is worth making, and allowed."""
+        now = time.monotonic()
+        if not self.drafting:
+            await self._dirty.wait()
+        elif self._drafted is _NO_DRAFT:
+            if not self._latest:
+                # "Thinking…" only for a model slow to start: a quick first text goes out
+                # at once instead of a second after the placeholder
+                await self._wait_dirty(self._started + FIRST_SHOW_DELAY - now)
+        else:
+            # a draft shown 30 s ago is gone: show it again even without new text
+            await self._wait_dirty(self._last_draft + DRAFT_REFRESH - now)
+        # drafts are paced from when the last one was done: a chat's rate counts arrivals
+        wait = max(self._last_push, self._last_draft) + self._interval - time.monotonic()
+        if wait > 0 and not self._closing:
+            # rate limit: at most one round of edits per interval
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wait_closing(), wait)
+
+    async def _wait_dirty(self, timeout: float) -> None:  # noqa: ASYNC109
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._dirty.wait(), max(timeout, 0.0))
 
     async def _wait_closing(self) -> None:
         while not self._closing:
             self._dirty.clear()
             await self._dirty.wait()
 
-    async def _push(self, text: str) -> None:
-        chunks = render_chunks(text, prefix=self.prefix)
+    async def _push(self, text: str, reasoning: str = "") -> None:
         # the pace counts attempts, failed ones too: a failing edit is not retried at once
         self._last_push = time.monotonic()
-        for i, chunk in enumerate(chunks):
+        chunks = render_chunks(text, prefix=self.prefix, reasoning=reasoning)
+        drafting = self.drafting and not self._closing
+        # while drafting, the part being written is a draft; the parts before it are done
+        settled = chunks[:-1] if drafting else chunks
+        for i, chunk in enumerate(settled):
             if i < len(self.parts):
                 part = self.parts[i]
                 if part.chunk != chunk:
@@ -248,12 +320,49 @@ class AnswerWriter:
                 message_id = await self._send_new(chunk, i + 1)
                 self.parts.append(Part(message_id, chunk))
                 if len(self.parts) == 1:
-                    self.first_shown_at = time.monotonic()
+                    if self.first_shown_at is None:
+                        self.first_shown_at = time.monotonic()
                     await self._stop_typing()
                 last = self._closing and i == len(chunks) - 1
                 await self.journal.sent(self.message_ids, last=last)
+        tail = chunks[-1] if text.strip() else None
+        if drafting and not await self._draft(len(chunks), tail):
+            # no drafts here after all: the same text goes on by editing
+            if text.strip():
+                await self._push(text, reasoning)
+            else:
+                await self._start_typing()
+            return
         await self._drop_extra(len(chunks))
         self._shown = text
+
+    async def _draft(self, number: int, chunk: Chunk | None) -> bool:
+        """Show part ``number`` as a draft; False when drafts turned out unavailable."""
+        if chunk == self._drafted and not self._draft_due():
+            return True
+        assert self._draft_of is not None
+        call = asyncio.ensure_future(
+            self._out.draft(
+                self._chat_id, draft_id(self._draft_of, number), chunk, thread_id=self._thread_id
+            )
+        )
+        self._draft_call = call
+        try:
+            await asyncio.wait({call})
+        finally:
+            self._draft_call = None
+            call.cancel()  # (only if this task itself was cancelled meanwhile)
+        if call.cancelled():
+            return True  # cut short by the end of the answer
+        try:
+            call.result()
+        except DraftsUnavailableError:
+            self._draft_of = None
+            return False
+        self._drafted, self._last_draft = chunk, time.monotonic()
+        if chunk is not None and self.first_shown_at is None:
+            self.first_shown_at = self._last_draft  # the first text on screen is a draft
+        return True
 
     async def _send_new(self, chunk: Chunk, number: int) -> int:
         """Send a new message as part ``number``: announced to the journal first.

@@ -48,6 +48,7 @@ from ..bus.runner import Ack, InFlight, TurnBusy
 from ..metrics import Metrics
 from ..model import Answer, Model, ModelError
 from ..retry import Outage, retrying
+from ..telegram.drafts import StopButtons
 from ..telegram.out import AnswerRejectedError, ChatUnavailableError, TelegramOut
 from ..telegram.writer import AnswerWriter, JournalUnavailableError
 from ..usage.accounting import Accounting, CallRecord
@@ -82,6 +83,8 @@ class Rules:
     user_daily_tokens: int = 0
     max_calls_per_turn: int = 3
     max_tokens_per_turn: int = 0
+    #: Show a reasoning model's thoughts, collapsed, in the final message (SHOW_REASONING).
+    show_reasoning: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +98,8 @@ class Reply:
     text: str
     node: NodeId | None
     notice: bool = False
+    #: Thoughts shown collapsed with the answer (only with SHOW_REASONING).
+    reasoning: str = ""
 
 
 class TurnEnded(Exception):
@@ -210,6 +215,8 @@ class Engine:
         self.tools: ToolLoop | None = None
         self.media = media
         self.albums = albums
+        #: Answers being generated now, for Telegram's stop button.
+        self.stops = StopButtons()
 
     # ------------------------------------------------------------------ the turn
 
@@ -240,6 +247,8 @@ class Engine:
             thread_id=inbound.thread_id,
             edit_interval=GROUP_EDIT_INTERVAL if inbound.is_group else PRIVATE_EDIT_INTERVAL,
             existing=state.parts,
+            # drafts (with a stop button) exist in private chats only
+            draft_of=None if inbound.is_group else inbound.message_id,
         )
         lost = state.sending > len(state.parts) or state.answer is not None
         turn = Turn(inbound, state, writer, ack, lost_a_part=lost, album=tuple(album))
@@ -280,20 +289,25 @@ class Engine:
             return Reply(stored.messages[-1].content or "", stored.id)
         await self._check_input(turn, user)
         await self._check_limits(turn, user)
-        await turn.writer.start()
-        leaf, tools = user, None
-        if self.tools is not None:
-            tools = self.tools.offered(turn.inbound)
-            leaf = await self.tools.leaf(turn.state, user)
-            leaf = await self.tools.resume(turn.state, leaf, turn.writer.update, self._durably)
-        while True:
-            window = await self._window(turn, leaf)
-            answer = await self._ask(turn, leaf, window, tools)
-            if not (answer.tool_calls and tools):
-                break
-            leaf = await self._tool_round(turn, user, leaf, (window, answer))
+        inbound = turn.inbound
+        # the stop button shows from the first (empty) draft on
+        with self.stops.watching(inbound.chat_id, inbound.message_id) as stop:
+            await turn.writer.start()
+            leaf, tools = user, None
+            if self.tools is not None:
+                tools = self.tools.offered(turn.inbound)
+                leaf = await self.tools.leaf(turn.state, user)
+                leaf = await self.tools.resume(turn.state, leaf, turn.writer.update, self._durably)
+            while True:
+                window = await self._window(turn, leaf)
+                answer = await self._ask(turn, leaf, window, tools, stop=stop)
+                if not (answer.tool_calls and tools) or answer.stopped:
+                    break
+                leaf = await self._tool_round(turn, user, leaf, (window, answer))
         node = await self._store_answer(turn, leaf, window, answer)
-        return Reply(answer.text, node)
+        shown = f"{answer.text}\n\n{notices.STOPPED}" if answer.stopped else answer.text
+        thoughts = answer.reasoning if self.rules.show_reasoning else ""
+        return Reply(shown, node, reasoning=thoughts)
 
     async def _tool_round(
         self, turn: Turn, user: Node, leaf: Node, asked: tuple[Window, Answer]
@@ -328,7 +342,7 @@ class Engine:
             ids = await turn.writer.fail(reply.text)
         else:
             text = reply.text if reply.text.strip() else notices.EMPTY_ANSWER
-            ids = await turn.writer.finish(text)
+            ids = await turn.writer.finish(text, reasoning=reply.reasoning)
         also: list[Queue] = [turn.ack]
         if node is not None:
             also.append(lambda pipe: self.store.queue_alias(pipe, inbound.scope, ids, node))
@@ -507,11 +521,18 @@ class Engine:
             raise TurnEnded(Reply(text, parent.id if from_user else leaf.id, notice=True)) from None
 
     async def _ask(
-        self, turn: Turn, user: Node, window: Window, tools: bytes | None = None
+        self,
+        turn: Turn,
+        user: Node,
+        window: Window,
+        tools: bytes | None = None,
+        *,
+        stop: asyncio.Event | None = None,
     ) -> Answer:
         """Stream the model's answer into Telegram; a failure ends the turn with a notice.
 
         ``user`` is the node the request ends with (a tool step's, in the tool loop).
+        The user's stop button (``stop``) ends the call and keeps what it said so far.
         """
         inbound = turn.inbound
         try:
@@ -521,7 +542,7 @@ class Engine:
                 )
             else:
                 answer = await self.model.stream(
-                    window.messages, turn.writer.update, media=window.media
+                    window.messages, turn.writer.update, media=window.media, stop=stop
                 )
         except ModelError as exc:
             if exc.kind == "no_images":
@@ -534,6 +555,14 @@ class Engine:
             await self.accounting.record(call)
             text = f"⚠️ {notices.MODEL_ERRORS[exc.kind]} {notices.RETRY_HINT}"
             raise TurnEnded(Reply(text, user.id, notice=True)) from None
+        if answer.stopped and not answer.text.strip():
+            # stopped before any text: nothing to keep but what the call cost
+            call = CallRecord.of(
+                inbound, user.id, model=self.model.name, usage=answer.usage,
+                latency=answer.latency, error=None, view=window.view,
+            )  # fmt: skip
+            await self.accounting.record(call)
+            raise TurnEnded(Reply(notices.STOPPED_EARLY, user.id, notice=True))
         self.context.learn(window.messages, answer.usage, tools=tools is not None)
         return answer
 

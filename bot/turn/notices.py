@@ -24,6 +24,9 @@ MODEL_ERRORS = {
     "OPENAI_MODEL).",
 }
 RETRY_HINT = "Your message is kept: reply to it again to retry."
+#: Under an answer the user stopped (what it had said by then is kept).
+STOPPED = "⏹ Stopped."
+STOPPED_EARLY = "⏹ Stopped before any answer. Your message is kept: reply to it to ask again."
 EMPTY_ANSWER = "(the model returned an empty answer)"
 DAILY_LIMIT = (
     "You have used your {limit} tokens for today. The limit resets at {reset} "
