@@ -250,8 +250,8 @@ class App:
         self.dispatcher["store"] = self.store
         self.dispatcher["redis"] = self.redis
         self.dispatcher["topics"] = self.topics
-        self.dispatcher["settings"] = settings
-        self.dispatcher["stops"] = self.engine.stops
+        # stops: the answers being generated now, for Telegram's stop button
+        self.dispatcher.workflow_data.update(settings=settings, stops=self.engine.stops)
         self.webhook = self._webhook_server(settings)
         self.poller = self._poller(settings)
 
