@@ -384,12 +384,15 @@ async def test_the_answer_shows_which_tool_is_working(
     hold.touch()
     async with running_bot(settings_for(tg, tool_llm, redis_server.url, mcp_config=config)):
         message = tg.send_user_message(USER, USER, "slow")["message_id"]
+        # a private chat shows it in the draft (a group, in the message being edited)
         await tg.wait_for(
             lambda: (
-                [m.text for m in answers_to(tg, USER, message)] == ["[depth:2] 🔧 Using slow_read…"]
+                (draft := tg.current_draft(USER)) is not None
+                and draft.text == "[depth:2] 🔧 Using slow_read…"
             ),
             timeout=30,
         )
+        assert not answers_to(tg, USER, message)
         hold.unlink()
         await tg.wait_for(
             lambda: (
