@@ -79,8 +79,10 @@ lint: dev-install
 typecheck: dev-install
 	$(BIN)/mypy
 
+# Tests run in parallel workers (pytest-xdist), each with its own redis-server;
+# `.venv/bin/pytest tests/test_x.py` runs one file in one process.
 pytest: dev-install redis-server
-	$(BIN)/pytest
+	$(BIN)/pytest --numprocesses auto --maxprocesses 4
 
 test: dev-install redis-server lint typecheck pytest
 

@@ -109,6 +109,16 @@ class BotProcess:
             self.proc.kill()
         await self.wait()
 
+    async def wait_for_output(self, needle: str, timeout: float = 30.0) -> None:  # noqa: ASYNC109
+        """Read the process's output until it has printed ``needle``."""
+        assert self.proc is not None and self.proc.stdout is not None
+        async with asyncio.timeout(timeout):
+            while needle not in self.text:
+                line = await self.proc.stdout.readline()
+                if not line:
+                    raise AssertionError(f"the bot exited without printing {needle!r}")
+                self.output += line
+
     @property
     def text(self) -> str:
         return self.output.decode(errors="replace")

@@ -157,6 +157,8 @@ async def test_sigterm_lets_the_answer_in_flight_finish(
     await llm.wait_for(lambda: len(llm.requests) == 1, timeout=30)
     assert process.proc is not None
     process.proc.send_signal(15)
+    # (sent before the bot saw the signal, it may rightly be taken: wait for that)
+    await process.wait_for_output("SIGTERM: finishing answers in flight")
     later = tg.send_user_message(USER, USER, "too late")["message_id"]
     llm.gate.set()
     assert await process.wait() == 0
