@@ -208,11 +208,10 @@ async def test_audit_records_reference_nodes_and_hold_no_text(
 ) -> None:
     async with start_bot() as app:
         message, _ = await ask(tg, app, USER, "a private thought")
-    keys = [k async for k in redis.scan_iter(match="rc:{usage}:a:*")]
-    assert len(keys) == 1
-    assert 0 < await redis.ttl(keys[0]) <= 7 * 24 * 3600
-    raw = await redis.get(keys[0])
-    assert raw is not None
+    names = [k async for k in redis.scan_iter(match=f"rc:{{{USER}}}:u:a:*")]
+    assert len(names) == 1  # the chat's audit hash of the day, one field per call
+    assert 6 * 24 * 3600 < await redis.ttl(names[0]) <= 8 * 24 * 3600
+    [raw] = (await redis.hgetall(names[0])).values()
     assert b"private thought" not in raw
     record = dict(zip(AUDIT_FIELDS, msgpack.unpackb(raw), strict=True))
     assert record["message"] == message
@@ -235,6 +234,7 @@ async def test_accounting_counts_concurrent_records_exactly(redis: Redis) -> Non
 
 
 NOON = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+DAY = "20260301"
 
 
 def node(idx: int, tree: int = 1, seg: int = 0) -> NodeId:
@@ -247,6 +247,7 @@ async def test_a_repeated_record_is_counted_once_everywhere(redis: Redis) -> Non
     for _ in range(3):
         await accounting.record(call)
     once = Totals(100, 20, 30, 1)
+    assert not await redis.exists(keys.chat_usage_key(5, "p"))  # nothing left pending
     assert await accounting.user_all_time(7) == once
     assert await accounting.user_today(7) == once
     assert await accounting.turn(5, 11) == once
@@ -261,13 +262,14 @@ async def test_a_repeated_record_is_counted_once_everywhere(redis: Redis) -> Non
 
 async def test_zero_counts_are_not_written(redis: Redis) -> None:
     accounting = Accounting(redis, clock=Clock(NOON))
+    bucket = keys.usage_bucket(7)
     await accounting.record(CallRecord(5, 7, 11, node(1), "m", Usage(100, 20), 0.1))
-    for key in (keys.usage_key("u", 7), keys.usage_key("u", 7, "20260301")):
+    for key in (keys.usage_total_key(bucket, "u", 7), keys.usage_total_key(bucket, "u", 7, DAY)):
         assert await redis.hgetall(key) == {b"p": b"100", b"c": b"20", b"n": b"1"}
     await accounting.record(
         CallRecord(5, 7, 12, node(3), "m", Usage(5, 0, 0, estimated=True), 0.1, error="timeout")
     )
-    assert await redis.hgetall(keys.usage_key("d", "20260301")) == {
+    assert await redis.hgetall(keys.usage_total_key(bucket, "d", DAY)) == {
         b"p": b"105",
         b"c": b"20",
         b"n": b"2",
@@ -276,33 +278,32 @@ async def test_zero_counts_are_not_written(redis: Redis) -> None:
     }
     assert await accounting.user_all_time(7) == Totals(105, 20, 0, 2, 1, 1)
     # no aggregate nobody reads: per chat, per tree, the days zset, per-call marker keys
-    names = {k.decode() async for k in redis.scan_iter(match="rc:{usage}:*")}
-    audits = {n for n in names if n.startswith(keys.usage_key("a", 5, ""))}
-    assert names - audits == {
-        keys.usage_key(*parts)
-        for parts in (
-            ("u", 7), ("u", 7, "20260301"), ("d", "20260301"), ("users",),
-            ("t", 5, "20260301"), ("n", 5, 1),
-        )
+    names = {k.decode() async for k in redis.scan_iter()}
+    assert names == {
+        *(keys.usage_total_key(bucket, *parts) for parts in (
+            ("u", 7), ("u", 7, DAY), ("d", DAY), ("users",), ("ok", DAY),
+        )),
+        *(keys.chat_usage_key(5, *parts) for parts in (("t", DAY), ("n", 1), ("a", DAY))),
     }  # fmt: skip
-    assert len(audits) == 2
+    assert await redis.hlen(keys.chat_usage_key(5, "a", DAY)) == 2  # one audit field a call
 
 
 async def test_detail_keys_expire_after_the_setting(redis: Redis) -> None:
     clock = Clock(NOON)
     accounting = Accounting(redis, clock=clock, detail_days=30, audit_days=0)
+    bucket = keys.usage_bucket(7)
     await accounting.record(CallRecord(5, 7, 11, node(1), "m", Usage(100, 20), 0.1))
-    turns, tree = keys.usage_key("t", 5, "20260301"), keys.usage_key("n", 5, 1)
+    turns, tree = keys.chat_usage_key(5, "t", DAY), keys.chat_usage_key(5, "n", 1)
     for key in (turns, tree):
         assert 29 * 86400 < await redis.ttl(key) <= 30 * 86400
-    assert 0 < await redis.ttl(keys.usage_key("u", 7, "20260301")) <= 400 * 86400
-    assert await redis.ttl(keys.usage_key("u", 7)) == -1  # all-time totals are kept
+    assert 0 < await redis.ttl(keys.usage_total_key(bucket, "u", 7, DAY)) <= 400 * 86400
+    assert 0 < await redis.ttl(keys.usage_total_key(bucket, "ok", DAY)) <= 2 * 86400
+    assert await redis.ttl(keys.usage_total_key(bucket, "u", 7)) == -1  # all time: kept
     # a write refreshes the tree's TTL once it is more than a day old
     await redis.expire(tree, 20 * 86400)
     await accounting.record(CallRecord(5, 7, 13, node(3), "m", Usage(1, 1), 0.1))
     assert await redis.ttl(tree) > 29 * 86400
-    assert not [k async for k in redis.scan_iter(match="rc:{usage}:a:*")]  # audit off
-    assert not [k async for k in redis.scan_iter(match="rc:{usage}:call:*")]
+    assert not [k async for k in redis.scan_iter(match="rc:*:u:a:*")]  # audit off
 
 
 async def test_turn_totals_span_midnight(redis: Redis) -> None:

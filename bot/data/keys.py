@@ -56,31 +56,45 @@ Media (bot/model/vision.py; image bytes are the transcript store's blobs):
     rc:text-only       set of model names that rejected image parts (they get a
                          placeholder text instead of each image from then on)
 
-Token accounting (bot/usage/accounting.py), all in the one slot of the tag {usage}.
-What is kept, and for how long (fields p/c/k/n/e/x: prompt, completion, cached
-tokens, calls, estimated calls, failed calls; a zero field is absent):
+Token accounting (bot/usage/accounting.py). Fields p/c/k/n/e/x: prompt, completion,
+cached tokens, calls, estimated calls, failed calls; a zero field is absent. A call's
+detail lives in its chat's slot (the chat's hash tag, beside its transcript); the
+totals per user and per day live in USAGE_BUCKETS buckets, the bucket of a user being
+crc32(user id) % USAGE_BUCKETS, so no slot takes every call's write:
 
-    rc:{usage}:u:<user>           per user, all time (/usage, /stats)
-    rc:{usage}:u:<user>:<day>     per user and UTC day (daily limit, /usage); 400 days
-    rc:{usage}:d:<day>            per UTC day (/stats)
-    rc:{usage}:users              zset: tokens per user (the top users of /stats)
-    rc:{usage}:t:<chat>:<day>     hash "<m>" -> "p c k n e x": per turn (the user's
-                                    message id m), for the per-turn token guard, in the
-                                    chat's hash of the day of the call; expires
-                                    ``detail_days`` after the day's first call
-    rc:{usage}:n:<chat>:<tree>    hash "<node ref>" -> "p c k n markers view": the calls
-                                    sent up to that node, per conversation tree (/usage
-                                    of a branch sums a path; the context window sizes
-                                    the next request from the previous one); markers
-                                    are "#" and 8 characters of a digest of each counted
-                                    call's id (a repeated record is a no-op); expires
-                                    ``detail_days`` after the tree's last call
-    rc:{usage}:a:<chat>:<id>      audit record of one call (``audit_days``): a msgpack
-                                    array in the order of :data:`AUDIT_FIELDS`
+    rc:{S}:u:t:<day>        hash "<m>" -> "p c k n e x": per turn (the user's message
+                              id m), for the per-turn token guard; expires
+                              ``detail_days`` after the day's first call
+    rc:{S}:u:n:<tree>       hash "<node ref>" -> "p c k n markers view": the calls sent
+                              up to that node, per conversation tree (/usage of a
+                              branch sums a path; the context window sizes the next
+                              request from the previous one); markers are "#" and 8
+                              characters of a digest of each counted call's id (a
+                              repeated record is a no-op); expires ``detail_days``
+                              after the tree's last call
+    rc:{S}:u:a:<day>        hash "<marker>" -> audit record of one call of that day (a
+                              msgpack array in the order of :data:`AUDIT_FIELDS`); the
+                              hash expires ``audit_days`` + 1 day after its first call
+    rc:{S}:u:p              hash "<marker>" -> "user day p c k e x": calls counted in
+                              the chat's detail whose user and day totals are not yet
+                              confirmed written (the second step); empty, so absent,
+                              between calls
+    rc:{usage:<k>}:u:<user>        per user, all time (/usage, /stats)
+    rc:{usage:<k>}:u:<user>:<day>  per user and UTC day (daily limit, /usage); 400 days
+    rc:{usage:<k>}:d:<day>         this bucket's share of a UTC day (/stats sums the
+                                     buckets)
+    rc:{usage:<k>}:users           zset: tokens per user of this bucket (the top users
+                                     of /stats merge the buckets)
+    rc:{usage:<k>}:ok:<day>        hash "<marker>" -> "1": calls whose totals are
+                                     written (the second step is a no-op when repeated);
+                                     expires after two days
 
-Keys of the earlier layout (``rc:{usage}:n:<chat>`` with "<ref>:p|c|k|n|v" fields,
-``c:``, ``r:``, ``days``, ``call:``) are no longer written; the per-node reads
-fall back to ``n:<chat>`` for nodes recorded before the change.
+Keys of the earlier layouts, all in the slot of the tag ``{usage}`` (``usage_key``):
+``rc:{usage}:u:<user>``, ``u:<user>:<day>``, ``d:<day>``, ``users``, ``t:<chat>:<day>``,
+``n:<chat>:<tree>``, ``n:<chat>`` (fields "<ref>:p|c|k|n|v"), ``a:<chat>:<id>``. They
+are no longer written; reads add them in (totals, the top users, a turn's calls,
+per-node usage, audit records) so nothing recorded before the change vanishes, and
+/forget erases a chat's detail in both layouts.
 """
 
 from __future__ import annotations
@@ -103,6 +117,7 @@ def intake_stream(shard: int) -> str:
 def intake_shard(chat_id: int, shards: int) -> int:
     """The intake shard of a chat: a hash of its id, so a chat's messages share a stream."""
     return zlib.crc32(str(chat_id).encode()) % shards if shards > 1 else 0
+
 
 POLLER_LEASE = f"{NAMESPACE}:poller"
 
@@ -135,9 +150,30 @@ def unheard_key(scope: str, message_id: int) -> str:
     return f"{scope_prefix(scope)}unheard:{message_id}"
 
 
+#: Buckets of the per-user and per-day usage totals. Fixed: a user's bucket follows
+#: from it, so changing it would hide the totals already written.
+USAGE_BUCKETS = 16
+
+
+def usage_bucket(user_id: int) -> int:
+    """The bucket holding a user's totals."""
+    return zlib.crc32(str(user_id).encode()) % USAGE_BUCKETS
+
+
+def usage_total_key(bucket: int, *parts: object) -> str:
+    """A key of one totals bucket, e.g. ``usage_total_key(3, "u", user, day)``."""
+    return ":".join([f"{NAMESPACE}:{{usage:{bucket}}}", *map(str, parts)])
+
+
+def chat_usage_key(chat_id: int, *parts: object) -> str:
+    """A usage detail key in the chat's slot, e.g. ``chat_usage_key(chat, "t", day)``."""
+    return scope_prefix(str(chat_id)) + ":".join(["u", *map(str, parts)])
+
+
+#: The tag of the earlier layout (every usage key in one slot): read, never written.
 USAGE_TAG = f"{NAMESPACE}:{{usage}}"
 
 
 def usage_key(*parts: object) -> str:
-    """A token-accounting key, e.g. ``usage_key("u", user, day)``."""
+    """A key of the earlier layout, e.g. ``usage_key("u", user, day)`` (reads only)."""
     return ":".join([USAGE_TAG, *map(str, parts)])

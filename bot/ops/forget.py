@@ -5,15 +5,18 @@ What a chat leaves in Redis, found by its key shapes (:mod:`transcript.keys`,
 
 * every key with the chat's hash tag ``rc:{<chat>}:*``: conversation trees (every
   message, fold summaries), aliases, turn states, leases, answer parts, orphan
-  ranges, and anything later kept per chat under the tag (media blobs). Only the
+  ranges, the chat's usage detail and audit records (``rc:{<chat>}:u:*``), and
+  anything later kept per chat under the tag (media blobs). Only the
   tree counter ``rc:{<chat>}:seq`` stays: a number without text, kept so a tree id
-  is never reused (another process's cache may still hold nodes of an erased tree);
+  is never reused (another process's cache may still hold nodes of an erased tree),
+  and so do the usage numbers still on their way to the user's totals
+  (``rc:{<chat>}:u:p``, usually absent);
 * entries of that chat in the intake stream and the dead-letter stream (they hold
   the message text);
-* the chat's usage detail and audit records: ``rc:{usage}:t:<chat>:*``,
-  ``rc:{usage}:n:<chat>:*`` (and the older ``rc:{usage}:n:<chat>``),
-  ``rc:{usage}:a:<chat>:*``. The per-user and per-day totals hold no text and no
-  chat, and stay.
+* the chat's usage detail and audit records of the earlier layout:
+  ``rc:{usage}:t:<chat>:*``, ``rc:{usage}:n:<chat>:*`` (and the older
+  ``rc:{usage}:n:<chat>``), ``rc:{usage}:a:<chat>:*``. The per-user and per-day
+  totals hold no text and no chat, and stay.
 
 Nothing of another chat is touched: every pattern ends at the chat id's colon or
 closing brace.
@@ -60,11 +63,13 @@ async def forget_chat(redis: Redis, store: TranscriptStore, chat_id: int) -> Era
     """Erase what is stored about ``chat_id`` (see the module docstring)."""
     scope = str(chat_id)
     tagged = [name async for name in redis.scan_iter(match=_glob(keys.scope_prefix(scope)) + "*")]
-    seq = keys.seq_key(scope).encode()
-    tagged = [n for n in tagged if _bytes(n) != seq]
+    kept = {keys.seq_key(scope).encode(), bot_keys.chat_usage_key(chat_id, "p").encode()}
+    tagged = [n for n in tagged if _bytes(n) not in kept]
     trees = sum(_bytes(n).startswith(keys.tree_key_prefix(scope).encode()) for n in tagged)
     aliases = int(await guarded(redis.hlen(keys.alias_key(scope))))
-    other = len(tagged) - trees - (1 if aliases else 0)
+    usage_prefix = bot_keys.chat_usage_key(chat_id, "").encode()
+    usage_detail = sum(_bytes(n).startswith(usage_prefix) for n in tagged)
+    other = len(tagged) - trees - (1 if aliases else 0) - usage_detail
     await _delete(redis, tagged)
     store.cache.forget_scope(scope)
 
@@ -81,7 +86,7 @@ async def forget_chat(redis: Redis, store: TranscriptStore, chat_id: int) -> Era
 
     queued = await _drop_entries(redis, bot_keys.INTAKE_STREAM, chat_id, ack=True)
     queued += await _drop_entries(redis, bot_keys.DEAD_LETTER_STREAM, chat_id, ack=False)
-    return Erased(trees, aliases, other, queued, len(usage))
+    return Erased(trees, aliases, other, queued, usage_detail + len(usage))
 
 
 async def _drop_entries(redis: Redis, stream: str, chat_id: int, *, ack: bool) -> int:

@@ -11,8 +11,9 @@ reads the store has no API for are done here, from the key shapes in
 * the fold record at a given node (``why``): the store only offers the deepest
   fold on a path, but a call may have been sent an older one.
 
-``why`` finds a call's audit records by scanning ``rc:{usage}:a:<chat>:*`` (one
-key per call, kept ``MODEL_AUDIT_DAYS`` days): fine for a command run by hand.
+``why`` finds a call's audit records by scanning ``rc:{<chat>}:u:a:*`` (one hash
+per chat and day, kept ``MODEL_AUDIT_DAYS`` days) and the earlier layout's
+``rc:{usage}:a:<chat>:*``: fine for a command run by hand.
 """
 
 from __future__ import annotations
@@ -335,16 +336,24 @@ class AuditRecord:
 
 
 async def audit_records(redis: Redis, chat_id: int) -> list[AuditRecord]:
-    """Every audit record of one chat still kept (a SCAN over ``rc:{usage}:a:<chat>:*``)."""
+    """Every audit record of one chat still kept.
+
+    The chat's audit hashes, one per day (``rc:{<chat>}:u:a:<day>``), found by a
+    SCAN, and the earlier layout's one key per call (``rc:{usage}:a:<chat>:*``).
+    """
+    values: list[Any] = []
+    days = bot_keys.chat_usage_key(chat_id, "a", "*")
+    async for name in redis.scan_iter(match=days, count=1000):
+        values += (await guarded(redis.hgetall(name))).values()
     pattern = bot_keys.usage_key("a", chat_id, "*")
     names = [name async for name in redis.scan_iter(match=pattern, count=1000)]
-    records: list[AuditRecord] = []
     for start in range(0, len(names), 500):
-        values = await guarded(redis.mget(names[start : start + 500]))
-        for value in values:
-            record = AuditRecord.decode(value) if isinstance(value, bytes) else None
-            if record is not None:
-                records.append(record)
+        values += await guarded(redis.mget(names[start : start + 500]))
+    records: list[AuditRecord] = []
+    for value in values:
+        record = AuditRecord.decode(value) if isinstance(value, bytes) else None
+        if record is not None:
+            records.append(record)
     return sorted(records, key=lambda r: r.at)
 
 

@@ -1,11 +1,15 @@
 """Token accounting: every model call's usage, summed per turn, branch, user and day.
 
-Each call is recorded once, by one Lua script that updates every aggregate
-atomically (exact under concurrency and across restarts) and writes only what
-changes: a zero count is never written, and each hash gets one HSET per call.
-All usage keys share the hash tag ``{usage}`` (one slot, so the script also
-runs on Redis Cluster). The numbers are the provider's; a call whose provider
-reported none is estimated and counted as such.
+Each call is recorded once, in two Lua scripts that write only what changes (a
+zero count is never written, each hash gets one HSET per call): the first, in
+the chat's Redis Cluster slot (its transcript's hash tag), writes the per-turn,
+per-node and audit detail and notes the call as pending; the second, in the
+user's totals bucket (one of ``USAGE_BUCKETS`` slots), adds it to the user's and
+the day's totals; then the pending entry is removed. Both steps are no-ops when
+repeated, and a pending entry left by a crash between them is finished by the
+next record in that chat, so a call is counted once (exact under concurrency and
+across restarts) and no one slot takes every call's write. The numbers are the
+provider's; a call whose provider reported none is estimated and counted as such.
 
 The key layout, and how long each key is kept, is in :mod:`bot.data.keys`.
 
@@ -17,6 +21,7 @@ error; it stores no message text.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import logging
@@ -24,6 +29,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import msgpack
@@ -51,19 +57,54 @@ AUDIT_FIELDS = (
     "latency", "error", "view",
 )  # fmt: skip
 
-# KEYS and ARGV: see _Recording. Counter hashes are read with HMGET and written
-# with one HSET of the changed fields (fewer commands, so less AOF, than one
-# HINCRBY per field); the script runs atomically, so this is as exact. The
+# The first step, in the chat's slot (KEYS and ARGV: see _Recording). Hashes are
+# read with HMGET/HGET and written with one HSET of the changed fields. The
 # per-node entry "p c k n markers view" carries the markers of the calls counted
-# in it, so a repeated record is found there before anything is written.
-_RECORD_LUA = """
-local tree, ref, marker = KEYS[6], ARGV[11], ARGV[1]
+# in it, so a repeated record is found there before anything is written. A new
+# call is also noted in the chat's pending hash (what the second step needs), and
+# the script answers with every pending entry of the chat: the caller writes
+# their totals, then removes them from the pending hash.
+_DETAIL_LUA = """
+local tree, ref, marker, pending = KEYS[2], ARGV[9], ARGV[1], KEYS[3]
 local node = redis.call('HGET', tree, ref)
-if node and string.find(node, marker, 1, true) then return 0 end
-local detail_ttl, refresh_below = tonumber(ARGV[2]), tonumber(ARGV[3])
+local counted = 0
+if not (node and string.find(node, marker, 1, true)) then
+  counted = 1
+  local detail_ttl, refresh_below = tonumber(ARGV[2]), tonumber(ARGV[3])
+  local delta = {tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), 1,
+                 tonumber(ARGV[7]), tonumber(ARGV[8])}
+  -- the turn's entry "p c k n e x" in its chat's hash of the day
+  local turns, m = KEYS[1], ARGV[11]
+  local t = {0, 0, 0, 0, 0, 0}
+  local old = redis.call('HGET', turns, m)
+  if old then t = {string.match(old, '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')} end
+  for i = 1, 6 do t[i] = string.format('%d', t[i] + delta[i]) end
+  redis.call('HSET', turns, m, table.concat(t, ' '))
+  if redis.call('TTL', turns) < 0 then redis.call('EXPIRE', turns, detail_ttl) end
+  -- the node's entry
+  local p, c, k, n, seen = 0, 0, 0, 0, ''
+  if node then p, c, k, n, seen = string.match(node, '^(%d+) (%d+) (%d+) (%d+) (%S+)') end
+  redis.call('HSET', tree, ref, string.format('%d %d %d %d %s%s %s',
+    p + delta[1], c + delta[2], k + delta[3], n + 1, seen, marker, ARGV[10]))
+  if redis.call('TTL', tree) < refresh_below then redis.call('EXPIRE', tree, detail_ttl) end
+  redis.call('HSET', pending, marker, ARGV[12])
+  if KEYS[4] then
+    redis.call('HSET', KEYS[4], marker, ARGV[13])
+    if redis.call('TTL', KEYS[4]) < 0 then redis.call('EXPIRE', KEYS[4], ARGV[14]) end
+  end
+end
+return {counted, redis.call('HGETALL', pending)}
+"""
+
+# The second step, in the user's bucket: KEYS user, user-day, day, users, ok-of-day;
+# ARGV marker, user, p, c, k, e, x, user-day TTL, ok TTL. The ok hash makes a
+# repeated second step (a crash before the pending entry was removed) a no-op.
+_TOTALS_LUA = """
+if redis.call('HSETNX', KEYS[5], ARGV[1], '1') == 0 then return 0 end
+if redis.call('TTL', KEYS[5]) < 0 then redis.call('EXPIRE', KEYS[5], ARGV[9]) end
 local names = {'p', 'c', 'k', 'n', 'e', 'x'}
-local delta = {tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), 1,
-               tonumber(ARGV[8]), tonumber(ARGV[9])}
+local delta = {tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), 1,
+               tonumber(ARGV[6]), tonumber(ARGV[7])}
 -- adds delta to a counter hash; true if it had no calls yet
 local function add(key)
   local old = redis.call('HMGET', key, unpack(names))
@@ -77,29 +118,16 @@ local function add(key)
   redis.call('HSET', key, unpack(args))
   return not old[4]
 end
-add(KEYS[2])
-if add(KEYS[3]) then redis.call('EXPIRE', KEYS[3], ARGV[4]) end
-add(KEYS[4])
+add(KEYS[1])
+if add(KEYS[2]) then redis.call('EXPIRE', KEYS[2], ARGV[8]) end
+add(KEYS[3])
 if delta[1] + delta[2] ~= 0 then
-  redis.call('ZINCRBY', KEYS[5], delta[1] + delta[2], ARGV[10])
+  redis.call('ZINCRBY', KEYS[4], delta[1] + delta[2], ARGV[2])
 end
--- the turn's entry "p c k n e x" in its chat's hash of the day
-local turns, m = KEYS[1], ARGV[15]
-local t = {0, 0, 0, 0, 0, 0}
-local old = redis.call('HGET', turns, m)
-if old then t = {string.match(old, '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')} end
-for i = 1, 6 do t[i] = string.format('%d', t[i] + delta[i]) end
-redis.call('HSET', turns, m, table.concat(t, ' '))
-if redis.call('TTL', turns) < 0 then redis.call('EXPIRE', turns, detail_ttl) end
--- the node's entry
-local p, c, k, n, seen = 0, 0, 0, 0, ''
-if node then p, c, k, n, seen = string.match(node, '^(%d+) (%d+) (%d+) (%d+) (%S+)') end
-redis.call('HSET', tree, ref, string.format('%d %d %d %d %s%s %s',
-  p + delta[1], c + delta[2], k + delta[3], n + 1, seen, marker, ARGV[12]))
-if redis.call('TTL', tree) < refresh_below then redis.call('EXPIRE', tree, detail_ttl) end
-if KEYS[7] then redis.call('SET', KEYS[7], ARGV[13], 'EX', ARGV[14]) end
 return 1
 """
+#: How long a bucket remembers that a call's totals are written (the ok hash).
+OK_TTL = 2 * 24 * 3600
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +247,7 @@ def _marker(call_id: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class _Recording:
-    """The record script's keys and arguments for one call, built from named values."""
+    """The first step's keys and arguments for one call, built from named values."""
 
     call: CallRecord
     day: str
@@ -229,46 +257,60 @@ class _Recording:
 
     def keys(self) -> list[str]:
         call = self.call
-        chat, user = call.chat_id, call.user_id
+        chat = call.chat_id
         found = [
-            keys.usage_key("t", chat, self.day),  # 1: the chat's turns of the day
-            keys.usage_key("u", user),  # 2
-            keys.usage_key("u", user, self.day),  # 3
-            keys.usage_key("d", self.day),  # 4
-            keys.usage_key("users"),  # 5
-            keys.usage_key("n", chat, call.sent.tree),  # 6: per node, this tree
+            keys.chat_usage_key(chat, "t", self.day),  # 1: the chat's turns of the day
+            keys.chat_usage_key(chat, "n", call.sent.tree),  # 2: per node, this tree
+            keys.chat_usage_key(chat, "p"),  # 3: pending totals
         ]
         if self.audit_ttl > 0:
-            found.append(keys.usage_key("a", chat, call.call_id))  # 7
+            found.append(keys.chat_usage_key(chat, "a", self.day))  # 4: audit of the day
         return found
 
     def args(self) -> list[str | int | bytes]:
         call, usage, ttl = self.call, self.call.usage, self.detail_ttl
+        delta = [
+            usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
+            int(usage.estimated), int(call.error is not None),
+        ]  # fmt: skip
         return [
             _marker(call.call_id),  # 1
             ttl,  # 2
             ttl - max(1, min(24 * 3600, ttl // 10)),  # 3: refresh the tree's TTL below this
-            USER_DAY_TTL,  # 4
-            usage.prompt_tokens,  # 5
-            usage.completion_tokens,  # 6
-            usage.cached_tokens,  # 7
-            int(usage.estimated),  # 8
-            int(call.error is not None),  # 9
-            call.user_id,  # 10
-            call.sent.ref,  # 11
-            call.view,  # 12
+            *delta,  # 4-8: p c k e x
+            call.sent.ref,  # 9
+            call.view,  # 10
+            call.message_id,  # 11: the turn's field in 1
+            " ".join(map(str, [call.user_id, self.day, *delta])),  # 12: the pending entry
             self.audit,  # 13
-            self.audit_ttl,  # 14
-            call.message_id,  # 15: the turn's field in 1
+            self.audit_ttl + 24 * 3600,  # 14: each record is kept at least audit_ttl
         ]
+
+
+def _totals_step(marker: str, pending: str) -> tuple[list[str], list[str | int]]:
+    """The second step's keys and arguments, from a pending entry "user day p c k e x"."""
+    user_text, day, *delta = pending.split(" ")
+    user = int(user_text)
+    bucket = keys.usage_bucket(user)
+    found = [
+        keys.usage_total_key(bucket, "u", user),
+        keys.usage_total_key(bucket, "u", user, day),
+        keys.usage_total_key(bucket, "d", day),
+        keys.usage_total_key(bucket, "users"),
+        keys.usage_total_key(bucket, "ok", day),
+    ]
+    return found, [marker, user, *delta, USER_DAY_TTL, OK_TTL]
 
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _node_usage(value: Any) -> tuple[int, int, int, int, str]:
-    """A per-node entry "p c k n markers view": tokens, calls and the last call's view."""
+def _entry(value: Any) -> tuple[int, int, int, int, str]:
+    """A per-node entry "p c k n markers view" (or an earlier layout's tuple): tokens,
+    calls and the last call's view."""
+    if isinstance(value, tuple):
+        return value
     p, c, k, n, _, view = _text(value).split(" ", 5)
     return int(p), int(c), int(k), int(n), view
 
@@ -297,7 +339,8 @@ class Accounting:
         self.prices = prices or Prices()
         #: Days the per-turn and per-node detail is kept after its last write.
         self.detail_days = detail_days
-        self._script = redis.register_script(_RECORD_LUA)
+        self._detail_script = redis.register_script(_DETAIL_LUA)
+        self._totals_script = redis.register_script(_TOTALS_LUA)
         self.metrics = metrics or Metrics()
 
     async def record(self, call: CallRecord) -> None:
@@ -310,6 +353,14 @@ class Accounting:
         await self.outage.guard(lambda: self._save(call), on=(StoreUnavailableError,))
 
     async def _save(self, call: CallRecord) -> None:
+        """Two steps: the chat's detail (and a pending entry), then the user's totals.
+
+        The first step answers with every pending entry of the chat, this call's
+        and any a crash or failure left behind; each one's totals are written (a
+        no-op if they already were) and then the entry is removed. So a call is
+        counted once in the totals even if this process dies between the steps:
+        a retry of this record or the chat's next recorded call finishes it.
+        """
         now = self.clock()
         recording = _Recording(call, day_of(now), self.detail_days * 24 * 3600)
         if self.audit_days > 0:
@@ -319,71 +370,109 @@ class Accounting:
                 usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
                 usage.estimated, round(call.latency, 3), call.error, call.view,
             ]  # fmt: skip
-            audit = msgpack.packb(record)
+            audit = msgpack.packb(record, use_single_float=True)
             recording = replace(recording, audit_ttl=self.audit_days * 24 * 3600, audit=audit)
-        await guarded(self._script(keys=recording.keys(), args=recording.args()))
+        _, flat = await guarded(self._detail_script(keys=recording.keys(), args=recording.args()))
+        pending = {_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat), 2)}
+        if not pending:
+            return
+        await asyncio.gather(*(self._write_totals(m, entry) for m, entry in pending.items()))
+        await guarded(self._redis.hdel(keys.chat_usage_key(call.chat_id, "p"), *pending))
+
+    async def _write_totals(self, marker: str, pending: str) -> None:
+        """The second step for one pending entry (a no-op if it already ran)."""
+        found, args = _totals_step(marker, pending)
+        await guarded(self._totals_script(keys=found, args=args))
 
     # ----------------------------------------------------------------- reads
 
-    async def _totals(self, key: str) -> Totals:
-        values = await guarded(self._redis.hmget(key, _FIELDS))
-        return Totals.from_hash(dict(zip(_FIELDS, values, strict=True)))
+    async def _sum(self, names: Sequence[str]) -> Totals:
+        """The totals hashes ``names`` summed, read in one pipeline."""
+        pipe = self._redis.pipeline(transaction=False)
+        for name in names:
+            pipe.hmget(name, _FIELDS)
+        total = Totals()
+        for values in await guarded(pipe.execute()):
+            total = total + Totals.from_hash(dict(zip(_FIELDS, values, strict=True)))
+        return total
+
+    @staticmethod
+    def _user_keys(user_id: int, *day: str) -> list[str]:
+        """A user's totals hash (all time, or of one day) and the earlier layout's."""
+        bucket = keys.usage_bucket(user_id)
+        return [
+            keys.usage_total_key(bucket, "u", user_id, *day),
+            keys.usage_key("u", user_id, *day),
+        ]
 
     async def user_today(self, user_id: int) -> Totals:
-        return await self._totals(keys.usage_key("u", user_id, day_of(self.clock())))
+        return await self._sum(self._user_keys(user_id, day_of(self.clock())))
 
     async def user_all_time(self, user_id: int) -> Totals:
-        return await self._totals(keys.usage_key("u", user_id))
+        return await self._sum(self._user_keys(user_id))
 
     async def turn(self, chat_id: int, message_id: int) -> Totals:
         """The calls of the turn answering ``message_id`` (those of today and yesterday)."""
         now = self.clock()
         pipe = self._redis.pipeline(transaction=False)
         for day in (day_of(now), day_of(now - timedelta(days=1))):
-            pipe.hget(keys.usage_key("t", chat_id, day), str(message_id))
+            pipe.hget(keys.chat_usage_key(chat_id, "t", day), str(message_id))
+            pipe.hget(keys.usage_key("t", chat_id, day), str(message_id))  # earlier layout
         total = Totals()
         for value in await guarded(pipe.execute()):
             if value is not None:
                 total = total + Totals(*map(int, _text(value).split(" ")))
         return total
 
+    async def _nodes(self, chat_id: int, nodes: Sequence[NodeId]) -> dict[NodeId, Any]:
+        """Each node's entry "p c k n markers view", or None; then the earlier layouts'.
+
+        An entry of the earlier per-chat hash comes back as a tuple (p, c, k, n, view).
+        """
+        found: dict[NodeId, Any] = {}
+        layouts: list[Callable[[int], str]] = [
+            partial(keys.chat_usage_key, chat_id, "n"),
+            partial(keys.usage_key, "n", chat_id),
+        ]
+        for layout in layouts:
+            wanted = [n for n in nodes if found.get(n) is None]
+            if not wanted:
+                return found
+            by_tree: dict[int, list[NodeId]] = {}
+            for node in wanted:
+                by_tree.setdefault(node.tree, []).append(node)
+            pipe = self._redis.pipeline(transaction=False)
+            for tree, group in by_tree.items():
+                pipe.hmget(layout(tree), [n.ref for n in group])
+            for group, values in zip(by_tree.values(), await guarded(pipe.execute()), strict=True):
+                found.update(zip(group, values, strict=True))
+        missing = [n for n in nodes if found.get(n) is None]
+        if missing:  # nodes recorded before the per-tree layout
+            fields = [f"{n.ref}:{f}" for n in missing for f in ("p", "c", "k", "n", "v")]
+            values = await guarded(self._redis.hmget(keys.usage_key("n", chat_id), fields))
+            for i, node in enumerate(missing):
+                raw = values[5 * i : 5 * i + 5]
+                if any(v is not None for v in raw[:4]):
+                    counts = [int(_text(v)) if v is not None else 0 for v in raw[:4]]
+                    found[node] = (*counts, _text(raw[4]) if raw[4] is not None else "")
+        return found
+
     async def chain(self, chat_id: int, path: Sequence[NodeId]) -> Totals:
         """Usage of the turns along one root → leaf path (a branch's own chain)."""
         if not path:
             return Totals()
-        by_tree: dict[int, list[NodeId]] = {}
-        for node in path:
-            by_tree.setdefault(node.tree, []).append(node)
-        pipe = self._redis.pipeline(transaction=False)
-        for tree, nodes in by_tree.items():
-            pipe.hmget(keys.usage_key("n", chat_id, tree), [n.ref for n in nodes])
-        found: dict[NodeId, Any] = {}
-        for nodes, values in zip(by_tree.values(), await guarded(pipe.execute()), strict=True):
-            found.update(zip(nodes, values, strict=True))
         sums = [0, 0, 0, 0]
-        for value in found.values():
+        for value in (await self._nodes(chat_id, path)).values():
             if value is not None:
-                sums = [a + b for a, b in zip(sums, _node_usage(value)[:4], strict=True)]
-        missing = [n for n, value in found.items() if value is None]
-        if missing:  # nodes recorded before the per-tree layout
-            fields = [f"{n.ref}:{f}" for n in missing for f in ("p", "c", "k", "n")]
-            values = await guarded(self._redis.hmget(keys.usage_key("n", chat_id), fields))
-            for i, value in enumerate(values):
-                sums[i % 4] += int(value) if value is not None else 0
+                sums = [a + b for a, b in zip(sums, _entry(value)[:4], strict=True)]
         return Totals(prompt=sums[0], completion=sums[1], cached=sums[2], calls=sums[3])
 
     async def last_call(self, chat_id: int, sent: NodeId) -> tuple[int, int, str] | None:
         """Prompt and completion tokens of the one call sent up to ``sent``, and its view."""
-        value = await guarded(self._redis.hget(keys.usage_key("n", chat_id, sent.tree), sent.ref))
-        if value is not None:
-            prompt, completion, _, calls, view = _node_usage(value)
-        else:  # recorded before the per-tree layout, if at all
-            fields = [f"{sent.ref}:{f}" for f in ("p", "c", "n", "v")]
-            raw = await guarded(self._redis.hmget(keys.usage_key("n", chat_id), fields))
-            if any(v is None for v in raw[:3]):
-                return None
-            prompt, completion, calls = (int(_text(v)) for v in raw[:3])
-            view = _text(raw[3]) if raw[3] is not None else ""
+        value = (await self._nodes(chat_id, [sent])).get(sent)
+        if value is None:
+            return None
+        prompt, completion, _, calls, view = _entry(value)
         if calls != 1:
             return None  # several calls summed: not one request's size
         return prompt, completion, view
@@ -391,17 +480,39 @@ class Accounting:
     async def stats(
         self, *, days: int = 14, users: int = 20
     ) -> tuple[list[tuple[int, Totals, Totals]], list[tuple[str, Totals]]]:
-        """Top users (all time and today) and the last ``days`` days, for owners."""
-        top = await guarded(
-            self._redis.zrevrange(keys.usage_key("users"), 0, users - 1, withscores=False)
-        )
-        per_user = []
-        for raw in top:
-            user = int(_text(raw))
-            per_user.append((user, await self.user_all_time(user), await self.user_today(user)))
+        """Top users (all time and today) and the last ``days`` days, for owners.
+
+        Sums the buckets (and the earlier layout's keys): one pipelined read for
+        the top users, one for the days, one for those users' totals.
+        """
+        buckets = [partial(keys.usage_total_key, b) for b in range(keys.USAGE_BUCKETS)]
+        layouts: list[Callable[..., str]] = [*buckets, keys.usage_key]
+        pipe = self._redis.pipeline(transaction=False)
+        for layout in layouts:
+            pipe.zrevrange(layout("users"), 0, users - 1, withscores=True)
+        scores: dict[int, float] = {}
+        for found in await guarded(pipe.execute()):
+            for raw, score in found:
+                user = int(_text(raw))
+                scores[user] = scores.get(user, 0.0) + float(score)
+        top = sorted(scores, key=lambda u: (-scores[u], u))[:users]
         today = self.clock()
-        per_day = []
-        for back in range(days):
-            day = day_of(today - timedelta(days=back))
-            per_day.append((day, await self._totals(keys.usage_key("d", day))))
+        day_names = [day_of(today - timedelta(days=back)) for back in range(days)]
+        pipe = self._redis.pipeline(transaction=False)
+        for day in day_names:
+            for layout in layouts:
+                pipe.hmget(layout("d", day), _FIELDS)
+        for user in top:
+            for name in (*self._user_keys(user), *self._user_keys(user, day_of(today))):
+                pipe.hmget(name, _FIELDS)
+        values = iter(await guarded(pipe.execute()))
+
+        def summed(count: int) -> Totals:
+            total = Totals()
+            for _ in range(count):
+                total = total + Totals.from_hash(dict(zip(_FIELDS, next(values), strict=True)))
+            return total
+
+        per_day = [(day, summed(len(layouts))) for day in day_names]
+        per_user = [(user, summed(2), summed(2)) for user in top]
         return per_user, per_day
