@@ -13,6 +13,9 @@ import pytest
 from redis.asyncio import Redis
 
 from bot.data.connection import connect
+from bot.model import Usage
+from bot.usage.accounting import Accounting, CallRecord, Totals, utc_now
+from transcript import NodeId
 
 from .fake_openai import FakeOpenAI
 from .fake_telegram import FakeTelegram
@@ -106,3 +109,39 @@ async def test_the_conversation_flow_runs_on_a_cluster_and_survives_restarts(
     async with running_bot(settings) as app:
         _, text = await ask(tg, app, USER, "and deeper", reply_to=deeper.message_id)
         assert text == "[depth:8] echo: and deeper"
+
+
+async def test_usage_keys_spread_over_the_masters_and_stats_sum_them(
+    cluster: RedisCluster, cluster_redis: Redis
+) -> None:
+    accounting = Accounting(cluster_redis, clock=utc_now)
+    users = range(4001, 4013)
+    for n, user in enumerate(users):  # each user in a chat of their own, two calls each
+        for turn in (1, 3):
+            sent = NodeId(str(user), 1, 0, turn)
+            usage = Usage(100 * (n + 1), turn)
+            await accounting.record(CallRecord(user, user, turn, sent, "m", usage, 0.1))
+    per_user, [(_, today)] = await accounting.stats(days=1, users=3)
+    assert today == Totals(sum(200 * (n + 1) for n in range(12)), 4 * 12, 0, 24)
+    assert [user for user, _, _ in per_user] == [4012, 4011, 4010]
+    assert per_user[0][1] == per_user[0][2] == Totals(2400, 4, 0, 2)
+    assert await accounting.chain(4001, [NodeId("4001", 1, 0, 1)]) == Totals(100, 1, 0, 1)
+    masters: list[set[str]] = []
+    for port in cluster.ports:  # which kinds of usage key each master holds
+        node = connect(f"redis://127.0.0.1:{port}/0")
+        names = [_text(k) async for k in node.scan_iter(match="rc:*")]
+        await node.aclose()
+        masters.append({kind(name) for name in names})
+    assert sum("totals" in found for found in masters) > 1, masters
+    assert sum("detail" in found for found in masters) > 1, masters
+    assert not any("{usage}" in found for found in masters)  # the earlier one-slot tag
+
+
+def _text(name: bytes | str) -> str:
+    return name.decode() if isinstance(name, bytes) else name
+
+
+def kind(name: str) -> str:
+    if name.startswith("rc:{usage}"):
+        return "{usage}"
+    return "totals" if name.startswith("rc:{usage:") else "detail"

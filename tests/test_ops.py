@@ -330,8 +330,10 @@ async def test_why_says_when_audit_records_are_gone(
     start_bot: BotFactory,
 ) -> None:
     thread = await branched_thread(tg, start_bot)
-    audit = [k async for k in redis.scan_iter(match=bot_keys.usage_key("a", USER, "*"))]
-    assert len(audit) == 3
+    pattern = bot_keys.chat_usage_key(USER, "a", "*")
+    audit = [k async for k in redis.scan_iter(match=pattern)]
+    assert len(audit) == 1  # the chat's audit hash of the day
+    assert await redis.hlen(audit[0]) == 3  # one field per call
     await redis.delete(*audit)  # as if MODEL_AUDIT_DAYS had passed
     env = env_for(tg, llm, redis_server.url)
     gone = await cli(tmp_path, env, "why", str(USER), str(thread.joke_answer))

@@ -336,7 +336,8 @@ async def test_forget_erases_every_key_holding_the_chats_text_and_nothing_else(
             await redis.xadd(bot_keys.DEAD_LETTER_STREAM, {b"m": parked.encode(), b"why": b"x"})
         before = await stored_bytes(redis)
         assert holding(before, "MARKER-A") and holding(before, "MARKER-B")
-        assert any(bot_keys.usage_key("a", USER).encode() in name for name in before)
+        audit = bot_keys.chat_usage_key(USER, "a").encode()
+        assert any(name.startswith(audit) for name in before)
 
         # asked first; cancelling erases nothing
         ask_message = await command(tg, "/forget")
@@ -360,8 +361,9 @@ async def test_forget_erases_every_key_holding_the_chats_text_and_nothing_else(
         assert holding(after, "MARKER-A") == []
         assert holding(after, "MARKER-B")  # the other chat is untouched
         assert len(holding(after, "MARKER-B")) == len(holding(before, "MARKER-B"))
-        assert not any(f"{{usage}}:a:{USER}:".encode() in name for name in after)
-        assert any(f"{{usage}}:a:{OTHER_USER}:".encode() in name for name in after)
+        for kind in ("a", "t", "n"):  # the chat's usage detail and audit are gone
+            assert not any(bot_keys.chat_usage_key(USER, kind).encode() in n for n in after)
+            assert any(bot_keys.chat_usage_key(OTHER_USER, kind).encode() in n for n in after)
 
         # a reply to an erased answer starts fresh
         _, fresh = await ask(tg, app, USER, "again", reply_to=first)

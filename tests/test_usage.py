@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import msgpack
+import pytest
 from redis.asyncio import Redis
 
 from bot.data import keys
 from bot.model import Usage
+from bot.ops.threads import audit_records
 from bot.turn.notices import DAILY_LIMIT as DAILY_LIMIT_NOTICE
 from bot.turn.notices import TURN_GUARD as TURN_GUARD_NOTICE
 from bot.usage.accounting import AUDIT_FIELDS, Accounting, CallRecord, Totals, utc_now
@@ -353,3 +356,94 @@ async def test_nodes_recorded_in_the_old_per_chat_hash_are_still_read(redis: Red
     assert await accounting.last_call(5, a) == (100, 10, "")
     assert await accounting.last_call(5, b) == (200, 20, "")
     assert await accounting.chain(5, [a, b]) == Totals(300, 30, 5, 2)
+
+
+class FailingOnce:
+    """Fails the first ``times`` awaits of a step (as if the process died there)."""
+
+    def __init__(self, step: Any, times: int = 1) -> None:
+        self.step, self.times = step, times
+
+    async def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.times > 0:
+            self.times -= 1
+            raise RuntimeError("the process died here")
+        return await self.step(*args, **kwargs)
+
+
+async def test_a_crash_between_the_two_steps_counts_the_call_once(redis: Redis) -> None:
+    accounting = Accounting(redis, clock=Clock(NOON))
+    once = Totals(100, 20, 0, 1)
+    # the totals step fails: the call is pending in its chat, not in the totals
+    call = CallRecord(5, 7, 11, node(1), "m", Usage(100, 20), 0.1)
+    accounting._write_totals = FailingOnce(accounting._write_totals)  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        await accounting.record(call)
+    assert await accounting.chain(5, [node(1)]) == once
+    assert await accounting.user_all_time(7) == Totals()
+    assert await redis.hlen(keys.chat_usage_key(5, "p")) == 1
+    # the record is retried (same call): counted once, nothing left pending
+    await accounting.record(call)
+    assert await accounting.user_all_time(7) == once
+    assert await accounting.user_today(7) == once
+    assert await accounting.chain(5, [node(1)]) == once
+    assert not await redis.exists(keys.chat_usage_key(5, "p"))
+
+    # a crash after the totals step, before the pending entry was removed
+    fresh = Accounting(redis, clock=Clock(NOON))
+    hdel = redis.hdel  # the HDEL of the pending entry fails once
+    redis.hdel = FailingOnce(hdel)  # type: ignore[method-assign]
+    try:
+        with pytest.raises(RuntimeError):
+            await fresh.record(CallRecord(5, 7, 13, node(3), "m", Usage(1, 2), 0.1))
+    finally:
+        redis.hdel = hdel  # type: ignore[method-assign]
+    assert await redis.hlen(keys.chat_usage_key(5, "p")) == 1
+    # nobody retries it (the process died): the chat's next call finishes it, once
+    await fresh.record(CallRecord(5, 8, 15, node(5), "m", Usage(1000, 1), 0.1))
+    assert not await redis.exists(keys.chat_usage_key(5, "p"))
+    assert await fresh.user_all_time(7) == once + Totals(1, 2, 0, 1)
+    assert await fresh.user_all_time(8) == Totals(1000, 1, 0, 1)
+    _, [(_, day)] = await fresh.stats(days=1)
+    assert day == once + Totals(1, 2, 0, 1) + Totals(1000, 1, 0, 1)
+
+
+async def test_a_call_left_pending_by_a_dead_process_is_finished_by_the_next_one(
+    redis: Redis,
+) -> None:
+    dead = Accounting(redis, clock=Clock(NOON))
+    dead._write_totals = FailingOnce(dead._write_totals)  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        await dead.record(CallRecord(5, 7, 11, node(1), "m", Usage(100, 20), 0.1))
+    alive = Accounting(redis, clock=Clock(NOON + timedelta(hours=13)))  # the next day
+    await alive.record(CallRecord(5, 7, 13, node(3), "m", Usage(1, 1), 0.1))
+    assert await alive.user_all_time(7) == Totals(101, 21, 0, 2)
+    assert await alive.user_today(7) == Totals(1, 1, 0, 1)  # the pending call's own day
+    _, per_day = await alive.stats(days=2)
+    assert per_day == [("20260302", Totals(1, 1, 0, 1)), (DAY, Totals(100, 20, 0, 1))]
+
+
+async def test_totals_and_audit_of_the_earlier_layout_are_still_read(redis: Redis) -> None:
+    accounting = Accounting(redis, clock=Clock(NOON))
+    old = {"p": 1000, "c": 100, "n": 10}
+    for parts in (("u", 7), ("u", 7, DAY), ("d", DAY)):
+        await redis.hset(keys.usage_key(*parts), mapping=old)  # type: ignore[arg-type]
+    await redis.zadd(keys.usage_key("users"), {"7": 1100, "9": 5000})
+    await redis.hset(keys.usage_key("u", 9), mapping={"p": 5000, "n": 1})
+    await redis.hset(keys.usage_key("t", 5, DAY), "11", "1000 100 0 10 0 0")
+    record = [
+        int(NOON.timestamp()) - 60, "m", 7, 11, "5/1:0.1", 1000, 100, 0, False, 0.5, None, "",
+    ]  # fmt: skip
+    await redis.set(keys.usage_key("a", 5, "old"), msgpack.packb(record))
+    await accounting.record(CallRecord(5, 7, 11, node(1), "m", Usage(10, 1), 0.25))
+    both = Totals(1010, 101, 0, 11)
+    assert await accounting.user_all_time(7) == both
+    assert await accounting.user_today(7) == both
+    assert await accounting.turn(5, 11) == both
+    per_user, per_day = await accounting.stats(days=1)
+    assert [user for user, _, _ in per_user] == [9, 7]
+    assert per_user[1] == (7, both, both)
+    assert per_day == [(DAY, both)]
+    audits = await audit_records(redis, 5)
+    assert [(a.prompt, a.message) for a in audits] == [(1000, 11), (10, 11)]
+    assert audits[1].latency == pytest.approx(0.25)
