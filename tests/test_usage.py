@@ -80,6 +80,8 @@ async def test_usage_sums_equal_what_the_provider_reported(
         )
     total = reported(llm)
     assert total.calls == 8
+    # each turn's final write removed its calls' pending entries
+    assert not [k async for k in redis.scan_iter(match="rc:*:u:p")]
     assert (mine + theirs).tokens == total.tokens
     assert mine.prompt + theirs.prompt == total.prompt
     assert mine.completion + theirs.completion == total.completion
@@ -250,6 +252,7 @@ async def test_a_repeated_record_is_counted_once_everywhere(redis: Redis) -> Non
     for _ in range(3):
         await accounting.record(call)
     once = Totals(100, 20, 30, 1)
+    await accounting.settled(5)
     assert not await redis.exists(keys.chat_usage_key(5, "p"))  # nothing left pending
     assert await accounting.user_all_time(7) == once
     assert await accounting.user_today(7) == once
@@ -280,6 +283,7 @@ async def test_zero_counts_are_not_written(redis: Redis) -> None:
         b"x": b"1",
     }
     assert await accounting.user_all_time(7) == Totals(105, 20, 0, 2, 1, 1)
+    await accounting.settled(5)
     # no aggregate nobody reads: per chat, per tree, the days zset, per-call marker keys
     names = {k.decode() async for k in redis.scan_iter()}
     assert names == {
@@ -372,7 +376,8 @@ class FailingOnce:
 
 
 async def test_a_crash_between_the_two_steps_counts_the_call_once(redis: Redis) -> None:
-    accounting = Accounting(redis, clock=Clock(NOON))
+    clock = Clock(NOON)
+    accounting = Accounting(redis, clock=clock)
     once = Totals(100, 20, 0, 1)
     # the totals step fails: the call is pending in its chat, not in the totals
     call = CallRecord(5, 7, 11, node(1), "m", Usage(100, 20), 0.1)
@@ -384,28 +389,27 @@ async def test_a_crash_between_the_two_steps_counts_the_call_once(redis: Redis) 
     assert await redis.hlen(keys.chat_usage_key(5, "p")) == 1
     # the record is retried (same call): counted once, nothing left pending
     await accounting.record(call)
+    await accounting.settled(5)
     assert await accounting.user_all_time(7) == once
     assert await accounting.user_today(7) == once
     assert await accounting.chain(5, [node(1)]) == once
     assert not await redis.exists(keys.chat_usage_key(5, "p"))
 
-    # a crash after the totals step, before the pending entry was removed
-    fresh = Accounting(redis, clock=Clock(NOON))
-    hdel = redis.hdel  # the HDEL of the pending entry fails once
-    redis.hdel = FailingOnce(hdel)  # type: ignore[method-assign]
-    try:
-        with pytest.raises(RuntimeError):
-            await fresh.record(CallRecord(5, 7, 13, node(3), "m", Usage(1, 2), 0.1))
-    finally:
-        redis.hdel = hdel  # type: ignore[method-assign]
+    # the process dies after both steps, before its pending entry is removed
+    await accounting.record(CallRecord(5, 7, 13, node(3), "m", Usage(1, 2), 0.1))
     assert await redis.hlen(keys.chat_usage_key(5, "p")) == 1
-    # nobody retries it (the process died): the chat's next call finishes it, once
-    await fresh.record(CallRecord(5, 8, 15, node(5), "m", Usage(1000, 1), 0.1))
+    twice = once + Totals(1, 2, 0, 1)
+    assert await accounting.user_all_time(7) == twice
+    # another process: the chat's next call, a minute later, finishes it (a no-op)
+    clock.now += timedelta(minutes=2)
+    restarted = Accounting(redis, clock=clock)
+    await restarted.record(CallRecord(5, 8, 15, node(5), "m", Usage(1000, 1), 0.1))
+    await restarted.settled(5)
     assert not await redis.exists(keys.chat_usage_key(5, "p"))
-    assert await fresh.user_all_time(7) == once + Totals(1, 2, 0, 1)
-    assert await fresh.user_all_time(8) == Totals(1000, 1, 0, 1)
-    _, [(_, day)] = await fresh.stats(days=1)
-    assert day == once + Totals(1, 2, 0, 1) + Totals(1000, 1, 0, 1)
+    assert await accounting.user_all_time(7) == twice
+    assert await accounting.user_all_time(8) == Totals(1000, 1, 0, 1)
+    _, [(_, day)] = await restarted.stats(days=1)
+    assert day == twice + Totals(1000, 1, 0, 1)
 
 
 async def test_a_call_left_pending_by_a_dead_process_is_finished_by_the_next_one(
@@ -421,6 +425,15 @@ async def test_a_call_left_pending_by_a_dead_process_is_finished_by_the_next_one
     assert await alive.user_today(7) == Totals(1, 1, 0, 1)  # the pending call's own day
     _, per_day = await alive.stats(days=2)
     assert per_day == [("20260302", Totals(1, 1, 0, 1)), (DAY, Totals(100, 20, 0, 1))]
+    # one left for days is dropped: its bucket may no longer know it was counted
+    dead._write_totals = FailingOnce(dead._write_totals)  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError):
+        await dead.record(CallRecord(5, 7, 15, node(5), "m", Usage(50, 5), 0.1))
+    late = Accounting(redis, clock=Clock(NOON + timedelta(days=3)))
+    await late.record(CallRecord(5, 7, 17, node(7), "m", Usage(2, 2), 0.1))
+    await late.settled(5)
+    assert not await redis.exists(keys.chat_usage_key(5, "p"))
+    assert await late.user_all_time(7) == Totals(103, 23, 0, 3)
 
 
 async def test_totals_and_audit_of_the_earlier_layout_are_still_read(redis: Redis) -> None:

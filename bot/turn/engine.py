@@ -343,7 +343,7 @@ class Engine:
         else:
             text = reply.text if reply.text.strip() else notices.EMPTY_ANSWER
             ids = await turn.writer.finish(text, reasoning=reply.reasoning)
-        also: list[Queue] = [turn.ack]
+        also: list[Queue] = [turn.ack, self.accounting.queue_settled(inbound.chat_id)]
         if node is not None:
             also.append(lambda pipe: self.store.queue_alias(pipe, inbound.scope, ids, node))
             new = [i for i in ids if i not in turn.writer.existing]

@@ -34,6 +34,7 @@ from typing import Any
 
 import msgpack
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 
 from transcript import NodeId, StoreUnavailableError
 
@@ -61,11 +62,14 @@ AUDIT_FIELDS = (
 # read with HMGET/HGET and written with one HSET of the changed fields. The
 # per-node entry "p c k n markers view" carries the markers of the calls counted
 # in it, so a repeated record is found there before anything is written. A new
-# call is also noted in the chat's pending hash (what the second step needs), and
-# the script answers with every pending entry of the chat: the caller writes
-# their totals, then removes them from the pending hash.
+# call is also noted in the chat's pending hash (what the second step needs, and
+# when), removed once its second step is done (ARGV[16...]: entries of earlier
+# calls whose totals this process wrote); the script answers with the pending
+# entries of other calls older than a minute (left by a crash): the caller
+# finishes them.
 _DETAIL_LUA = """
 local tree, ref, marker, pending = KEYS[2], ARGV[9], ARGV[1], KEYS[3]
+if #ARGV > 15 then redis.call('HDEL', pending, unpack(ARGV, 16)) end
 local node = redis.call('HGET', tree, ref)
 local counted = 0
 if not (node and string.find(node, marker, 1, true)) then
@@ -93,7 +97,16 @@ if not (node and string.find(node, marker, 1, true)) then
     if redis.call('TTL', KEYS[4]) < 0 then redis.call('EXPIRE', KEYS[4], ARGV[14]) end
   end
 end
-return {counted, redis.call('HGETALL', pending)}
+-- the pending entries "user day p c k e x at" older than ARGV[15], of other calls
+local stale, all = {}, redis.call('HGETALL', pending)
+for i = 1, #all, 2 do
+  local at = tonumber(string.match(all[i + 1], '(%d+)$'))
+  if all[i] ~= marker and at < tonumber(ARGV[15]) then
+    stale[#stale + 1] = all[i]
+    stale[#stale + 1] = all[i + 1]
+  end
+end
+return {counted, stale}
 """
 
 # The second step, in the user's bucket: KEYS user, user-day, day, users, ok-of-day;
@@ -128,6 +141,8 @@ return 1
 """
 #: How long a bucket remembers that a call's totals are written (the ok hash).
 OK_TTL = 2 * 24 * 3600
+#: Seconds after which another call's pending entry counts as left behind by a crash.
+STALE_PENDING = 60
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +266,7 @@ class _Recording:
 
     call: CallRecord
     day: str
+    at: int  # unix seconds
     detail_ttl: int
     audit_ttl: int = 0  # 0: no audit record
     audit: bytes = b""
@@ -281,15 +297,25 @@ class _Recording:
             call.sent.ref,  # 9
             call.view,  # 10
             call.message_id,  # 11: the turn's field in 1
-            " ".join(map(str, [call.user_id, self.day, *delta])),  # 12: the pending entry
+            self.pending(),  # 12: the pending entry
             self.audit,  # 13
             self.audit_ttl + 24 * 3600,  # 14: each record is kept at least audit_ttl
+            self.at - STALE_PENDING,  # 15: other calls' pending entries older: left behind
         ]
+
+    def pending(self) -> str:
+        """The pending entry "user day p c k e x at" (what the second step needs)."""
+        call, usage = self.call, self.call.usage
+        delta = [
+            usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
+            int(usage.estimated), int(call.error is not None),
+        ]  # fmt: skip
+        return " ".join(map(str, [call.user_id, self.day, *delta, self.at]))
 
 
 def _totals_step(marker: str, pending: str) -> tuple[list[str], list[str | int]]:
-    """The second step's keys and arguments, from a pending entry "user day p c k e x"."""
-    user_text, day, *delta = pending.split(" ")
+    """The second step's keys and arguments, from a pending entry "user day p c k e x at"."""
+    user_text, day, *delta, _ = pending.split(" ")
     user = int(user_text)
     bucket = keys.usage_bucket(user)
     found = [
@@ -341,6 +367,9 @@ class Accounting:
         self.detail_days = detail_days
         self._detail_script = redis.register_script(_DETAIL_LUA)
         self._totals_script = redis.register_script(_TOTALS_LUA)
+        #: Per chat, the pending entries whose totals this process wrote (removed with
+        #: the turn's final write, or the chat's next record).
+        self._done: dict[int, set[str]] = {}
         self.metrics = metrics or Metrics()
 
     async def record(self, call: CallRecord) -> None:
@@ -353,16 +382,21 @@ class Accounting:
         await self.outage.guard(lambda: self._save(call), on=(StoreUnavailableError,))
 
     async def _save(self, call: CallRecord) -> None:
-        """Two steps: the chat's detail (and a pending entry), then the user's totals.
+        """Two steps sent together: the chat's detail (with a pending entry) and the
+        user's totals; the pending entry is removed by a later write (the turn's
+        final one, :meth:`queue_settled`, or the chat's next record).
 
-        The first step answers with every pending entry of the chat, this call's
-        and any a crash or failure left behind; each one's totals are written (a
-        no-op if they already were) and then the entry is removed. So a call is
-        counted once in the totals even if this process dies between the steps:
-        a retry of this record or the chat's next recorded call finishes it.
+        Each step is a no-op when repeated (the node's markers; the bucket's ok
+        hash), so a retry counts nothing twice. A pending entry outlives its call
+        only if the process died before removing it (or between sending the
+        steps): the chat's next record a minute or more later finishes it (its
+        totals step again, a no-op if it ran) while its day's ok hash is kept,
+        today or yesterday; an older one is dropped (see README, "Running at
+        scale").
         """
         now = self.clock()
-        recording = _Recording(call, day_of(now), self.detail_days * 24 * 3600)
+        day = day_of(now)
+        recording = _Recording(call, day, int(now.timestamp()), self.detail_days * 24 * 3600)
         if self.audit_days > 0:
             usage = call.usage
             record = [
@@ -372,17 +406,56 @@ class Accounting:
             ]  # fmt: skip
             audit = msgpack.packb(record, use_single_float=True)
             recording = replace(recording, audit_ttl=self.audit_days * 24 * 3600, audit=audit)
-        _, flat = await guarded(self._detail_script(keys=recording.keys(), args=recording.args()))
-        pending = {_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat), 2)}
-        if not pending:
-            return
-        await asyncio.gather(*(self._write_totals(m, entry) for m, entry in pending.items()))
-        await guarded(self._redis.hdel(keys.chat_usage_key(call.chat_id, "p"), *pending))
+        marker = _marker(call.call_id)
+        done = self._done.pop(call.chat_id, set())
+        try:
+            (_, flat), _ = await asyncio.gather(
+                guarded(
+                    self._detail_script(keys=recording.keys(), args=[*recording.args(), *done])
+                ),
+                self._write_totals(marker, recording.pending()),
+            )
+        except BaseException:
+            self._done.setdefault(call.chat_id, set()).update(done)
+            raise
+        stale = {_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat), 2)}
+        if stale:
+            await self._finish(call.chat_id, stale, now)
+        self._done.setdefault(call.chat_id, set()).add(marker)
+
+    async def _finish(self, chat_id: int, stale: dict[str, str], now: datetime) -> None:
+        """Write the totals of pending entries a crash left behind, then remove them."""
+        recent = {day_of(now), day_of(now - timedelta(days=1))}
+        finish = {m: entry for m, entry in stale.items() if entry.split(" ")[1] in recent}
+        if len(finish) < len(stale):  # its ok hash may be gone: a repeat could count twice
+            log.warning("dropped %d usage entries pending for days", len(stale) - len(finish))
+        await asyncio.gather(*(self._write_totals(m, entry) for m, entry in finish.items()))
+        await guarded(self._redis.hdel(keys.chat_usage_key(chat_id, "p"), *stale))
 
     async def _write_totals(self, marker: str, pending: str) -> None:
         """The second step for one pending entry (a no-op if it already ran)."""
         found, args = _totals_step(marker, pending)
         await guarded(self._totals_script(keys=found, args=args))
+
+    def queue_settled(self, chat_id: int) -> Callable[[Pipeline], object]:
+        """Queues the removal of the chat's pending entries whose totals are written.
+
+        The turn's final write carries it (no round trip of its own); entries it
+        does not carry go with the chat's next record.
+        """
+        done = self._done.pop(chat_id, set())
+
+        def queue(pipe: Pipeline) -> None:
+            if done:
+                pipe.hdel(keys.chat_usage_key(chat_id, "p"), *done)
+
+        return queue
+
+    async def settled(self, chat_id: int) -> None:
+        """Remove the chat's pending entries whose totals are written, now."""
+        pipe = self._redis.pipeline(transaction=False)
+        self.queue_settled(chat_id)(pipe)
+        await guarded(pipe.execute())
 
     # ----------------------------------------------------------------- reads
 
