@@ -75,10 +75,10 @@ crc32(user id) % USAGE_BUCKETS, so no slot takes every call's write:
     rc:{S}:u:a:<day>        hash "<marker>" -> audit record of one call of that day (a
                               msgpack array in the order of :data:`AUDIT_FIELDS`); the
                               hash expires ``audit_days`` + 1 day after its first call
-    rc:{S}:u:p              hash "<marker>" -> "user day p c k e x": calls counted in
-                              the chat's detail whose user and day totals are not yet
-                              confirmed written (the second step); empty, so absent,
-                              between calls
+    rc:{S}:u:p              hash "<marker>" -> "user day p c k e x at": calls counted
+                              in the chat's detail whose user and day totals are not
+                              yet known written; removed by the turn's final write (or
+                              the chat's next record), so usually absent
     rc:{usage:<k>}:u:<user>        per user, all time (/usage, /stats)
     rc:{usage:<k>}:u:<user>:<day>  per user and UTC day (daily limit, /usage); 400 days
     rc:{usage:<k>}:d:<day>         this bucket's share of a UTC day (/stats sums the
