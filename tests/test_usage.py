@@ -459,4 +459,8 @@ async def test_totals_and_audit_of_the_earlier_layout_are_still_read(redis: Redi
     assert per_day == [(DAY, both)]
     audits = await audit_records(redis, 5)
     assert [(a.prompt, a.message) for a in audits] == [(1000, 11), (10, 11)]
+    # per-node usage of the earlier per-tree hash
+    await redis.hset(keys.usage_key("n", 5, 1), "1:0.3", "7 3 0 1 #abcdefgh 1:0.1")
+    assert await accounting.last_call(5, node(3)) == (7, 3, "1:0.1")
+    assert await accounting.chain(5, [node(0), node(1), node(2), node(3)]) == Totals(17, 4, 0, 2)
     assert audits[1].latency == pytest.approx(0.25)

@@ -498,37 +498,49 @@ class Accounting:
         return total
 
     async def _nodes(self, chat_id: int, nodes: Sequence[NodeId]) -> dict[NodeId, Any]:
-        """Each node's entry "p c k n markers view", or None; then the earlier layouts'.
+        """Each node's entry "p c k n markers view", or None: the chat's per-tree
+        hashes, then (for the nodes not found, one more read) the earlier layouts'.
 
         An entry of the earlier per-chat hash comes back as a tuple (p, c, k, n, view).
         """
-        found: dict[NodeId, Any] = {}
-        layouts: list[Callable[[int], str]] = [
-            partial(keys.chat_usage_key, chat_id, "n"),
-            partial(keys.usage_key, "n", chat_id),
-        ]
-        for layout in layouts:
-            wanted = [n for n in nodes if found.get(n) is None]
-            if not wanted:
-                return found
-            by_tree: dict[int, list[NodeId]] = {}
-            for node in wanted:
-                by_tree.setdefault(node.tree, []).append(node)
-            pipe = self._redis.pipeline(transaction=False)
-            for tree, group in by_tree.items():
-                pipe.hmget(layout(tree), [n.ref for n in group])
-            for group, values in zip(by_tree.values(), await guarded(pipe.execute()), strict=True):
-                found.update(zip(group, values, strict=True))
-        missing = [n for n in nodes if found.get(n) is None]
-        if missing:  # nodes recorded before the per-tree layout
-            fields = [f"{n.ref}:{f}" for n in missing for f in ("p", "c", "k", "n", "v")]
-            values = await guarded(self._redis.hmget(keys.usage_key("n", chat_id), fields))
-            for i, node in enumerate(missing):
-                raw = values[5 * i : 5 * i + 5]
-                if any(v is not None for v in raw[:4]):
-                    counts = [int(_text(v)) if v is not None else 0 for v in raw[:4]]
-                    found[node] = (*counts, _text(raw[4]) if raw[4] is not None else "")
+        found = await self._per_tree(partial(keys.chat_usage_key, chat_id, "n"), nodes)
+        missing = [n for n in nodes if found[n] is None]
+        if not missing:
+            return found
+        old = partial(keys.usage_key, "n", chat_id)
+        fields = [f"{n.ref}:{f}" for n in missing for f in ("p", "c", "k", "n", "v")]
+        by_tree, pipe = self._queue_per_tree(old, missing)
+        pipe.hmget(keys.usage_key("n", chat_id), fields)  # before the per-tree layout
+        *per_tree, per_chat = await guarded(pipe.execute())
+        for group, values in zip(by_tree.values(), per_tree, strict=True):
+            found.update((n, v) for n, v in zip(group, values, strict=True) if v is not None)
+        for i, node in enumerate(missing):
+            raw = per_chat[5 * i : 5 * i + 5]
+            if found[node] is None and any(v is not None for v in raw[:4]):
+                counts = [int(_text(v)) if v is not None else 0 for v in raw[:4]]
+                found[node] = (*counts, _text(raw[4]) if raw[4] is not None else "")
         return found
+
+    async def _per_tree(
+        self, name: Callable[[int], str], nodes: Sequence[NodeId]
+    ) -> dict[NodeId, Any]:
+        by_tree, pipe = self._queue_per_tree(name, nodes)
+        found: dict[NodeId, Any] = {}
+        for group, values in zip(by_tree.values(), await guarded(pipe.execute()), strict=True):
+            found.update(zip(group, values, strict=True))
+        return found
+
+    def _queue_per_tree(
+        self, name: Callable[[int], str], nodes: Sequence[NodeId]
+    ) -> tuple[dict[int, list[NodeId]], Pipeline]:
+        """A pipeline reading the nodes' entries, one HMGET per tree hash ``name(tree)``."""
+        by_tree: dict[int, list[NodeId]] = {}
+        for node in nodes:
+            by_tree.setdefault(node.tree, []).append(node)
+        pipe = self._redis.pipeline(transaction=False)
+        for tree, group in by_tree.items():
+            pipe.hmget(name(tree), [n.ref for n in group])
+        return by_tree, pipe
 
     async def chain(self, chat_id: int, path: Sequence[NodeId]) -> Totals:
         """Usage of the turns along one root → leaf path (a branch's own chain)."""
