@@ -355,6 +355,7 @@ async def test_nodes_recorded_in_the_old_per_chat_hash_are_still_read(redis: Red
     accounting = Accounting(redis, clock=Clock(NOON))
     old = {"0:0.1:p": 100, "0:0.1:c": 10, "0:0.1:k": 5, "0:0.1:n": 1, "0:0.1:v": ""}
     await redis.hset(keys.usage_key("n", 5), mapping=old)  # type: ignore[arg-type]
+    await redis.zadd(keys.usage_key("users"), {"7": 110})  # written with every call then
     a, b = NodeId("5", 0, 0, 1), NodeId("5", 0, 0, 3)
     await accounting.record(CallRecord(5, 7, 13, b, "m", Usage(200, 20), 0.1))
     assert await accounting.last_call(5, a) == (100, 10, "")

@@ -92,9 +92,10 @@ crc32(user id) % USAGE_BUCKETS, so no slot takes every call's write:
 Keys of the earlier layouts, all in the slot of the tag ``{usage}`` (``usage_key``):
 ``rc:{usage}:u:<user>``, ``u:<user>:<day>``, ``d:<day>``, ``users``, ``t:<chat>:<day>``,
 ``n:<chat>:<tree>``, ``n:<chat>`` (fields "<ref>:p|c|k|n|v"), ``a:<chat>:<id>``. They
-are no longer written; reads add them in (totals, the top users, a turn's calls,
-per-node usage, audit records) so nothing recorded before the change vanishes, and
-/forget erases a chat's detail in both layouts.
+are no longer written; while ``rc:{usage}:users`` exists (asked once per process)
+reads add them in (totals, the top users, a turn's calls, per-node usage; audit
+records always) so nothing recorded before the change vanishes, and /forget erases a
+chat's detail in both layouts.
 """
 
 from __future__ import annotations

@@ -367,6 +367,7 @@ class Accounting:
         self.detail_days = detail_days
         self._detail_script = redis.register_script(_DETAIL_LUA)
         self._totals_script = redis.register_script(_TOTALS_LUA)
+        self._earlier_layout: bool | None = None
         #: Per chat, the pending entries whose totals this process wrote (removed with
         #: the turn's final write, or the chat's next record).
         self._done: dict[int, set[str]] = {}
@@ -469,28 +470,39 @@ class Accounting:
             total = total + Totals.from_hash(dict(zip(_FIELDS, values, strict=True)))
         return total
 
-    @staticmethod
-    def _user_keys(user_id: int, *day: str) -> list[str]:
+    async def _earlier(self) -> bool:
+        """Whether the earlier one-slot layout holds data (asked once per process).
+
+        Its users ranking was written with every counted call; without it the
+        reads skip the earlier keys, so they never touch the ``{usage}`` slot.
+        """
+        if self._earlier_layout is None:
+            found = await guarded(self._redis.exists(keys.usage_key("users")))
+            self._earlier_layout = bool(found)
+        return self._earlier_layout
+
+    async def _user_keys(self, user_id: int, *day: str) -> list[str]:
         """A user's totals hash (all time, or of one day) and the earlier layout's."""
-        bucket = keys.usage_bucket(user_id)
-        return [
-            keys.usage_total_key(bucket, "u", user_id, *day),
-            keys.usage_key("u", user_id, *day),
-        ]
+        found = [keys.usage_total_key(keys.usage_bucket(user_id), "u", user_id, *day)]
+        if await self._earlier():
+            found.append(keys.usage_key("u", user_id, *day))
+        return found
 
     async def user_today(self, user_id: int) -> Totals:
-        return await self._sum(self._user_keys(user_id, day_of(self.clock())))
+        return await self._sum(await self._user_keys(user_id, day_of(self.clock())))
 
     async def user_all_time(self, user_id: int) -> Totals:
-        return await self._sum(self._user_keys(user_id))
+        return await self._sum(await self._user_keys(user_id))
 
     async def turn(self, chat_id: int, message_id: int) -> Totals:
         """The calls of the turn answering ``message_id`` (those of today and yesterday)."""
         now = self.clock()
+        earlier = await self._earlier()
         pipe = self._redis.pipeline(transaction=False)
         for day in (day_of(now), day_of(now - timedelta(days=1))):
             pipe.hget(keys.chat_usage_key(chat_id, "t", day), str(message_id))
-            pipe.hget(keys.usage_key("t", chat_id, day), str(message_id))  # earlier layout
+            if earlier:
+                pipe.hget(keys.usage_key("t", chat_id, day), str(message_id))
         total = Totals()
         for value in await guarded(pipe.execute()):
             if value is not None:
@@ -505,7 +517,7 @@ class Accounting:
         """
         found = await self._per_tree(partial(keys.chat_usage_key, chat_id, "n"), nodes)
         missing = [n for n in nodes if found[n] is None]
-        if not missing:
+        if not missing or not await self._earlier():
             return found
         old = partial(keys.usage_key, "n", chat_id)
         fields = [f"{n.ref}:{f}" for n in missing for f in ("p", "c", "k", "n", "v")]
@@ -571,7 +583,8 @@ class Accounting:
         the top users, one for the days, one for those users' totals.
         """
         buckets = [partial(keys.usage_total_key, b) for b in range(keys.USAGE_BUCKETS)]
-        layouts: list[Callable[..., str]] = [*buckets, keys.usage_key]
+        earlier: list[Callable[..., str]] = [keys.usage_key] if await self._earlier() else []
+        layouts: list[Callable[..., str]] = [*buckets, *earlier]
         pipe = self._redis.pipeline(transaction=False)
         for layout in layouts:
             pipe.zrevrange(layout("users"), 0, users - 1, withscores=True)
@@ -588,7 +601,8 @@ class Accounting:
             for layout in layouts:
                 pipe.hmget(layout("d", day), _FIELDS)
         for user in top:
-            for name in (*self._user_keys(user), *self._user_keys(user, day_of(today))):
+            names = [*await self._user_keys(user), *await self._user_keys(user, day_of(today))]
+            for name in names:
                 pipe.hmget(name, _FIELDS)
         values = iter(await guarded(pipe.execute()))
 
@@ -599,5 +613,5 @@ class Accounting:
             return total
 
         per_day = [(day, summed(len(layouts))) for day in day_names]
-        per_user = [(user, summed(2), summed(2)) for user in top]
+        per_user = [(user, summed(1 + len(earlier)), summed(1 + len(earlier))) for user in top]
         return per_user, per_day
