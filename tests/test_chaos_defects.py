@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 import signal
 import time
 from pathlib import Path
@@ -39,8 +40,14 @@ async def test_a_flood_window_delays_answers_but_drops_none(
     for i, reply in enumerate(replies):
         texts = [m.text for m in answers_to(tg, USER, reply["message_id"])]
         assert texts == [f"[depth:4] echo: branch {i}"]
-    # (calls already on the wire when a 429 came back are all the server counts here)
-    assert not [v for v in tg.violations if "1.00s before" not in v]
+
+    # calls already on the wire when a 429 came back arrive within a moment of it,
+    # i.e. nearly the whole 1 s window early; a call the bot made after it would not
+    def on_the_wire(violation: str) -> bool:
+        early = re.search(r"(\d+\.\d+)s before an earlier retry_after", violation)
+        return early is not None and float(early.group(1)) > 0.9
+
+    assert not [v for v in tg.violations if not on_the_wire(v)]
     store = TranscriptStore(redis)
     for reply in replies:
         [part] = answers_to(tg, USER, reply["message_id"])

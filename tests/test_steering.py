@@ -6,14 +6,17 @@ Redis; the 300-node tree is built with the store directly (a focused step).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import msgpack
 from redis.asyncio import Redis
 
 from bot.bus.inbound import EDIT, RETRY, Inbound
+from bot.bus.intake import Intake
 from bot.data import keys as bot_keys
 from bot.ops import threads
+from bot.ops.forget import forget_chat
 from bot.telegram.routers import HELP_TEXT
 from bot.telegram.steering import (
     EXPORT_HINT,
@@ -370,6 +373,23 @@ async def test_forget_erases_every_key_holding_the_chats_text_and_nothing_else(
         assert fresh.startswith("[depth:2] ")
         assert not any("MARKER-A" in text for text in sent_texts(llm))
         assert len(llm.requests) == 4
+
+
+async def test_forget_erases_queued_messages_in_the_chats_intake_shard(
+    redis: Redis, store: TranscriptStore
+) -> None:
+    """With INTAKE_SHARDS > 1 a chat's queued messages live in its own stream."""
+    intake = Intake(redis, "test", shards=4)
+    chats = [USER, OTHER_USER, *range(2000, 2010)]  # some land in shards other than 0
+    assert len({intake.stream_of(chat) for chat in chats}) > 1
+    for chat in chats:
+        await intake.record(Inbound(chat, 7, chat, f"queued MARKER-{chat}"), asyncio.Event())
+    gone = next(chat for chat in chats if intake.stream_of(chat) != intake.streams[0])
+    erased = await forget_chat(redis, store, gone, intake_shards=4)
+    assert erased.queued == 1
+    found = await stored_bytes(redis)
+    assert holding(found, f"MARKER-{gone}") == []
+    assert all(holding(found, f"MARKER-{chat}") for chat in chats if chat != gone)
 
 
 # ---------------------------------------------------------------------- private topics

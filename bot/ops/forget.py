@@ -59,7 +59,9 @@ class Erased:
         )
 
 
-async def forget_chat(redis: Redis, store: TranscriptStore, chat_id: int) -> Erased:
+async def forget_chat(
+    redis: Redis, store: TranscriptStore, chat_id: int, *, intake_shards: int = 1
+) -> Erased:
     """Erase what is stored about ``chat_id`` (see the module docstring)."""
     scope = str(chat_id)
     tagged = [name async for name in redis.scan_iter(match=_glob(keys.scope_prefix(scope)) + "*")]
@@ -84,7 +86,8 @@ async def forget_chat(redis: Redis, store: TranscriptStore, chat_id: int) -> Era
     )
     await _delete(redis, usage)
 
-    queued = await _drop_entries(redis, bot_keys.INTAKE_STREAM, chat_id, ack=True)
+    intake = bot_keys.intake_stream(bot_keys.intake_shard(chat_id, intake_shards))
+    queued = await _drop_entries(redis, intake, chat_id, ack=True)
     queued += await _drop_entries(redis, bot_keys.DEAD_LETTER_STREAM, chat_id, ack=False)
     return Erased(trees, aliases, other, queued, usage_detail + len(usage))
 

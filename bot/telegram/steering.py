@@ -215,7 +215,12 @@ async def on_forget(message: Message, *, notifier: Notifier, settings: Settings)
 
 
 async def on_forget_pressed(
-    query: CallbackQuery, *, notifier: Notifier, store: TranscriptStore, redis: Redis
+    query: CallbackQuery,
+    *,
+    notifier: Notifier,
+    store: TranscriptStore,
+    redis: Redis,
+    settings: Settings,
 ) -> None:
     """The confirmation: erase (once the presser is the asker), then say what went."""
     message = query.message
@@ -240,7 +245,7 @@ async def on_forget_pressed(
         await say(FORGET_EXPIRED)
         return
     try:
-        erased = await forget_chat(redis, store, chat)
+        erased = await forget_chat(redis, store, chat, intake_shards=settings.intake_shards)
     except StoreUnavailableError:
         await query.answer(FORGET_FAILED, show_alert=True)
         return
