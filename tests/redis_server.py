@@ -55,21 +55,28 @@ class RedisServer:
         if self.proc is not None:
             raise RuntimeError("already running")
         for _attempt in range(5):
-            args = [
-                self.binary,
-                "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
-                "--appendonly", "yes", "--appendfsync", self.fsync, "--save", "",
-                "--logfile", str(self.dir / "redis.log"), "--daemonize", "no",
-            ]  # fmt: skip
-            self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            deadline = time.monotonic() + _READY_TIMEOUT
-            while time.monotonic() < deadline and self.proc.poll() is None:
-                if _ping(self.port):
-                    return
-                time.sleep(0.02)
-            self._reap()
+            if self._launch():
+                return
             self.port = free_port()  # most likely the port was taken meanwhile
         raise RuntimeError(f"redis-server did not start; see {self.dir / 'redis.log'}")
+
+    def _launch(self, *extra: str) -> bool:
+        """Start redis-server on ``self.port``; ``True`` once it answers PING."""
+        args = [
+            self.binary,
+            "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
+            *extra,
+            "--appendonly", "yes", "--appendfsync", self.fsync, "--save", "",
+            "--logfile", str(self.dir / "redis.log"), "--daemonize", "no",
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + _READY_TIMEOUT
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            if _ping(self.port):
+                return True
+            time.sleep(0.02)
+        self._reap()
+        return False
 
     def stop(self) -> None:
         """Graceful shutdown (SIGTERM): redis flushes the AOF."""
@@ -205,21 +212,10 @@ class _ClusterNode(RedisServer):
     def start(self) -> None:
         if self.proc is not None:
             raise RuntimeError("already running")
-        args = [
-            self.binary,
-            "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
-            "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-            "--cluster-node-timeout", "5000",
-            "--appendonly", "yes", "--appendfsync", self.fsync, "--save", "",
-            "--logfile", str(self.dir / "redis.log"), "--daemonize", "no",
-        ]  # fmt: skip
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + _READY_TIMEOUT
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            if _ping(self.port):
-                return
-            time.sleep(0.02)
-        self._reap()
+        cluster = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                   "--cluster-node-timeout", "5000")  # fmt: skip
+        if self._launch(*cluster):
+            return
         raise RuntimeError(f"cluster node did not start; see {self.dir / 'redis.log'}")
 
 
