@@ -23,13 +23,15 @@ import asyncio
 import itertools
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import msgpack
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 
 from bot.bus.inbound import Inbound
 from bot.data import keys
-from bot.data.connection import connect, guarded
+from bot.data.connection import Queued, connect, run_together
 from bot.model import Answer, Media, Usage
 from bot.usage.accounting import USER_DAY_TTL, Accounting, CallRecord, day_of, utc_now
 from transcript import ChatMessage, NodeId
@@ -109,9 +111,8 @@ class BaselineAccounting(Accounting):
 
     def __init__(self, redis: Redis) -> None:
         super().__init__(redis, clock=utc_now)
-        self._old_script = redis.register_script(_OLD_RECORD_LUA)
 
-    async def _save(self, call: CallRecord) -> None:
+    async def _save(self, call: CallRecord, also: Queued | None) -> list[Any]:
         now = self.clock()
         day = day_of(now)
         chat, user = call.chat_id, call.user_id
@@ -155,7 +156,13 @@ class BaselineAccounting(Accounting):
             call.sent.ref, USER_DAY_TTL, user_day, audit_key, audit_value,
             self.audit_days * 24 * 3600, call.view,
         ]  # fmt: skip
-        await guarded(self._old_script(keys=old_keys, args=args))
+
+        def step(pipe: Pipeline) -> int:
+            pipe.eval(_OLD_RECORD_LUA, len(old_keys), *old_keys, *args)
+            return 1
+
+        replies = await run_together(self._redis, step, *([also] if also else []))
+        return replies[1] if also else []
 
 
 VARIANTS: dict[str, Callable[[Redis], Accounting]] = {

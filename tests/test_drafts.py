@@ -153,8 +153,13 @@ async def test_blocked_chat_gets_one_draft_and_nothing_more(
         await turns_done(tg, app, 1)
         _, text = await ask(tg, app, USER, "still there?")
     assert text == "[depth:2] echo: still there?"
-    refused = [c for c in tg.calls if c.params.get("chat_id") == OTHER_USER]
-    assert [(c.method, c.status) for c in refused] == [("sendMessageDraft", 403)]
+    refused = [(c.method, c.status) for c in tg.calls if c.params.get("chat_id") == OTHER_USER]
+    # the final text may already be on its way when the draft's 403 arrives (the end
+    # of the answer cuts a draft call short): at most that one message more
+    assert refused in (
+        [("sendMessageDraft", 403)],
+        [("sendMessageDraft", 403), ("sendMessage", 403)],
+    )
 
 
 async def test_stream_cut_while_drafting_keeps_the_shown_text_with_a_notice(

@@ -10,12 +10,14 @@ from typing import Any
 import msgpack
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import ResponseError
 
 from bot.data import keys
 from bot.model import Usage
 from bot.ops.threads import audit_records
 from bot.turn.notices import DAILY_LIMIT as DAILY_LIMIT_NOTICE
 from bot.turn.notices import TURN_GUARD as TURN_GUARD_NOTICE
+from bot.usage import accounting as accounting_module
 from bot.usage.accounting import AUDIT_FIELDS, Accounting, CallRecord, Totals, utc_now
 from bot.usage.reports import OWNER_ONLY_TEXT
 from transcript import NodeId
@@ -363,28 +365,24 @@ async def test_nodes_recorded_in_the_old_per_chat_hash_are_still_read(redis: Red
     assert await accounting.chain(5, [a, b]) == Totals(300, 30, 5, 2)
 
 
-class FailingOnce:
-    """Fails the first ``times`` awaits of a step (as if the process died there)."""
-
-    def __init__(self, step: Any, times: int = 1) -> None:
-        self.step, self.times = step, times
-
-    async def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self.times > 0:
-            self.times -= 1
-            raise RuntimeError("the process died here")
-        return await self.step(*args, **kwargs)
+def break_totals(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The totals step fails in Redis from now on, as if the process died between the
+    two steps (the record's own step; finishing a stale entry is another)."""
+    monkeypatch.setattr(accounting_module, "_TOTALS_LUA", "return redis.error_reply('died')")
 
 
-async def test_a_crash_between_the_two_steps_counts_the_call_once(redis: Redis) -> None:
+async def test_a_crash_between_the_two_steps_counts_the_call_once(
+    redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
     clock = Clock(NOON)
     accounting = Accounting(redis, clock=clock)
     once = Totals(100, 20, 0, 1)
     # the totals step fails: the call is pending in its chat, not in the totals
     call = CallRecord(5, 7, 11, node(1), "m", Usage(100, 20), 0.1)
-    accounting._write_totals = FailingOnce(accounting._write_totals)  # type: ignore[method-assign]
-    with pytest.raises(RuntimeError):
-        await accounting.record(call)
+    with monkeypatch.context() as patch:
+        break_totals(patch)
+        with pytest.raises(ResponseError):
+            await accounting.record(call)
     assert await accounting.chain(5, [node(1)]) == once
     assert await accounting.user_all_time(7) == Totals()
     assert await redis.hlen(keys.chat_usage_key(5, "p")) == 1
@@ -414,12 +412,13 @@ async def test_a_crash_between_the_two_steps_counts_the_call_once(redis: Redis) 
 
 
 async def test_a_call_left_pending_by_a_dead_process_is_finished_by_the_next_one(
-    redis: Redis,
+    redis: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dead = Accounting(redis, clock=Clock(NOON))
-    dead._write_totals = FailingOnce(dead._write_totals)  # type: ignore[method-assign]
-    with pytest.raises(RuntimeError):
-        await dead.record(CallRecord(5, 7, 11, node(1), "m", Usage(100, 20), 0.1))
+    with monkeypatch.context() as patch:
+        break_totals(patch)
+        with pytest.raises(ResponseError):
+            await dead.record(CallRecord(5, 7, 11, node(1), "m", Usage(100, 20), 0.1))
     alive = Accounting(redis, clock=Clock(NOON + timedelta(hours=13)))  # the next day
     await alive.record(CallRecord(5, 7, 13, node(3), "m", Usage(1, 1), 0.1))
     assert await alive.user_all_time(7) == Totals(101, 21, 0, 2)
@@ -427,9 +426,10 @@ async def test_a_call_left_pending_by_a_dead_process_is_finished_by_the_next_one
     _, per_day = await alive.stats(days=2)
     assert per_day == [("20260302", Totals(1, 1, 0, 1)), (DAY, Totals(100, 20, 0, 1))]
     # one left for days is dropped: its bucket may no longer know it was counted
-    dead._write_totals = FailingOnce(dead._write_totals)  # type: ignore[method-assign]
-    with pytest.raises(RuntimeError):
-        await dead.record(CallRecord(5, 7, 15, node(5), "m", Usage(50, 5), 0.1))
+    with monkeypatch.context() as patch:
+        break_totals(patch)
+        with pytest.raises(ResponseError):
+            await dead.record(CallRecord(5, 7, 15, node(5), "m", Usage(50, 5), 0.1))
     late = Accounting(redis, clock=Clock(NOON + timedelta(days=3)))
     await late.record(CallRecord(5, 7, 17, node(7), "m", Usage(2, 2), 0.1))
     await late.settled(5)
@@ -465,3 +465,22 @@ async def test_totals_and_audit_of_the_earlier_layout_are_still_read(redis: Redi
     assert await accounting.last_call(5, node(3)) == (7, 3, "1:0.1")
     assert await accounting.chain(5, [node(0), node(1), node(2), node(3)]) == Totals(17, 4, 0, 2)
     assert audits[1].latency == pytest.approx(0.25)
+
+
+async def test_a_record_carries_other_writes_in_its_round_trip_even_without_scripts(
+    redis: Redis,
+) -> None:
+    accounting = Accounting(redis, clock=Clock(NOON))
+    await accounting.record(CallRecord(5, 7, 11, node(1), "m", Usage(100, 20), 0.1))
+    await redis.script_flush()  # as after a restart of Redis: its script cache is empty
+
+    def also(pipe: Any) -> int:
+        pipe.incr("rc:{5}:probe")
+        pipe.incr("rc:{5}:probe")
+        return 2
+
+    replies = await accounting.record(
+        CallRecord(5, 7, 13, node(3), "m", Usage(1, 2), 0.1), also=also
+    )
+    assert replies == [1, 2]  # the ride-along's own replies
+    assert await accounting.user_all_time(7) == Totals(101, 22, 0, 2)

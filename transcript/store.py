@@ -17,7 +17,7 @@ import itertools
 import time
 from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from cachetools import LRUCache
 from redis.asyncio import Redis
@@ -93,7 +93,7 @@ return 1
 
 
 @dataclass(frozen=True, slots=True)
-class _Placement:
+class Placement:
     """One node to place, as the append script takes it (see ``_APPEND_LUA``)."""
 
     scope: str
@@ -164,7 +164,7 @@ class TranscriptStore:
         depth = count_depth(messages)
         record = codec.encode_node(depth, messages)
         return await self._place(
-            _Placement(
+            Placement(
                 scope=scope,
                 target_key=keys.seq_key(scope),
                 tree=keys.tree_key_prefix(scope),
@@ -195,6 +195,19 @@ class TranscriptStore:
         caller's retry is idempotent). ``aliases`` are message ids mapped to
         the new node in the same step.
         """
+        placement = await self.child(parent, messages, record_in=record_in, aliases=aliases)
+        return await self._place(placement)
+
+    async def child(
+        self,
+        parent: NodeId,
+        messages: Sequence[ChatMessage],
+        *,
+        record_in: RecordField | None = None,
+        aliases: Iterable[int | str] = (),
+    ) -> Placement:
+        """:meth:`append`'s write, prepared to go on a caller's pipeline with other
+        writes (:meth:`queue_place`, then :meth:`placed` with its reply)."""
         scope, messages = parent.scope, tuple(messages)
         parent_node = await self.node(parent)
         parent_record = await self._segment_record(parent)
@@ -204,48 +217,60 @@ class TranscriptStore:
             ancestors, more = ancestors[: self._inline], True
         branch = SegmentRecord(ancestors, more)
         depth = parent_node.depth + count_depth(messages)
-        return await self._place(
-            _Placement(
-                scope=scope,
-                target_key=keys.tree_key(scope, parent.tree),
-                tree=str(parent.tree),
-                continuation=keys.node_field(parent.seg, parent.idx + 1),
-                continuing=codec.encode_node(depth, messages),
-                opening=codec.encode_node(depth, messages, branch),
-                depth=depth,
-                messages=messages,
-                branch=branch,
-                record_in=record_in,
-                aliases=tuple(str(a) for a in aliases),
-            )
+        placement = Placement(
+            scope=scope,
+            target_key=keys.tree_key(scope, parent.tree),
+            tree=str(parent.tree),
+            continuation=keys.node_field(parent.seg, parent.idx + 1),
+            continuing=codec.encode_node(depth, messages),
+            opening=codec.encode_node(depth, messages, branch),
+            depth=depth,
+            messages=messages,
+            branch=branch,
+            record_in=record_in,
+            aliases=tuple(str(a) for a in aliases),
         )
+        return placement
 
-    async def _place(self, placement: _Placement) -> Node:
+    def queue_place(self, pipe: Pipeline, placement: Placement) -> int:
+        """Queue the append script for ``placement`` on ``pipe``: one command, sent
+        with the script's text (EVAL: a pipeline cannot count on the script cache)."""
+        found, args = self._script_call(placement)
+        pipe.eval(_APPEND_LUA, len(found), *found, *args)
+        return 1
+
+    async def _place(self, placement: Placement) -> Node:
         """Run the append script for one node; the node it placed (or found placed)."""
+        found, args = self._script_call(placement)
+        return await self.placed(placement, await self._io(self._append_script(found, args)))
+
+    def _script_call(self, placement: Placement) -> tuple[list[str], list[str | bytes]]:
+        """The append script's keys and arguments for ``placement``."""
         scope = placement.scope
         record_key, record_field = placement.record_in or (keys.alias_key(scope), "")
         if not record_key.startswith(keys.scope_prefix(scope)):
             raise ValueError("a record field must be a key of the node's own scope")
-        created, ref = await self._io(
-            self._append_script(
-                keys=[record_key, keys.alias_key(scope), placement.target_key],
-                args=[
-                    record_field,
-                    placement.continuing,
-                    placement.opening,
-                    placement.continuation,
-                    placement.tree,
-                    *placement.aliases,
-                ],
-            )
-        )
-        node_id = NodeId.parse(scope, ref)
+        found = [record_key, keys.alias_key(scope), placement.target_key]
+        args: list[str | bytes] = [
+            record_field,
+            placement.continuing,
+            placement.opening,
+            placement.continuation,
+            placement.tree,
+            *placement.aliases,
+        ]
+        return found, args
+
+    async def placed(self, placement: Placement, reply: Any) -> Node:
+        """The node the append script placed (or found placed), from its reply."""
+        created, ref = reply
+        node_id = NodeId.parse(placement.scope, ref)
         if not int(created):
             return await self.node(node_id)
         node = Node(node_id, placement.depth, placement.messages)
         self._remember(node, placement.branch if node_id.seg else ROOT_SEGMENT)
         for field in placement.aliases:
-            self._cache.put_alias(scope, field, node_id)
+            self._cache.put_alias(placement.scope, field, node_id)
         return node
 
     def _remember(self, node: Node, record: SegmentRecord | None) -> None:

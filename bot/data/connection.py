@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable
-from typing import TypeVar, cast
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, cast
 
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.client import Pipeline
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
@@ -15,6 +16,9 @@ from redis.exceptions import BusyLoadingError, ConnectionError, TimeoutError
 from transcript import StoreUnavailableError
 
 T = TypeVar("T")
+#: Queues writes on a pipeline (scripts with ``Pipeline.eval``); returns how many
+#: commands it queued.
+Queued = Callable[[Pipeline], int]
 _UNAVAILABLE = (ConnectionError, TimeoutError, OSError)
 
 
@@ -77,3 +81,21 @@ async def guarded(awaitable: Awaitable[T]) -> T:
         raise StoreUnavailableError(
             f"Redis is unreachable ({type(exc).__name__} after {waited:.1f}s)"
         ) from exc
+
+
+
+async def run_together(redis: Redis, *queues: Queued) -> list[list[Any]]:
+    """Writes of several modules in one round trip; the replies, one list per queue.
+
+    Lua scripts in it go as EVAL with their text (``Pipeline.eval``): redis-py asks
+    SCRIPT EXISTS before each pipeline holding EVALSHA (a round trip more), and a
+    cluster pipeline refuses EVALSHA. Nothing is atomic across queues.
+    """
+    pipe = redis.pipeline(transaction=False)
+    counts = [queue(pipe) for queue in queues]
+    replies = await guarded(pipe.execute())
+    shaped, at = [], 0
+    for count in counts:
+        shaped.append(replies[at : at + count])
+        at += count
+    return shaped

@@ -132,6 +132,9 @@ class AnswerWriter:
         self._typing: AbstractAsyncContextManager[object] | None = None
         #: When the first text of this run went on screen (monotonic; a draft or a part).
         self.first_shown_at: float | None = None
+        #: The last rendering, by its input: the final text often equals the last
+        #: draft's or edit's (a model ending right after its last delta).
+        self._rendered: tuple[tuple[str, str, str], list[Chunk]] | None = None
 
     @property
     def closing(self) -> bool:
@@ -301,7 +304,7 @@ class AnswerWriter:
     async def _push(self, text: str, reasoning: str = "") -> None:
         # the pace counts attempts, failed ones too: a failing edit is not retried at once
         self._last_push = time.monotonic()
-        chunks = render_chunks(text, prefix=self.prefix, reasoning=reasoning)
+        chunks = self._render(text, reasoning)
         drafting = self.drafting and not self._closing
         # while drafting, the part being written is a draft; the parts before it are done
         settled = chunks[:-1] if drafting else chunks
@@ -335,6 +338,12 @@ class AnswerWriter:
             return
         await self._drop_extra(len(chunks))
         self._shown = text
+
+    def _render(self, text: str, reasoning: str) -> list[Chunk]:
+        source = (text, self.prefix, reasoning)
+        if self._rendered is None or self._rendered[0] != source:
+            self._rendered = (source, render_chunks(text, prefix=self.prefix, reasoning=reasoning))
+        return self._rendered[1]
 
     async def _draft(self, number: int, chunk: Chunk | None) -> bool:
         """Show part ``number`` as a draft; False when drafts turned out unavailable."""

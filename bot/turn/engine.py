@@ -575,17 +575,17 @@ class Engine:
             turn.inbound, user.id, model=self.model.name, usage=answer.usage,
             latency=answer.latency, error=None, view=window.view,
         )  # fmt: skip
-        node, _ = await asyncio.gather(  # independent writes: one round trip's wait
-            self._durably(
-                lambda: self.store.append(
-                    user.id,
-                    [ChatMessage("assistant", answer.text)],
-                    record_in=turn.state.record("a"),
-                    aliases=turn.writer.message_ids,
-                )
-            ),
-            self.accounting.record(call),
+        placement = await self.store.child(
+            user.id,
+            [ChatMessage("assistant", answer.text)],
+            record_in=turn.state.record("a"),
+            aliases=turn.writer.message_ids,
         )
+        # the node and the call's usage: independent idempotent writes, one round trip
+        [reply] = await self.accounting.record(
+            call, also=lambda pipe: self.store.queue_place(pipe, placement)
+        )
+        node = await self._durably(lambda: self.store.placed(placement, reply))
         turn.state.answer = node.id
         turn.answer_stored_at = time.monotonic()
         return node.id

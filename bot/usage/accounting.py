@@ -40,7 +40,7 @@ from transcript import NodeId, StoreUnavailableError
 
 from ..bus.inbound import Inbound
 from ..data import keys
-from ..data.connection import guarded
+from ..data.connection import Queued, guarded, run_together
 from ..metrics import Metrics
 from ..model import Usage
 from ..retry import Outage
@@ -365,7 +365,6 @@ class Accounting:
         self.prices = prices or Prices()
         #: Days the per-turn and per-node detail is kept after its last write.
         self.detail_days = detail_days
-        self._detail_script = redis.register_script(_DETAIL_LUA)
         self._totals_script = redis.register_script(_TOTALS_LUA)
         self._earlier_layout: bool | None = None
         #: Per chat, the pending entries whose totals this process wrote (removed with
@@ -373,16 +372,18 @@ class Accounting:
         self._done: dict[int, set[str]] = {}
         self.metrics = metrics or Metrics()
 
-    async def record(self, call: CallRecord) -> None:
+    async def record(self, call: CallRecord, *, also: Queued | None = None) -> list[Any]:
         """Count one call exactly once; waits while Redis is away (a call costs money).
 
         The call id makes a repeated record a no-op, so waiting and retrying
-        can never count a call twice.
+        can never count a call twice. ``also`` queues more idempotent script
+        calls on the same round trip (the answer's node); their replies are
+        returned.
         """
         self.metrics.model_call(call.usage, call.latency, call.error)
-        await self.outage.guard(lambda: self._save(call), on=(StoreUnavailableError,))
+        return await self.outage.guard(lambda: self._save(call, also), on=(StoreUnavailableError,))
 
-    async def _save(self, call: CallRecord) -> None:
+    async def _save(self, call: CallRecord, also: Queued | None) -> list[Any]:
         """Two steps sent together: the chat's detail (with a pending entry) and the
         user's totals; the pending entry is removed by a later write (the turn's
         final one, :meth:`queue_settled`, or the chat's next record).
@@ -409,20 +410,25 @@ class Accounting:
             recording = replace(recording, audit_ttl=self.audit_days * 24 * 3600, audit=audit)
         marker = _marker(call.call_id)
         done = self._done.pop(call.chat_id, set())
+
+        def steps(pipe: Pipeline) -> int:
+            detail = recording.keys()
+            pipe.eval(_DETAIL_LUA, len(detail), *detail, *recording.args(), *done)
+            totals, args = _totals_step(marker, recording.pending())
+            pipe.eval(_TOTALS_LUA, len(totals), *totals, *args)
+            return 2
+
         try:
-            (_, flat), _ = await asyncio.gather(
-                guarded(
-                    self._detail_script(keys=recording.keys(), args=[*recording.args(), *done])
-                ),
-                self._write_totals(marker, recording.pending()),
-            )
+            replies = await run_together(self._redis, steps, *([also] if also else []))
         except BaseException:
             self._done.setdefault(call.chat_id, set()).update(done)
             raise
+        (_, flat), _ = replies[0]
         stale = {_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat), 2)}
         if stale:
             await self._finish(call.chat_id, stale, now)
         self._done.setdefault(call.chat_id, set()).add(marker)
+        return replies[1] if also else []
 
     async def _finish(self, chat_id: int, stale: dict[str, str], now: datetime) -> None:
         """Write the totals of pending entries a crash left behind, then remove them."""
