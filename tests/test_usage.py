@@ -484,3 +484,17 @@ async def test_a_record_carries_other_writes_in_its_round_trip_even_without_scri
     )
     assert replies == [1, 2]  # the ride-along's own replies
     assert await accounting.user_all_time(7) == Totals(101, 22, 0, 2)
+
+
+async def test_last_call_of_this_process_is_answered_from_memory(redis: Redis) -> None:
+    accounting = Accounting(redis, clock=Clock(NOON))
+    a, b = node(1), node(3)
+    await accounting.record(CallRecord(5, 7, 11, a, "m", Usage(100, 10), 0.1, view="v"))
+    await redis.delete(keys.chat_usage_key(5, "n", a.tree))  # memory answers without it
+    assert await accounting.last_call(5, a) == (100, 10, "v")
+    # two calls sent up to one node: no one request's size, as the stored entry says
+    await accounting.record(CallRecord(5, 7, 13, b, "m", Usage(1, 1), 0.1))
+    await accounting.record(CallRecord(5, 7, 15, b, "m", Usage(2, 2), 0.1))
+    assert await accounting.last_call(5, b) is None
+    # another process reads the stored entry
+    assert await Accounting(redis, clock=Clock(NOON)).last_call(5, b) is None

@@ -463,13 +463,18 @@ class TranscriptStore:
         refs = await self._fold_refs(leaf.scope, leaf.tree)
         if not refs:
             return None
-        on_path = [
-            n.id for n in await self.path(leaf) if keys.node_field(n.id.seg, n.id.idx) in refs
-        ]
-        if not on_path:
+        deepest = next(  # from the leaf up: the deepest fold is usually near it
+            (
+                n.id
+                for n in reversed(await self.path(leaf))
+                if keys.node_field(n.id.seg, n.id.idx) in refs
+            ),
+            None,
+        )
+        if deepest is None:
             return None
-        cached = self._cache.fold(on_path[-1])
-        return cached or (await self._folds(leaf.scope, leaf.tree, on_path[-1:]))[0]
+        cached = self._cache.fold(deepest)
+        return cached or (await self._folds(leaf.scope, leaf.tree, [deepest]))[0]
 
     async def _fold_refs(self, scope: str, tree: int) -> frozenset[str]:
         index = self._cache.fold_index(scope, tree)

@@ -30,9 +30,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import msgpack
+from cachetools import LRUCache
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
@@ -143,6 +144,9 @@ return 1
 OK_TTL = 2 * 24 * 3600
 #: Seconds after which another call's pending entry counts as left behind by a crash.
 STALE_PENDING = 60
+#: Calls whose size :meth:`Accounting.last_call` answers from memory.
+LAST_CALLS_KEPT = 4096
+_UNKNOWN = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,6 +375,12 @@ class Accounting:
         #: the turn's final write, or the chat's next record).
         self._done: dict[int, set[str]] = {}
         self.metrics = metrics or Metrics()
+        #: The size of calls this process made, by the node they were sent up to (what
+        #: :meth:`last_call` reads first: the next turn of a long chain asks for it);
+        #: None where this process made several.
+        self._sizes: LRUCache[tuple[int, NodeId], tuple[int, int, str] | None] = LRUCache(
+            maxsize=LAST_CALLS_KEPT
+        )
 
     async def record(self, call: CallRecord, *, also: Queued | None = None) -> list[Any]:
         """Count one call exactly once; waits while Redis is away (a call costs money).
@@ -428,6 +438,13 @@ class Accounting:
         if stale:
             await self._finish(call.chat_id, stale, now)
         self._done.setdefault(call.chat_id, set()).add(marker)
+        sent = (call.chat_id, call.sent)
+        usage = call.usage
+        self._sizes[sent] = (
+            None
+            if sent in self._sizes
+            else (usage.prompt_tokens, usage.completion_tokens, call.view)
+        )
         return replies[1] if also else []
 
     async def _finish(self, chat_id: int, stale: dict[str, str], now: datetime) -> None:
@@ -571,7 +588,14 @@ class Accounting:
         return Totals(prompt=sums[0], completion=sums[1], cached=sums[2], calls=sums[3])
 
     async def last_call(self, chat_id: int, sent: NodeId) -> tuple[int, int, str] | None:
-        """Prompt and completion tokens of the one call sent up to ``sent``, and its view."""
+        """Prompt and completion tokens of the one call sent up to ``sent``, and its view.
+
+        A call this process recorded is answered from memory (none where it made
+        several, as the stored entry, which sums them, says).
+        """
+        known = self._sizes.get((chat_id, sent), _UNKNOWN)
+        if known is not _UNKNOWN:
+            return known if known is None else cast(tuple[int, int, str], known)
         value = (await self._nodes(chat_id, [sent])).get(sent)
         if value is None:
             return None
