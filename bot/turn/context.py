@@ -15,6 +15,7 @@ summarising fails, the oldest whole nodes are left out of this call instead.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import Callable, Sequence
@@ -26,6 +27,7 @@ from ..bus.inbound import Inbound
 from ..model import MESSAGE_OVERHEAD, Media, Model, ModelError, Usage, estimate_messages
 from ..model.vision import Vision
 from ..usage.accounting import Accounting, CallRecord
+from .state import TurnState
 
 log = logging.getLogger("replychain.context")
 
@@ -163,7 +165,14 @@ class ContextWindow:
         digests = [i.digest for m in window.messages for i in m.images]
         if not digests or not await self.sees_images():
             return window
-        media = await self.store.blobs(inbound.scope, digests)
+        if self.vision is None:
+            return replace(window, media=await self.store.blobs(inbound.scope, digests))
+        media, unread = await asyncio.gather(
+            self.store.blobs(inbound.scope, digests),
+            self.vision.unreadable(inbound.scope, self.model.name, digests),
+        )
+        if unread:  # the model could not read these: it gets a placeholder instead
+            media = {d: data for d, data in media.items() if d not in unread}
         return replace(window, media=media)
 
     async def sees_images(self) -> bool:
@@ -173,6 +182,32 @@ class ContextWindow:
         """The model rejected images: from now on it gets placeholders."""
         if self.vision is not None:
             await self.vision.text_only(self.model.name)
+
+    async def set_aside(
+        self, inbound: Inbound, state: TurnState, window: Window, error: ModelError
+    ) -> bool:
+        """The model could not read an image of ``window`` (``bad_image``): set one aside.
+
+        That is the image the error names, else the newest image sent (the most
+        likely new to the model: the current message's, the last of an album).
+        It is remembered for the chat and the model, so no later request sends
+        it (a placeholder stands in), and the call retrying without it is counted
+        as one more model call of the turn (``state.calls``, in the same write).
+        ``False`` when no image is left to set aside.
+        """
+        if self.vision is None or not window.media:
+            return False
+        sent = [i.digest for m in window.messages for i in m.images if i.digest in window.media]
+        if not sent:
+            return False
+        named = error.image is not None and error.image in window.media
+        digest = error.image if named and error.image else sent[-1]
+        state.calls = await self.vision.set_aside(inbound.scope, self.model.name, digest, state.key)
+        log.warning(
+            "the model could not read image %s… of chat %s (%s); it is set aside",
+            digest[:12], inbound.chat_id, "named by the error" if named else "the newest sent",
+        )  # fmt: skip
+        return True
 
     async def _prepare(self, inbound: Inbound, user_node: NodeId) -> Window:
         estimate = self.estimator.sized(*await self.store.size(user_node))
