@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 from bot.app import App
 from bot.data.keys import unread_key
 from bot.model import IMAGE_UNREADABLE, ModelClient, ModelError, wire_messages
-from bot.model.client import _classify, named_image
+from bot.model.client import _classify, data_url, named_image
 from bot.turn import notices
 from transcript import ChatMessage, Image, keys
 
@@ -50,10 +50,8 @@ async def answered(tg: FakeTelegram, app: App, message: dict[str, Any], done: in
     return "".join(p.text or "" for p in answers_to(tg, USER, key[1]))
 
 
-def data_url(data: bytes) -> str:
-    return wire_messages(
-        [ChatMessage("user", "", images=(Image("d", "image/jpeg"),))], {"d": data}
-    )[0]["content"][0]["image_url"]["url"]
+def url_of(data: bytes) -> str:
+    return data_url("image/jpeg", data)
 
 
 async def test_an_unreadable_photo_is_answered_without_and_the_thread_goes_on(
@@ -74,8 +72,8 @@ async def test_an_unreadable_photo_is_answered_without_and_the_thread_goes_on(
         placeholder = f"{IMAGE_UNREADABLE}\nand this?"  # the caption is kept
         assert text == f"[depth:4] {notices.IMAGE_SET_ASIDE}echo: {placeholder}"
         assert [r.status for r in llm.requests] == [200, 400, 200]
-        assert image_parts(llm, 1) == [data_url(good), data_url(bad)]
-        assert image_parts(llm) == [data_url(good)]  # the other image is still sent
+        assert image_parts(llm, 1) == [url_of(good), url_of(bad)]
+        assert image_parts(llm) == [url_of(good)]  # the other image is still sent
         [_, _, _, user] = llm.requests[-1].messages
         assert user["content"] == placeholder
         # the thread goes on: the next turn sends no failing request first, and no notice
@@ -83,7 +81,7 @@ async def test_an_unreadable_photo_is_answered_without_and_the_thread_goes_on(
         _, text = await ask(tg, app, USER, "what colour is the cat?", reply_to=later)
         assert text == "[depth:6] echo: what colour is the cat?"
         assert [r.status for r in llm.requests] == [200, 400, 200, 200]
-        assert image_parts(llm) == [data_url(good)]
+        assert image_parts(llm) == [url_of(good)]
         assert llm.requests[-1].messages[3]["content"] == placeholder
     # nothing is lost: both pictures stay stored; the set-aside one is remembered
     digest = hashlib.sha256(bad).hexdigest()
@@ -106,8 +104,8 @@ async def test_the_turn_guard_bounds_the_retries_and_a_reply_still_goes_on(
         # two calls, the most one message may use: each set one picture aside, newest first
         assert text == notices.TURN_GUARD
         assert [r.status for r in llm.requests] == [200, 200, 400, 400]
-        assert image_parts(llm, 2) == [data_url(p) for p in pictures]
-        assert image_parts(llm, 3) == [data_url(pictures[0])]
+        assert image_parts(llm, 2) == [url_of(p) for p in pictures]
+        assert image_parts(llm, 3) == [url_of(pictures[0])]
         # replying to the notice goes on, both pictures as placeholders, in one call
         notice = answers_to(tg, USER, asked)[-1].message_id
         _, text = await ask(tg, app, USER, "go on", reply_to=notice)
@@ -135,8 +133,42 @@ async def test_the_image_an_error_names_is_the_one_set_aside(
         _, text = await ask(tg, app, USER, "compare them", reply_to=answer)
         assert text == f"[depth:6] {notices.IMAGE_SET_ASIDE}echo: compare them"
         assert [r.status for r in llm.requests] == [200, 200, 400, 200]
-        assert image_parts(llm) == [data_url(new)]
+        assert image_parts(llm) == [url_of(new)]
     digest = hashlib.sha256(old).hexdigest()
+    assert await redis.hgetall(unread_key(str(USER))) == {digest.encode(): b"test-model"}
+
+
+async def test_images_set_aside_on_a_guess_are_given_back_once_the_culprit_is_found(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory, redis: Redis
+) -> None:
+    async with start_bot() as app:
+        ids = [(await ask(tg, app, USER, None, photo=True, caption="A"))[0]]
+        for caption in ("B", "C"):
+            answer = answers_to(tg, USER, ids[-1])[-1].message_id
+            ids.append(
+                tg.send_user_message(USER, USER, None, photo=True, caption=caption,
+                                     reply_to=answer)["message_id"]
+            )  # fmt: skip
+            done = app.runner.completed + 1
+            if caption == "C":  # the model can no longer read B (param null: unnamed)
+                llm.reject_image(photo_bytes(tg, tg.message(USER, ids[1]).raw), "policy")
+            text = await answered(tg, app, tg.message(USER, ids[-1]).raw, done)
+        a, b, c = (photo_bytes(tg, tg.message(USER, m).raw) for m in ids)
+        # C, the newest, is tried first; then B; the third call (of three) is answered
+        assert text == f"[depth:6] {notices.IMAGE_SET_ASIDE}echo: {IMAGE_UNREADABLE}\nC"
+        assert [r.status for r in llm.requests] == [200, 200, 400, 400, 200]
+        assert [image_parts(llm, i) for i in (2, 3, 4)] == [
+            [url_of(a), url_of(b), url_of(c)],
+            [url_of(a), url_of(b)],
+            [url_of(a)],
+        ]
+        # B was the one: it stays aside, and C, set aside on a guess, is sent again
+        answer = answers_to(tg, USER, ids[-1])[-1].message_id
+        _, text = await ask(tg, app, USER, "and now?", reply_to=answer)
+        assert text == "[depth:8] echo: and now?"
+        assert llm.requests[-1].status == 200
+        assert image_parts(llm) == [url_of(a), url_of(c)]
+    digest = hashlib.sha256(b).hexdigest()
     assert await redis.hgetall(unread_key(str(USER))) == {digest.encode(): b"test-model"}
 
 

@@ -61,3 +61,7 @@ class Vision:
             pipe.hincrby(turn_key, "c", 1)
             _, calls = await guarded(pipe.execute())
         return int(calls)
+
+    async def give_back(self, scope: str, digests: Sequence[str]) -> None:
+        """Send the chat's images ``digests`` again (they were set aside on a guess)."""
+        await guarded(self._redis.hdel(unread_key(scope), *digests))

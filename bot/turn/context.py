@@ -21,6 +21,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from cachetools import LRUCache
+
 from transcript import ChatMessage, Fold, Node, NodeId, TranscriptStore
 
 from ..bus.inbound import Inbound
@@ -127,6 +129,8 @@ class ContextWindow:
         self.shape: Callable[[Sequence[ChatMessage]], tuple[ChatMessage, ...]] | None = None
         #: What views are fitted to: estimates are estimates, so keep ~3 % spare.
         self.limit = budget - max(8, budget // 32)
+        #: Images set aside by running turns (turn key -> (digest, named by the error)).
+        self._aside: LRUCache[str, list[tuple[str, bool]]] = LRUCache(maxsize=1024)
 
     @classmethod
     def for_budget(
@@ -203,11 +207,24 @@ class ContextWindow:
         named = error.image is not None and error.image in window.media
         digest = error.image if named and error.image else sent[-1]
         state.calls = await self.vision.set_aside(inbound.scope, self.model.name, digest, state.key)
+        self._aside.setdefault(state.key, []).append((digest, named))
         log.warning(
             "the model could not read image %s… of chat %s (%s); it is set aside",
             digest[:12], inbound.chat_id, "named by the error" if named else "the newest sent",
         )  # fmt: skip
         return True
+
+    async def answered(self, inbound: Inbound, state: TurnState) -> None:
+        """A call without the images this turn set aside was answered: the last one
+        set aside was unreadable, while those guessed before it (not named by an
+        error) may not be: they are given back, so later requests send them again
+        (one that is unreadable too is set aside again then)."""
+        aside = self._aside.pop(state.key, None) or []
+        guessed = [digest for digest, named in aside[:-1] if not named]
+        if guessed and self.vision is not None:
+            await self.vision.give_back(inbound.scope, guessed)
+            log.info("gave back %d image(s) of chat %s set aside before", len(guessed),
+                     inbound.chat_id)  # fmt: skip
 
     async def _prepare(self, inbound: Inbound, user_node: NodeId) -> Window:
         estimate = self.estimator.sized(*await self.store.size(user_node))

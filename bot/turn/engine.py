@@ -559,7 +559,10 @@ class Engine:
                 await self._check_limits(turn, user)
                 if notices.IMAGE_SET_ASIDE not in turn.writer.prefix:
                     turn.writer.prefix += notices.IMAGE_SET_ASIDE
-                return await self._ask(turn, user, await self._window(turn, user), tools, stop=stop)
+                without = await self._window(turn, user)
+                answer = await self._ask(turn, user, without, tools, stop=stop)
+                await self.context.answered(inbound, turn.state)
+                return answer
             text = f"⚠️ {notices.MODEL_ERRORS[exc.kind]} {notices.RETRY_HINT}"
             raise TurnEnded(Reply(text, user.id, notice=True)) from None
         if answer.stopped and not answer.text.strip():
