@@ -254,3 +254,37 @@ async def test_fake_openai_rejects_one_image_like_openai(llm: FakeOpenAI, name_p
     assert raised.value.image == (images[1].digest if name_part else None)
     assert answer.text == f"echo: hi{IMAGE_UNREADABLE}"
     assert [r.status for r in llm.requests] == [400, 400, 200]
+
+
+async def test_bodies_with_an_image_set_aside_are_what_create_sends(llm: FakeOpenAI) -> None:
+    seen, unread = b"\xff\xd8seen" * 50, b"\xff\xd8unread"
+    one, other = (Image(hashlib.sha256(d).hexdigest(), "image/jpeg") for d in (seen, unread))
+    messages = [
+        ChatMessage("system", "prompt"),
+        ChatMessage("user", "both", images=(one, other)),
+        ChatMessage("assistant", "ok"),
+        ChatMessage("user", "", images=(other,)),
+        ChatMessage("user", "just one", images=(one,)),
+    ]
+    media = {one.digest: seen}  # ``other`` was set aside
+    fast = ModelClient(api_key="sk-test", base_url=llm.base_url, model="test-model",
+                       timeout=5, max_retries=0)  # fmt: skip
+    sdk = ModelClient(api_key="sk-test", base_url=llm.base_url, model="test-model",
+                      timeout=5, max_retries=0, sdk_bodies=True)  # fmt: skip
+    try:
+        for model in (fast, sdk, fast):
+            await model.stream(messages, lambda _t: None, media=media)
+    finally:
+        await fast.close()
+        await sdk.close()
+    bodies = [r.body for r in llm.requests]
+    assert bodies[0] == bodies[1] == bodies[2]
+    sent = bodies[0]["messages"]
+    assert sent == wire_messages(messages, media)
+    assert sent[1]["content"] == [
+        {"type": "text", "text": "both"},
+        {"type": "image_url", "image_url": {"url": url_of(seen)}},
+        {"type": "text", "text": IMAGE_UNREADABLE},
+    ]
+    assert sent[3]["content"] == IMAGE_UNREADABLE  # nothing else: plain text
+    assert image_parts(llm) == [url_of(seen), url_of(seen)]
