@@ -44,12 +44,20 @@ class Vision:
         await guarded(self._redis.sadd(TEXT_ONLY_MODELS, model))
         self._text_only.add(model)
 
-    async def unreadable(self, scope: str, model: str, digests: Sequence[str]) -> set[str]:
-        """Which of the chat's images ``digests`` ``model`` could not read."""
+    async def unreadable(self, scope: str, model: str, digests: Sequence[str]) -> set[str] | None:
+        """Which of the chat's images ``digests`` ``model`` could not read; ``None`` when
+        it sees no images at all. One round trip (a pipeline, not a transaction: the
+        text-only set is in a slot of its own)."""
         unique = list(dict.fromkeys(digests))
-        if not unique:
-            return set()
-        found = await guarded(self._redis.hmget(unread_key(scope), unique))
+        if model in self._text_only:
+            return None
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.sismember(TEXT_ONLY_MODELS, model)
+            pipe.hmget(unread_key(scope), unique)
+            text_only, found = await guarded(pipe.execute())
+        if text_only:
+            self._text_only.add(model)
+            return None
         return {d for d, by in zip(unique, found, strict=True) if by == model.encode()}
 
     async def set_aside(self, scope: str, model: str, digest: str, turn_key: str) -> int:

@@ -15,7 +15,6 @@ summarising fails, the oldest whole nodes are left out of this call instead.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 from collections.abc import Callable, Sequence
@@ -167,16 +166,15 @@ class ContextWindow:
         if self.shape is not None:
             window = replace(window, messages=self.shape(window.messages))
         digests = [i.digest for m in window.messages for i in m.images]
-        if not digests or not await self.sees_images():
+        if not digests:
             return window
-        if self.vision is None:
-            return replace(window, media=await self.store.blobs(inbound.scope, digests))
-        media, unread = await asyncio.gather(
-            self.store.blobs(inbound.scope, digests),
-            self.vision.unreadable(inbound.scope, self.model.name, digests),
-        )
-        if unread:  # the model could not read these: it gets a placeholder instead
-            media = {d: data for d, data in media.items() if d not in unread}
+        if self.vision is not None:
+            unread = await self.vision.unreadable(inbound.scope, self.model.name, digests)
+            if unread is None:  # the model sees no images: placeholders
+                return window
+            # the model could not read these: it gets a placeholder instead of each
+            digests = [d for d in digests if d not in unread]
+        media = await self.store.blobs(inbound.scope, digests) if digests else {}
         return replace(window, media=media)
 
     async def sees_images(self) -> bool:
