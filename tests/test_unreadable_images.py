@@ -58,7 +58,7 @@ async def test_an_unreadable_photo_is_answered_without_and_the_thread_goes_on(
     tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory, redis: Redis
 ) -> None:
     async with start_bot() as app:
-        first, text = await ask(tg, app, USER, None, photo=True, caption="a cat")
+        first, _ = await ask(tg, app, USER, None, photo=True, caption="a cat")
         good = photo_bytes(tg, tg.message(USER, first).raw)
         answer = answers_to(tg, USER, first)[-1].message_id
         # the next photo is one the model cannot read (OpenAI's 400, param null)
