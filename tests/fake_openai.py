@@ -19,6 +19,15 @@ Transcriptions take OpenAI's multipart form (``file`` and ``model`` required; ``
 ``image_url`` part gets OpenAI's 400 ``Invalid content type. image_url is only supported by
 certain models.`` (param ``messages.[i].content.[j].type``).
 
+``reject_image(data)`` makes the (vision) model unable to read one image: a request with an
+``image_url`` part whose data URL carries exactly those bytes gets OpenAI's 400 for it, as
+the real API words it: ``"format"``: ``You uploaded an unsupported image. Please make sure
+your image has of one the following formats: ['png', 'jpeg', 'gif', 'webp'].`` (code
+``invalid_image_format``), ``"policy"``: ``Your input image may contain content that is not
+allowed by our safety system.``; param ``null`` (OpenAI does not say which image), or
+``messages.[i].content.[j].image_url`` with ``name_part=True`` (as some compatible servers
+do). Checked with the messages' validation, so such a request leaves the fault queue alone.
+
 Wire format (as OpenAI sends it)
 --------------------------------
 * Errors: HTTP status plus ``{"error": {"message", "type", "param", "code"}}``. Every response
@@ -98,6 +107,7 @@ connection, so nothing is left pending.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import copy
 import hashlib
@@ -725,6 +735,8 @@ class FakeOpenAI:
         self.requests: list[Request] = []
         self.usages: list[Usage] = []
         self.text_only = False
+        #: sha256 of image bytes -> (reason, name_part): see ``reject_image``.
+        self.rejected_images: dict[str, tuple[Literal["format", "policy"], bool]] = {}
         self.transcribe_model = "whisper-1"
         self.transcriber: Callable[[bytes, str], str] = lambda data, _name: data.decode(
             errors="replace"
@@ -814,6 +826,13 @@ class FakeOpenAI:
         if should_retry is not None:
             headers["x-should-retry"] = "true" if should_retry else "false"
         self._queue(count, _Fault("fail", status=status, message=message, headers=headers))
+
+    def reject_image(
+        self, data: bytes, reason: Literal["format", "policy"] = "format", *,
+        name_part: bool = False,
+    ) -> None:  # fmt: skip
+        """Answer 400 to every request carrying an image of exactly these bytes."""
+        self.rejected_images[hashlib.sha256(data).hexdigest()] = (reason, name_part)
 
     def fail_transcription_next(self, status: int = 500, *, count: int = 1) -> None:
         """Answer the next ``count`` transcription requests with ``status``."""
@@ -1108,6 +1127,40 @@ class FakeOpenAI:
                         param=f"messages.[{i}].content.[{j}].type",
                     )
 
+    def _validate_images(self, messages: object) -> None:
+        if not self.rejected_images or not isinstance(messages, list):
+            return
+        for i, message in enumerate(messages):
+            content = message.get("content") if isinstance(message, dict) else None
+            for j, part in enumerate(content if isinstance(content, list) else []):
+                if not isinstance(part, dict) or part.get("type") != "image_url":
+                    continue
+                url = str(part["image_url"]["url"])
+                head, _, data = url.partition(";base64,")
+                if not head.startswith("data:") or not data:
+                    continue
+                try:
+                    raw = base64.b64decode(data, validate=True)
+                except ValueError:
+                    continue
+                rejected = self.rejected_images.get(hashlib.sha256(raw).hexdigest())
+                if rejected is None:
+                    continue
+                reason, name_part = rejected
+                param = f"messages.[{i}].content.[{j}].image_url" if name_part else None
+                if reason == "policy":
+                    raise _invalid(
+                        "Your input image may contain content that is not allowed by our "
+                        "safety system.",
+                        param=param,
+                    )
+                raise _invalid(
+                    "You uploaded an unsupported image. Please make sure your image has of "
+                    "one the following formats: ['png', 'jpeg', 'gif', 'webp'].",
+                    param=param,
+                    code="invalid_image_format",
+                )
+
     def _validate(self, body: dict[str, Any]) -> None:
         model = body.get("model")
         if model is None:
@@ -1123,6 +1176,7 @@ class FakeOpenAI:
         _validate_params(body, self.allowed_extra_params)
         _validate_messages(body.get("messages"))
         self._validate_vision(body.get("messages"))
+        self._validate_images(body.get("messages"))
         tokens = prompt_tokens(body)
         if tokens > self.context_limit:
             raise _invalid(

@@ -13,7 +13,9 @@ import pytest
 from redis.asyncio import Redis
 
 from bot.data.connection import connect
+from bot.data.keys import turn_key
 from bot.model import Usage
+from bot.model.vision import Vision
 from bot.usage.accounting import Accounting, CallRecord, Totals, utc_now
 from transcript import NodeId
 
@@ -145,3 +147,17 @@ def kind(name: str) -> str:
     if name.startswith("rc:{usage}"):
         return "{usage}"
     return "totals" if name.startswith("rc:{usage:") else "detail"
+
+
+async def test_an_image_set_aside_and_the_turns_call_count_share_one_transaction(
+    cluster_redis: Redis,
+) -> None:
+    vision = Vision(cluster_redis)
+    scope, digests = str(USER), ["a" * 64, "b" * 64]
+    await cluster_redis.hset(turn_key(scope, 7), "c", 1)
+    assert await vision.set_aside(scope, "m", digests[0], turn_key(scope, 7)) == 2
+    assert await vision.set_aside(scope, "m", digests[1], turn_key(scope, 7)) == 3
+    assert await vision.unreadable(scope, "m", digests) == set(digests)
+    assert await vision.unreadable(scope, "other-model", digests) == set()
+    await vision.give_back(scope, digests[:1])
+    assert await vision.unreadable(scope, "m", [*digests, digests[1]]) == {digests[1]}

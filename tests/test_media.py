@@ -378,8 +378,8 @@ async def test_a_400_naming_images_is_its_own_error_kind(llm: FakeOpenAI) -> Non
         ("llava is not a multimodal model", None, "no_images"),
         ("This model does not support image input.", None, "no_images"),
         ("You uploaded an unsupported image. Please make sure your image is valid.",
-         None, "rejected"),
-        ("Invalid image data.", "messages.[1].content.[1].image_url", "rejected"),
+         None, "bad_image"),
+        ("Invalid image data.", "messages.[1].content.[1].image_url", "bad_image"),
     ],
 )  # fmt: skip
 def test_only_a_model_without_sight_counts_as_text_only(

@@ -55,6 +55,11 @@ Media (bot/model/vision.py; image bytes are the transcript store's blobs):
                          gathered (fixed once). Expires after two days.
     rc:text-only       set of model names that rejected image parts (they get a
                          placeholder text instead of each image from then on)
+    rc:{S}:unread      hash: image digest -> the model that could not read that image
+                         of the chat (a 400 naming it: format, size, content); that
+                         model gets a placeholder text instead of it from then on (the
+                         blob stays). Written with the turn's call count ("c") in one
+                         transaction: both are in the chat's slot.
 
 Token accounting (bot/usage/accounting.py). Fields p/c/k/n/e/x: prompt, completion,
 cached tokens, calls, estimated calls, failed calls; a zero field is absent. A call's
@@ -149,6 +154,10 @@ def album_key(scope: str, group: str) -> str:
 
 def unheard_key(scope: str, message_id: int) -> str:
     return f"{scope_prefix(scope)}unheard:{message_id}"
+
+
+def unread_key(scope: str) -> str:
+    return scope_prefix(scope) + "unread"
 
 
 #: Buckets of the per-user and per-day usage totals. Fixed: a user's bucket follows

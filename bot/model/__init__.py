@@ -2,6 +2,7 @@
 
 from .client import (
     IMAGE_PLACEHOLDER,
+    IMAGE_UNREADABLE,
     MESSAGE_OVERHEAD,
     Answer,
     ErrorKind,
@@ -18,6 +19,7 @@ from .client import (
 
 __all__ = [
     "IMAGE_PLACEHOLDER",
+    "IMAGE_UNREADABLE",
     "MESSAGE_OVERHEAD",
     "Answer",
     "ErrorKind",

@@ -59,12 +59,16 @@ log = logging.getLogger("replychain.model")
 T = TypeVar("T")
 
 ErrorKind = Literal[
-    "rate_limited", "unavailable", "timeout", "too_long", "rejected", "config", "no_images"
-]
+    "rate_limited", "unavailable", "timeout", "too_long", "rejected", "config", "no_images",
+    "bad_image",
+]  # fmt: skip
 #: Image bytes by digest, for the images of the messages sent; ``None``: the model
-#: cannot see images, and each is sent as :data:`IMAGE_PLACEHOLDER` instead.
+#: cannot see images, and each is sent as :data:`IMAGE_PLACEHOLDER` instead. An image
+#: whose digest is left out (the model could not read it) is sent as
+#: :data:`IMAGE_UNREADABLE`.
 Media = Mapping[str, bytes] | None
 IMAGE_PLACEHOLDER = "[an image the user sent; this model cannot see images]"
+IMAGE_UNREADABLE = "[an image the user sent; the model could not read it]"
 #: Per-message overhead of the chat format, in tokens.
 MESSAGE_OVERHEAD = 4
 #: Waits between tries of a stream that broke before any text arrived.
@@ -115,6 +119,10 @@ class ModelError(Exception):
         self.latency = 0.0
         #: The failure came while reading a stream the endpoint had accepted.
         self.mid_stream = False
+        #: ``bad_image``: the (message, part) index of the wire messages the error
+        #: names, if it names one (its ``param``), and that image's digest.
+        self.part: tuple[int, int] | None = None
+        self.image: str | None = None
 
     @property
     def broke_before_text(self) -> bool:
@@ -275,19 +283,41 @@ def data_url(mime: str, data: bytes) -> str:
 
 
 def _content(message: ChatMessage, media: Media) -> str | list[dict[str, Any]] | None:
-    """Text alone, or the text part then one ``image_url`` part per image."""
+    """Text alone, or the text part then one ``image_url`` part per image (a text part
+    for an image left out of ``media``); placeholders alone are text."""
     if not message.images:
         return message.content
-    if media is None:
-        placeholders = [IMAGE_PLACEHOLDER] * len(message.images)
+    if media is None or not any(i.digest in media for i in message.images):
+        placeholder = IMAGE_PLACEHOLDER if media is None else IMAGE_UNREADABLE
+        placeholders = [placeholder] * len(message.images)
         return "\n".join([*placeholders, *([message.content] if message.content else [])])
     parts: list[dict[str, Any]] = []
     if message.content:
         parts.append({"type": "text", "text": message.content})
     for image in message.images:
-        url = data_url(image.mime, media[image.digest])
-        parts.append({"type": "image_url", "image_url": {"url": url}})
+        data = media.get(image.digest)
+        if data is None:
+            parts.append({"type": "text", "text": IMAGE_UNREADABLE})
+        else:
+            parts.append({"type": "image_url", "image_url": {"url": data_url(image.mime, data)}})
     return parts
+
+
+def named_image(messages: Sequence[ChatMessage], media: Media, part: tuple[int, int]) -> str | None:
+    """The digest of the image at ``part`` ((message, part) index of the wire messages
+    :func:`wire_messages` makes of ``messages``), if an image is sent there."""
+    if not media:
+        return None
+    lead = _lead(messages)
+    index = part[0] - 1 + lead if lead else part[0]
+    if (lead and part[0] == 0) or not 0 <= index < len(messages):
+        return None
+    message = messages[index]
+    if not any(i.digest in media for i in message.images):
+        return None  # sent as text
+    sent: list[str | None] = [None] if message.content else []
+    sent += [i.digest if i.digest in media else None for i in message.images]
+    return sent[part[1]] if 0 <= part[1] < len(sent) else None
 
 
 def to_openai(message: ChatMessage, media: Media = None) -> dict[str, Any]:
@@ -420,7 +450,12 @@ class WireCache:
 
     def _with_images(self, message: ChatMessage, media: Media) -> list[bytes]:
         """``_dumps(to_openai(message, media))`` in pieces, each image part encoded once."""
-        if media is None or message.tool_calls or message.name is not None:
+        if (
+            media is None
+            or message.tool_calls
+            or message.name is not None
+            or any(i.digest not in media for i in message.images)
+        ):
             return [_dumps(to_openai(message, media))]
         pieces = [b'{"role":', _dumps(message.role), b',"content":[']
         if message.content:
@@ -504,6 +539,45 @@ def _about_images(exc: openai.APIStatusError) -> bool:
     return bool(_NO_IMAGES.search(exc.message.lower()) or _PART_TYPE_PARAM.fullmatch(param))
 
 
+#: How servers say one image could not be read (its format, size, bytes or content):
+#: OpenAI "You uploaded an unsupported image…" / "Invalid image." / "Your input image may
+#: contain content that is not allowed by our safety system.", Anthropic-style "…: The
+#: image specified was not valid" / "image exceeds 5 MB maximum", local servers
+#: "cannot identify image file" / "failed to decode image".
+_BAD_IMAGE = re.compile(
+    r"unsupported image|invalid image|not a valid image|does not represent a valid image"
+    r"|image[\w ]{0,30} (was|is) not valid|image[\w ]{0,20} too (large|small|big)"
+    r"|image exceeds|input image may contain"
+    r"|(failed to|could not|cannot|unable to) (process|parse|decode|load|read|identify)"
+    r" (the )?image"
+)
+#: OpenAI's error codes about one image (openai-python ``ResponseError.code``).
+_BAD_IMAGE_CODES = frozenset(
+    (
+        "invalid_image", "invalid_image_format", "invalid_base64_image", "invalid_image_url",
+        "image_too_large", "image_too_small", "image_parse_error",
+        "image_content_policy_violation", "invalid_image_mode", "image_file_too_large",
+        "unsupported_image_media_type", "empty_image_file", "failed_to_download_image",
+        "image_file_not_found",
+    )
+)  # fmt: skip
+#: A ``param`` naming one content part: ``messages.[i].content.[j]`` (and what follows).
+_PART_PARAM = re.compile(r"messages\.\[(\d+)\]\.content\.\[(\d+)\]")
+
+
+def _bad_image(exc: openai.APIStatusError) -> ModelError | None:
+    """A 400 saying one image of the request could not be read, with the part it
+    names (if its ``param`` does)."""
+    code = str(getattr(exc, "code", "") or "")
+    if code not in _BAD_IMAGE_CODES and not _BAD_IMAGE.search(exc.message.lower()):
+        return None
+    error = ModelError("bad_image", "the model could not read an image")
+    named = _PART_PARAM.match(str(getattr(exc, "param", "") or ""))
+    if named:
+        error.part = (int(named[1]), int(named[2]))
+    return error
+
+
 def _classify(exc: Exception) -> ModelError:
     if isinstance(exc, openai.APITimeoutError):
         return ModelError("timeout", "the model did not answer in time")
@@ -518,6 +592,9 @@ def _classify(exc: Exception) -> ModelError:
             return ModelError("too_long", "the conversation is too long for the model")
         if status == 400 and _about_images(exc):
             return ModelError("no_images", "the model does not accept images")
+        bad_image = _bad_image(exc) if status == 400 else None
+        if bad_image is not None:
+            return bad_image
         if status in (401, 403, 404):
             return ModelError("config", f"the model endpoint refused the request ({status})")
         if status >= 500:
@@ -647,6 +724,8 @@ class ModelClient:
         except ModelError as exc:
             # a failed call may still be billed for what it streamed: estimate it
             exc.latency = time.monotonic() - started
+            if exc.part is not None:
+                exc.image = named_image(messages, media, exc.part)
             if progress.generated:
                 exc.usage = _estimated(messages, progress.generated)
             raise

@@ -20,12 +20,15 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from cachetools import LRUCache
+
 from transcript import ChatMessage, Fold, Node, NodeId, TranscriptStore
 
 from ..bus.inbound import Inbound
 from ..model import MESSAGE_OVERHEAD, Media, Model, ModelError, Usage, estimate_messages
 from ..model.vision import Vision
 from ..usage.accounting import Accounting, CallRecord
+from .state import TurnState
 
 log = logging.getLogger("replychain.context")
 
@@ -125,6 +128,8 @@ class ContextWindow:
         self.shape: Callable[[Sequence[ChatMessage]], tuple[ChatMessage, ...]] | None = None
         #: What views are fitted to: estimates are estimates, so keep ~3 % spare.
         self.limit = budget - max(8, budget // 32)
+        #: Images set aside by running turns (turn key -> (digest, named by the error)).
+        self._aside: LRUCache[str, list[tuple[str, bool]]] = LRUCache(maxsize=1024)
 
     @classmethod
     def for_budget(
@@ -161,9 +166,15 @@ class ContextWindow:
         if self.shape is not None:
             window = replace(window, messages=self.shape(window.messages))
         digests = [i.digest for m in window.messages for i in m.images]
-        if not digests or not await self.sees_images():
+        if not digests:
             return window
-        media = await self.store.blobs(inbound.scope, digests)
+        if self.vision is not None:
+            unread = await self.vision.unreadable(inbound.scope, self.model.name, digests)
+            if unread is None:  # the model sees no images: placeholders
+                return window
+            # the model could not read these: it gets a placeholder instead of each
+            digests = [d for d in digests if d not in unread]
+        media = await self.store.blobs(inbound.scope, digests) if digests else {}
         return replace(window, media=media)
 
     async def sees_images(self) -> bool:
@@ -173,6 +184,45 @@ class ContextWindow:
         """The model rejected images: from now on it gets placeholders."""
         if self.vision is not None:
             await self.vision.text_only(self.model.name)
+
+    async def set_aside(
+        self, inbound: Inbound, state: TurnState, window: Window, error: ModelError
+    ) -> bool:
+        """The model could not read an image of ``window`` (``bad_image``): set one aside.
+
+        That is the image the error names, else the newest image sent (the most
+        likely new to the model: the current message's, the last of an album).
+        It is remembered for the chat and the model, so no later request sends
+        it (a placeholder stands in), and the call retrying without it is counted
+        as one more model call of the turn (``state.calls``, in the same write).
+        ``False`` when no image is left to set aside.
+        """
+        if self.vision is None or not window.media:
+            return False
+        sent = [i.digest for m in window.messages for i in m.images if i.digest in window.media]
+        if not sent:
+            return False
+        named = error.image is not None and error.image in window.media
+        digest = error.image if named and error.image else sent[-1]
+        state.calls = await self.vision.set_aside(inbound.scope, self.model.name, digest, state.key)
+        self._aside.setdefault(state.key, []).append((digest, named))
+        log.warning(
+            "the model could not read image %s… of chat %s (%s); it is set aside",
+            digest[:12], inbound.chat_id, "named by the error" if named else "the newest sent",
+        )  # fmt: skip
+        return True
+
+    async def answered(self, inbound: Inbound, state: TurnState) -> None:
+        """A call without the images this turn set aside was answered: the last one
+        set aside was unreadable, while those guessed before it (not named by an
+        error) may not be: they are given back, so later requests send them again
+        (one that is unreadable too is set aside again then)."""
+        aside = self._aside.pop(state.key, None) or []
+        guessed = [digest for digest, named in aside[:-1] if not named]
+        if guessed and self.vision is not None:
+            await self.vision.give_back(inbound.scope, guessed)
+            log.info("gave back %d image(s) of chat %s set aside before", len(guessed),
+                     inbound.chat_id)  # fmt: skip
 
     async def _prepare(self, inbound: Inbound, user_node: NodeId) -> Window:
         estimate = self.estimator.sized(*await self.store.size(user_node))

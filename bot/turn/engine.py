@@ -553,6 +553,16 @@ class Engine:
                 error=exc.kind, view=window.view,
             )  # fmt: skip
             await self.accounting.record(call)
+            if exc.kind == "bad_image" and await self.context.set_aside(
+                inbound, turn.state, window, exc
+            ):  # answer at once without that image: one more call, under the turn guard
+                await self._check_limits(turn, user)
+                if notices.IMAGE_SET_ASIDE not in turn.writer.prefix:
+                    turn.writer.prefix += notices.IMAGE_SET_ASIDE
+                without = await self._window(turn, user)
+                answer = await self._ask(turn, user, without, tools, stop=stop)
+                await self.context.answered(inbound, turn.state)
+                return answer
             text = f"⚠️ {notices.MODEL_ERRORS[exc.kind]} {notices.RETRY_HINT}"
             raise TurnEnded(Reply(text, user.id, notice=True)) from None
         if answer.stopped and not answer.text.strip():

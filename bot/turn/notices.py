@@ -20,9 +20,16 @@ MODEL_ERRORS = {
     "no_images": "This model cannot see pictures, so I could not read your image. From now "
     'on I tell it only that an image is there; reply to go on in text (e.g. "ok, just text '
     'then").',
+    "bad_image": "The model could not read an image of this conversation.",
     "config": "The bot cannot use its model (check OPENAI_API_KEY, OPENAI_BASE_URL and "
     "OPENAI_MODEL).",
 }
+#: Above an answer given without an image the model could not read (said once: later
+#: requests send a placeholder instead of that image).
+IMAGE_SET_ASIDE = (
+    "⚠️ The model could not read an image here (its format, size or content), so I "
+    "answered without it; the conversation goes on without that image.\n"
+)
 RETRY_HINT = "Your message is kept: reply to it again to retry."
 #: Under an answer the user stopped (what it had said by then is kept).
 STOPPED = "⏹ Stopped."
