@@ -441,6 +441,10 @@ async def test_a_fold_serves_branches_below_and_not_above(store: TranscriptStore
     assert await fresh.fold_on_path(ids[6]) == fold  # the folded node itself
     deeper = await store.put_fold(ids[8], [ChatMessage("system", "S2")])
     assert await TranscriptStore(store._redis).fold_on_path(below.id) == deeper
+    # a fold on another branch (a segment of its own) is not on this path
+    aside = await store.put_fold(above.id, [ChatMessage("system", "A")])
+    assert await TranscriptStore(store._redis).fold_on_path(below.id) == deeper
+    assert await TranscriptStore(store._redis).fold_on_path(above.id) == aside
     assert (await fresh.active(below.id, deeper)).messages == (
         SYSTEM,
         ChatMessage("system", "S2"),

@@ -463,11 +463,16 @@ class TranscriptStore:
         refs = await self._fold_refs(leaf.scope, leaf.tree)
         if not refs:
             return None
-        deepest = next(  # from the leaf up: the deepest fold is usually near it
+        runs, _ = await self._path(leaf)  # (segment, last index on the path), leaf first
+        folds: dict[int, list[int]] = {}
+        for ref in refs:
+            seg, _, idx = ref.partition(".")
+            folds.setdefault(int(seg), []).append(int(idx))
+        deepest = next(
             (
-                n.id
-                for n in reversed(await self.path(leaf))
-                if keys.node_field(n.id.seg, n.id.idx) in refs
+                NodeId(leaf.scope, leaf.tree, seg, max(on_path))
+                for seg, cut in runs
+                if (on_path := [i for i in folds.get(seg, ()) if i <= cut])
             ),
             None,
         )
