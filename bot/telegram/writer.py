@@ -290,11 +290,13 @@ class AnswerWriter:
         if wait > 0 and not self._closing:
             # rate limit: at most one round of edits per interval
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wait_closing(), wait)
+                async with asyncio.timeout(wait):  # (wait_for would start a task)
+                    await self._wait_closing()
 
     async def _wait_dirty(self, timeout: float) -> None:  # noqa: ASYNC109
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._dirty.wait(), max(timeout, 0.0))
+            async with asyncio.timeout(max(timeout, 0.0)):
+                await self._dirty.wait()
 
     async def _wait_closing(self) -> None:
         while not self._closing:
