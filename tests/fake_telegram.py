@@ -2078,8 +2078,10 @@ class FakeTelegram:
             if batch or remaining <= 0 or self._closing:
                 return batch
             event = self._changed
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await event.wait()
 
     def _set_allowed_updates(self, allowed: Any) -> None:
         if allowed is None:
