@@ -39,7 +39,7 @@ NAMED_ONLY = {"scale"}
 #: has is skipped. The full run uses the modules' own values.
 QUICK: dict[str, dict[str, object]] = {
     "transcript": {"COLD_RUNS": 10, "HOT_RUNS": 100},
-    "bot": {"DEPTHS": (10, 100, 1000), "TURNS": 60, "CONCURRENT_CHATS": 20},
+    "bot": {"DEPTHS": (10, 100, 1000), "TURNS": 200, "CONCURRENT_CHATS": 20},
     "context": {"TURNS": 200, "CHECKPOINTS": (50, 100, 150, 200)},
     "cpu": {"CALLS": 20, "WARMUP": 3},
     "load": {"CONCURRENT_USERS": (50, 200), "FAIRNESS_BACKLOG": 60},
