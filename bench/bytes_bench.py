@@ -183,7 +183,7 @@ def _family(key: str) -> str:
         return "audit" if kind == "a" else "usage aggregates"
     if key.startswith(f"{store_keys.NAMESPACE}:{{usage:"):  # a totals bucket
         kind = key.partition("}:")[2].partition(":")[0]
-        return "usage detail" if kind == "ok" else "usage aggregates"  # ok: per call
+        return "usage detail" if kind in ("ok", "counted") else "usage aggregates"  # per call
     scope = key.partition("{")[2].partition("}")[0]
     if scope and key.startswith(store_keys.scope_prefix(scope) + "u:"):  # chat's usage
         kind = key[len(store_keys.scope_prefix(scope)) + 2 :].partition(":")[0]

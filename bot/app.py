@@ -175,7 +175,9 @@ class App:
             )
             self.context.shape = stub_old_results
         self.albums = Albums(self.redis, self.intake.outage, settings.album_wait)
-        states = TurnStates(self.redis, settings.bot_instance, lease_ms=lease_ms(settings))
+        states = TurnStates(
+            self.redis, settings.bot_instance, lease_ms=lease_ms(settings), clock=clock
+        )
         self.engine = Engine(
             store=self.store,
             model=self.model,

@@ -26,7 +26,7 @@ from bot.turn import notices
 from bot.turn.context import ContextWindow
 from bot.turn.engine import Engine, Rules, Turn
 from bot.turn.state import TurnState, TurnStates
-from bot.usage.accounting import Accounting, utc_now
+from bot.usage.accounting import Accounting, day_of, utc_now
 from transcript import ChatMessage, Node, TranscriptStore
 
 CHAT = 77
@@ -123,6 +123,9 @@ class Rig:
         raw: dict[bytes, bytes] = await self.redis.hgetall(key)  # type: ignore[assignment]
         return raw
 
+    async def done(self, message_id: int) -> bool:
+        return (await self.states.read(inbound(message_id))).done
+
 
 def inbound(message_id: int, text: str = "hello", reply_to: int | None = None) -> Inbound:
     return Inbound(CHAT, message_id, 5, text, reply_to=reply_to)
@@ -144,14 +147,16 @@ def rig(redis: Redis) -> Rig:
 
 async def test_a_finished_turn_keeps_only_its_mark_and_everything_is_aliased(rig: Rig) -> None:
     await rig.engine.run(inbound(1))
-    assert await rig.state(1) == {b"d": b"1"}  # the rest is found through aliases now
+    assert await rig.state(1) == {}  # only its done mark: the rest is found through aliases
+    assert await rig.done(1)
     [(part, text)] = rig.telegram.shown.items()
     assert text == "[depth:2] echo: hello"
     answer = await rig.store.resolve(str(CHAT), part)
     question = await rig.store.resolve(str(CHAT), 1)
     assert answer is not None and question is not None
     assert [n.id for n in await rig.store.path(answer)][-2:] == [question, answer]
-    assert 0 < await rig.redis.ttl(keys.turn_key(str(CHAT), 1)) <= 2 * 24 * 3600
+    done = keys.done_key(str(CHAT), day_of(utc_now()), "1")
+    assert 2 * 24 * 3600 < await rig.redis.ttl(done) <= 3 * 24 * 3600
     assert not await rig.redis.exists(keys.lease_key(str(CHAT), 1))
     assert not await rig.redis.exists(keys.pending_parts_key(str(CHAT)))
 
@@ -225,7 +230,7 @@ async def test_each_resume_counts_a_call_until_the_guard_ends_the_turn(rig: Rig)
     await rig.engine.run(inbound(1))  # the fourth may not call the model any more
     assert rig.model.calls == 0
     assert list(rig.telegram.shown.values()) == [notices.TURN_GUARD]
-    assert (await rig.state(1))[b"d"] == b"1"
+    assert await rig.done(1)
 
 
 async def test_a_model_failure_ends_with_a_notice_that_continues_from_the_question(
@@ -250,7 +255,7 @@ async def test_giving_up_aliases_what_was_sent_and_tells_the_user_once(rig: Rig)
     assert text == notices.GAVE_UP
     for part in (555, notice_id):  # replies to either continue the thread
         assert await rig.store.resolve(str(CHAT), part) == user.id
-    assert (await rig.state(1)).get(b"d") is None  # never recorded as answered
+    assert not await rig.done(1)  # never recorded as answered
     assert not await rig.redis.hexists(keys.pending_parts_key(str(CHAT)), "555")
 
 

@@ -222,9 +222,13 @@ async def test_audit_records_reference_nodes_and_hold_no_text(
     assert b"private thought" not in raw
     record = dict(zip(AUDIT_FIELDS, msgpack.unpackb(raw), strict=True))
     assert record["message"] == message
-    assert record["sent"].startswith(f"{USER}/")
+    # what the key tells is left out: the chat (a private chat's user is the chat)
+    assert record["user"] is None and "/" not in record["sent"]
     assert record["prompt"] == llm.usages[0].prompt_tokens
     assert record["error"] is None
+    [read] = await audit_records(redis, USER)
+    assert (read.user, read.message) == (USER, message)
+    assert read.sent.startswith(f"{USER}/") and read.sent.endswith(record["sent"])
 
 
 async def test_accounting_counts_concurrent_records_exactly(redis: Redis) -> None:
@@ -290,7 +294,7 @@ async def test_zero_counts_are_not_written(redis: Redis) -> None:
     names = {k.decode() async for k in redis.scan_iter()}
     assert names == {
         *(keys.usage_total_key(bucket, *parts) for parts in (
-            ("u", 7), ("u", 7, DAY), ("d", DAY), ("users",), ("ok", DAY),
+            ("u", 7), ("u", 7, DAY), ("d", DAY), ("users",), ("counted", DAY),
         )),
         *(keys.chat_usage_key(5, *parts) for parts in (("t", DAY), ("n", 1), ("a", DAY))),
     }  # fmt: skip
@@ -306,7 +310,7 @@ async def test_detail_keys_expire_after_the_setting(redis: Redis) -> None:
     for key in (turns, tree):
         assert 29 * 86400 < await redis.ttl(key) <= 30 * 86400
     assert 0 < await redis.ttl(keys.usage_total_key(bucket, "u", 7, DAY)) <= 400 * 86400
-    assert 0 < await redis.ttl(keys.usage_total_key(bucket, "ok", DAY)) <= 2 * 86400
+    assert 0 < await redis.ttl(keys.usage_total_key(bucket, "counted", DAY)) <= 2 * 86400
     assert await redis.ttl(keys.usage_total_key(bucket, "u", 7)) == -1  # all time: kept
     # a write refreshes the tree's TTL once it is more than a day old
     await redis.expire(tree, 20 * 86400)
@@ -498,3 +502,55 @@ async def test_last_call_of_this_process_is_answered_from_memory(redis: Redis) -
     assert await accounting.last_call(5, b) is None
     # another process reads the stored entry
     assert await Accounting(redis, clock=Clock(NOON)).last_call(5, b) is None
+
+
+async def test_a_call_counted_under_the_earlier_ok_hash_is_not_counted_again(
+    redis: Redis,
+) -> None:
+    """Upgrade: a call whose totals an earlier version wrote (noted in the bucket's ok
+    hash of the day, not its counted set) and whose pending entry a crash left is
+    finished by the next record without counting it twice."""
+    accounting = Accounting(redis, clock=Clock(NOON))
+    await accounting.record(CallRecord(5, 7, 11, node(1), "m", Usage(100, 20), 0.1))
+    [(marker, _)] = (await redis.hgetall(keys.chat_usage_key(5, "p"))).items()
+    bucket = keys.usage_bucket(7)
+    counted = keys.usage_total_key(bucket, "counted", DAY)
+    # as an earlier version left it: noted in the ok hash only
+    await redis.delete(counted)
+    await redis.hset(keys.usage_total_key(bucket, "ok", DAY), marker, "1")
+    later = Accounting(redis, clock=Clock(NOON + timedelta(minutes=2)))
+    await later.record(CallRecord(5, 7, 13, node(3), "m", Usage(1, 1), 0.1))
+    await later.settled(5)
+    assert not await redis.exists(keys.chat_usage_key(5, "p"))
+    assert await later.user_all_time(7) == Totals(101, 21, 0, 2)
+    assert await redis.scard(counted) == 1  # the new call's mark only
+    assert await redis.object("encoding", counted) == b"intset"
+
+
+async def test_turn_entries_leave_zero_tails_out_and_read_either_form(redis: Redis) -> None:
+    accounting = Accounting(redis, clock=Clock(NOON))
+    turns = keys.chat_usage_key(5, "t", DAY)
+    await accounting.record(CallRecord(5, 7, 11, node(1), "m", Usage(100, 20), 0.1))
+    assert await redis.hget(turns, "11") == b"100 20 0 1"
+    await accounting.record(CallRecord(5, 7, 11, node(1), "m", Usage(1, 0), 0.1, error="x"))
+    assert await redis.hget(turns, "11") == b"101 20 0 2 0 1"
+    assert await accounting.turn(5, 11) == Totals(101, 20, 0, 2, 0, 1)
+    # an entry written in full by an earlier version is added to and read
+    await redis.hset(turns, "13", "5 5 0 1 0 0")
+    await accounting.record(CallRecord(5, 7, 13, node(3), "m", Usage(10, 1), 0.1))
+    assert await redis.hget(turns, "13") == b"15 6 0 2"
+    assert await accounting.turn(5, 13) == Totals(15, 6, 0, 2)
+
+
+async def test_audit_records_leave_out_what_their_key_tells(redis: Redis) -> None:
+    accounting = Accounting(redis, clock=Clock(NOON))
+    await accounting.record(CallRecord(5, 5, 11, node(1), "m", Usage(10, 1), 0.1))  # private
+    await accounting.record(CallRecord(5, 7, 13, node(3), "m", Usage(20, 2), 0.1))  # a group
+    raw = (await redis.hgetall(keys.chat_usage_key(5, "a", DAY))).values()
+    stored = {(r[2], r[4]) for r in map(msgpack.unpackb, raw)}  # user, sent
+    assert stored == {(None, "1:0.1"), (7, "1:0.3")}  # a private chat's user is the chat
+    records = await audit_records(redis, 5)
+    assert {(r.user, r.message, r.sent) for r in records} == {
+        (5, 11, "5/1:0.1"),
+        (7, 13, "5/1:0.3"),
+    }

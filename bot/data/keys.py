@@ -30,8 +30,17 @@ The turn (bot/turn/state.py):
                                   before they run
                          q<k>.<i> msgpack message: the result of call i of round k
                          x        unexpected failures
-                         d        "1" once the turn finished: then the hash holds only
-                                  this mark, and expires after two days
+                         d        "1": the turn finished (written by earlier versions,
+                                  whose finished turns kept only this mark for two days;
+                                  still read)
+                       A finished turn's hash is deleted: its nodes and parts are found
+                       through their aliases, and its mark is in a done set:
+    rc:{S}:done:<day>  set of the ids m of the chat's messages whose turns finished on
+                         that UTC day (an intset: a few bytes a turn); an edit's turn id
+                         goes to rc:{S}:done:<day>:e. Each expires DONE_TTL_SECONDS + 1
+                         day after its last write; a turn is found done while the set
+                         of its day, the day before or the day before that exists, so
+                         for at least two days (Telegram keeps an update one day)
     rc:{S}:lease:<m>   the worker running that turn (SET NX PX)
     rc:{S}:part        hash: sent answer part -> message m whose turn still runs
     rc:{S}:orphans     hash: message m -> "low:high:node ref": a part of m's answer may
@@ -134,6 +143,17 @@ def turn_key(scope: str, turn: int | str) -> str:
 
 def lease_key(scope: str, turn: int | str) -> str:
     return f"{scope_prefix(scope)}lease:{turn}"
+
+
+def done_key(scope: str, day: str, turn: int | str) -> str:
+    """The set of the chat's turns finished on UTC ``day`` that holds ``turn``'s mark.
+
+    A message's turn id is its message id: those share one set, kept an intset (a few
+    bytes a turn); an edit's turn ("<m>:e<digest>") goes to the day's edits set, so one
+    edit does not turn the chat's set of numbers into a table of strings.
+    """
+    suffix = "" if str(turn).isdigit() else ":e"
+    return f"{scope_prefix(scope)}done:{day}{suffix}"
 
 
 def pending_parts_key(scope: str) -> str:

@@ -320,12 +320,18 @@ class AuditRecord:
     view: str
 
     @classmethod
-    def decode(cls, data: bytes) -> AuditRecord | None:
+    def decode(cls, data: bytes, chat_id: int) -> AuditRecord | None:
+        """A record of ``chat_id``'s audit (the chat's hash leaves out the chat: a nil
+        user is the chat, a ``sent`` without "/" a ref in the chat; see AUDIT_FIELDS)."""
         try:
             values = msgpack.unpackb(data, raw=False)
             if not isinstance(values, list) or len(values) != len(AUDIT_FIELDS):
                 return None
             record: dict[str, Any] = dict(zip(AUDIT_FIELDS, values, strict=True))
+            if record["user"] is None:
+                record["user"] = chat_id
+            if "/" not in record["sent"]:
+                record["sent"] = f"{chat_id}/{record['sent']}"
             return cls(**record)
         except Exception:  # a record that does not decode is skipped, not fatal
             return None
@@ -351,7 +357,7 @@ async def audit_records(redis: Redis, chat_id: int) -> list[AuditRecord]:
         values += await guarded(redis.mget(names[start : start + 500]))
     records: list[AuditRecord] = []
     for value in values:
-        record = AuditRecord.decode(value) if isinstance(value, bytes) else None
+        record = AuditRecord.decode(value, chat_id) if isinstance(value, bytes) else None
         if record is not None:
             records.append(record)
     return sorted(records, key=lambda r: r.at)

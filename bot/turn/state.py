@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from redis.asyncio import Redis
@@ -24,23 +25,32 @@ from transcript.store import RecordField
 from ..bus.inbound import Inbound
 from ..data import keys
 from ..data.connection import guarded
+from ..usage.accounting import Clock, day_of, utc_now
 
 #: Queues writes on a turn's final round trip.
 Queue = Callable[[Pipeline], object]
-#: A finished turn's mark is kept this long (Telegram keeps an update 24 hours).
+#: A finished turn is recognised as done at least this long (Telegram keeps an update
+#: 24 hours). Its mark is in the done set of its UTC day, read on that day and the
+#: next two, and kept one day longer than this after the set's last write.
 DONE_TTL_SECONDS = 2 * 24 * 3600
+#: The days whose done sets are read: today and the two before.
+DONE_DAYS = DONE_TTL_SECONDS // (24 * 3600) + 1
 #: How long a possibly lost part can still be adopted by a reply to it.
 ORPHAN_TTL_SECONDS = 30 * 24 * 3600
 #: A worker's claim on a turn, by default; its heartbeat renews it while the turn
 #: runs (:meth:`TurnStates.renew`), so it only lapses when the worker is gone.
 LEASE_MS = 24 * 1000
 
-# Reads the turn's state; unless it is done, claims the turn for ARGV[1] (an
-# owner may re-take its own claim after a crash) and counts one more model
+# Reads the turn's state; unless it is done (its id in a done set of the last
+# days, or the mark of earlier versions in its hash), claims the turn for ARGV[1]
+# (an owner may re-take its own claim after a crash) and counts one more model
 # call while an answer may still be asked for. Returns false when another
 # worker holds the claim.
-#   KEYS: lease, state.  ARGV: owner, lease ms.
+#   KEYS: lease, state, done sets (today first).  ARGV: owner, lease ms, turn id.
 _BEGIN_LUA = """
+for i = 3, #KEYS do
+  if redis.call('SISMEMBER', KEYS[i], ARGV[3]) == 1 then return {'d', '1'} end
+end
 if redis.call('HGET', KEYS[2], 'd') then return redis.call('HGETALL', KEYS[2]) end
 local holder = redis.call('GET', KEYS[1])
 if holder and holder ~= ARGV[1] then return false end
@@ -60,6 +70,17 @@ if not holder then return 1 end
 if holder ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
+"""
+
+# One more unexpected failure of an unfinished turn (a finished one has no hash to
+# count in: 0, and nothing is written).
+#   KEYS: state, done sets.  ARGV: turn id.
+_FAILED_LUA = """
+for i = 2, #KEYS do
+  if redis.call('SISMEMBER', KEYS[i], ARGV[1]) == 1 then return 0 end
+end
+if redis.call('HGET', KEYS[1], 'd') then return 0 end
+return redis.call('HINCRBY', KEYS[1], 'x', 1)
 """
 
 
@@ -114,12 +135,23 @@ class TurnState:
 class TurnStates:
     """Turn states in Redis, and the claims of workers on them."""
 
-    def __init__(self, redis: Redis, owner: str, *, lease_ms: int = LEASE_MS) -> None:
+    def __init__(
+        self, redis: Redis, owner: str, *, lease_ms: int = LEASE_MS, clock: Clock = utc_now
+    ) -> None:
         self._redis = redis
         self.owner = owner
         self.lease_ms = lease_ms
+        #: Whose UTC day a finished turn's mark is filed under.
+        self.clock = clock
         self._begin = redis.register_script(_BEGIN_LUA)
         self._renew = redis.register_script(_RENEW_LUA)
+        self._failed = redis.register_script(_FAILED_LUA)
+
+    def _done_keys(self, inbound: Inbound) -> list[str]:
+        """The done sets a finished mark of this turn may be in, today's first."""
+        now: datetime = self.clock()
+        days = [day_of(now - timedelta(days=back)) for back in range(DONE_DAYS)]
+        return [keys.done_key(inbound.scope, day, inbound.turn) for day in days]
 
     async def begin(self, inbound: Inbound) -> TurnState | None:
         """Claim the turn and read its state in one round trip.
@@ -131,7 +163,12 @@ class TurnStates:
         scope, turn = inbound.scope, inbound.turn
         key = keys.turn_key(scope, turn)
         lease = keys.lease_key(scope, turn)
-        flat = await guarded(self._begin(keys=[lease, key], args=[self.owner, self.lease_ms]))
+        flat = await guarded(
+            self._begin(
+                keys=[lease, key, *self._done_keys(inbound)],
+                args=[self.owner, self.lease_ms, turn],
+            )
+        )
         return None if flat is None else TurnState.parse(key, scope, flat)
 
     async def renew(self, running: Sequence[Inbound]) -> list[bool]:
@@ -157,8 +194,14 @@ class TurnStates:
     async def read(self, inbound: Inbound) -> TurnState:
         """The state as it is, without claiming the turn."""
         key = keys.turn_key(inbound.scope, inbound.turn)
-        raw = await guarded(self._redis.hgetall(key))
+        pipe = self._redis.pipeline(transaction=False)  # one slot: the chat's
+        pipe.hgetall(key)
+        for done in self._done_keys(inbound):
+            pipe.sismember(done, inbound.turn)
+        raw, *found = await guarded(pipe.execute())
         flat = [item for pair in raw.items() for item in pair]
+        if any(found):
+            flat = [b"d", b"1"]
         return TurnState.parse(key, inbound.scope, flat)
 
     async def set_user(self, state: TurnState, node: NodeId) -> None:
@@ -194,15 +237,18 @@ class TurnStates:
         """Mark the turn done and let go of its claim.
 
         A done turn keeps only its mark, for redeliveries, until it expires: its
-        nodes and parts are found through their aliases from then on. ``also``
-        queue more writes on the same round trip (the parts' aliases, the
-        intake's acknowledgement). Every write is idempotent, and keys of several
-        slots may meet here, so this is a pipeline, not a transaction.
+        id in the chat's done set of the day (its hash is deleted; its nodes and
+        parts are found through their aliases from then on). ``also`` queue more
+        writes on the same round trip (the parts' aliases, the intake's
+        acknowledgement). Every write is idempotent, and keys of several slots may
+        meet here, so this is a pipeline, not a transaction; the mark goes before
+        the hash's deletion (a crash between them leaves both, never neither).
         """
+        done = self._done_keys(inbound)[0]
         async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.sadd(done, inbound.turn)
+            pipe.expire(done, DONE_TTL_SECONDS + 24 * 3600)
             pipe.delete(state.key)
-            pipe.hset(state.key, "d", "1")
-            pipe.expire(state.key, DONE_TTL_SECONDS)
             self._release(pipe, inbound, parts)
             for queue in also:
                 queue(pipe)
@@ -243,9 +289,11 @@ class TurnStates:
         return None if best is None else NodeId.parse(scope, best[1])
 
     async def failed(self, inbound: Inbound) -> int:
-        """One more unexpected failure of the turn; returns the count."""
+        """One more unexpected failure of the turn; returns the count (0 once it is done:
+        a later run finds it done and does nothing)."""
         key = keys.turn_key(inbound.scope, inbound.turn)
-        return int(await guarded(self._redis.hincrby(key, "x", 1)))
+        found = self._failed(keys=[key, *self._done_keys(inbound)], args=[inbound.turn])
+        return int(await guarded(found))
 
     async def turn_of_part(self, scope: str, part_id: int) -> int | None:
         """The message whose still-running turn sent ``part_id``, if any."""

@@ -53,7 +53,10 @@ USER_DAY_TTL = 400 * 24 * 3600
 #: Default days the per-turn and per-node detail is kept (like the call markers were).
 DETAIL_DAYS = 90
 _FIELDS = ("p", "c", "k", "n", "e", "x")
-#: The audit record's fields, in the order of its msgpack array.
+#: The audit record's fields, in the order of its msgpack array. Records in a chat's
+#: audit hash leave out what its key tells: ``user`` is nil when the user is the chat
+#: (a private chat) and ``sent`` is the node's ref without the chat ("tree:seg.idx");
+#: the earlier layout's records hold both in full.
 AUDIT_FIELDS = (
     "at", "model", "user", "message", "sent", "prompt", "completion", "cached", "estimated",
     "latency", "error", "view",
@@ -78,13 +81,16 @@ if not (node and string.find(node, marker, 1, true)) then
   local detail_ttl, refresh_below = tonumber(ARGV[2]), tonumber(ARGV[3])
   local delta = {tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), 1,
                  tonumber(ARGV[7]), tonumber(ARGV[8])}
-  -- the turn's entry "p c k n e x" in its chat's hash of the day
+  -- the turn's entry "p c k n e x" in its chat's hash of the day (e and x left out
+  -- while both are 0)
   local turns, m = KEYS[1], ARGV[11]
-  local t = {0, 0, 0, 0, 0, 0}
+  local t, j = {0, 0, 0, 0, 0, 0}, 0
   local old = redis.call('HGET', turns, m)
-  if old then t = {string.match(old, '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$')} end
+  if old then for v in string.gmatch(old, '%d+') do j = j + 1; t[j] = tonumber(v) end end
   for i = 1, 6 do t[i] = string.format('%d', t[i] + delta[i]) end
-  redis.call('HSET', turns, m, table.concat(t, ' '))
+  local last = 6
+  while last > 4 and t[last] == '0' do last = last - 1 end
+  redis.call('HSET', turns, m, table.concat(t, ' ', 1, last))
   if redis.call('TTL', turns) < 0 then redis.call('EXPIRE', turns, detail_ttl) end
   -- the node's entry
   local p, c, k, n, seen = 0, 0, 0, 0, ''
@@ -110,11 +116,14 @@ end
 return {counted, stale}
 """
 
-# The second step, in the user's bucket: KEYS user, user-day, day, users, ok-of-day;
-# ARGV marker, user, p, c, k, e, x, user-day TTL, ok TTL. The ok hash makes a
-# repeated second step (a crash before the pending entry was removed) a no-op.
+# The second step, in the user's bucket: KEYS user, user-day, day, users, counted-of-day,
+# ok-of-day (the earlier versions' hash of "<marker>" -> "1", still read); ARGV marker
+# as a number, user, p, c, k, e, x, user-day TTL, counted TTL, marker. The counted set
+# (an intset: 8 bytes a call) makes a repeated second step (a crash before the
+# pending entry was removed) a no-op.
 _TOTALS_LUA = """
-if redis.call('HSETNX', KEYS[5], ARGV[1], '1') == 0 then return 0 end
+if redis.call('HEXISTS', KEYS[6], ARGV[10]) == 1 then return 0 end
+if redis.call('SADD', KEYS[5], ARGV[1]) == 0 then return 0 end
 if redis.call('TTL', KEYS[5]) < 0 then redis.call('EXPIRE', KEYS[5], ARGV[9]) end
 local names = {'p', 'c', 'k', 'n', 'e', 'x'}
 local delta = {tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), 1,
@@ -140,7 +149,7 @@ if delta[1] + delta[2] ~= 0 then
 end
 return 1
 """
-#: How long a bucket remembers that a call's totals are written (the ok hash).
+#: How long a bucket remembers that a call's totals are written (the counted set).
 OK_TTL = 2 * 24 * 3600
 #: Seconds after which another call's pending entry counts as left behind by a crash.
 STALE_PENDING = 60
@@ -264,6 +273,11 @@ def _marker(call_id: str) -> str:
     return "#" + base64.urlsafe_b64encode(digest).decode()
 
 
+def _marker_number(marker: str) -> int:
+    """The 48 bits of a marker as a number (a member of a bucket's counted set)."""
+    return int.from_bytes(base64.urlsafe_b64decode(marker[1:]), "big")
+
+
 @dataclass(frozen=True, slots=True)
 class _Recording:
     """The first step's keys and arguments for one call, built from named values."""
@@ -327,9 +341,10 @@ def _totals_step(marker: str, pending: str) -> tuple[list[str], list[str | int]]
         keys.usage_total_key(bucket, "u", user, day),
         keys.usage_total_key(bucket, "d", day),
         keys.usage_total_key(bucket, "users"),
+        keys.usage_total_key(bucket, "counted", day),
         keys.usage_total_key(bucket, "ok", day),
     ]
-    return found, [marker, user, *delta, USER_DAY_TTL, OK_TTL]
+    return found, [_marker_number(marker), user, *delta, USER_DAY_TTL, OK_TTL, marker]
 
 
 def _text(value: Any) -> str:
@@ -398,11 +413,11 @@ class Accounting:
         user's totals; the pending entry is removed by a later write (the turn's
         final one, :meth:`queue_settled`, or the chat's next record).
 
-        Each step is a no-op when repeated (the node's markers; the bucket's ok
-        hash), so a retry counts nothing twice. A pending entry outlives its call
+        Each step is a no-op when repeated (the node's markers; the bucket's counted
+        set), so a retry counts nothing twice. A pending entry outlives its call
         only if the process died before removing it (or between sending the
         steps): the chat's next record a minute or more later finishes it (its
-        totals step again, a no-op if it ran) while its day's ok hash is kept,
+        totals step again, a no-op if it ran) while its day's counted set is kept,
         today or yesterday; an older one is dropped (see README, "Running at
         scale").
         """
@@ -411,8 +426,9 @@ class Accounting:
         recording = _Recording(call, day, int(now.timestamp()), self.detail_days * 24 * 3600)
         if self.audit_days > 0:
             usage = call.usage
+            user = None if call.user_id == call.chat_id else call.user_id
             record = [
-                int(now.timestamp()), call.model, call.user_id, call.message_id, str(call.sent),
+                int(now.timestamp()), call.model, user, call.message_id, call.sent.ref,
                 usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
                 usage.estimated, round(call.latency, 3), call.error, call.view,
             ]  # fmt: skip
@@ -451,7 +467,7 @@ class Accounting:
         """Write the totals of pending entries a crash left behind, then remove them."""
         recent = {day_of(now), day_of(now - timedelta(days=1))}
         finish = {m: entry for m, entry in stale.items() if entry.split(" ")[1] in recent}
-        if len(finish) < len(stale):  # its ok hash may be gone: a repeat could count twice
+        if len(finish) < len(stale):  # its counted set may be gone: could count twice
             log.warning("dropped %d usage entries pending for days", len(stale) - len(finish))
         await asyncio.gather(*(self._write_totals(m, entry) for m, entry in finish.items()))
         await guarded(self._redis.hdel(keys.chat_usage_key(chat_id, "p"), *stale))
