@@ -5,10 +5,10 @@ growing reply chain on a fresh redis-server, then sums ``MEMORY USAGE`` of every
 key by family and divides by the turns; AOF bytes per turn come from
 ``aof_current_size``. Families: *transcript* (the store's tree hashes, aliases and
 tree counter), *turn state* (the turn journal, idempotency and the other
-per-chat keys of the bot), *usage detail* (per turn and per node: ``t:``, ``n:``,
-the pending ``p`` and ``ok:`` markers of the two-step record, and the old ``call:``
-markers), *audit* (``a:``, kept MODEL_AUDIT_DAYS) and *usage aggregates* (per user,
-day, chat, tree; the zsets).
+per-chat keys of the bot: the done sets of finished turns), *usage detail* (per turn
+and per node: ``t:``, ``n:``, the pending ``p`` and the ``counted:`` (earlier ``ok:``)
+markers of the two-step record, and the old ``call:`` markers), *audit* (``a:``,
+kept MODEL_AUDIT_DAYS) and *usage aggregates* (per user, day, chat, tree; the zsets).
 
 "before" is a copy of the usage script and key layout this repository used up to
 commit d07732f (clearly the baseline, kept here only to compare); "after" is
@@ -200,9 +200,9 @@ SHIPPED_CONFIG = Path(__file__).resolve().parent.parent / "config" / "redis.conf
 
 
 async def _shipped_encodings(redis: Redis) -> None:
-    """The hash-max-listpack-* lines of config/redis.conf (the bench's server has none)."""
+    """The encoding lines of config/redis.conf (the bench's server has none)."""
     for line in SHIPPED_CONFIG.read_text().splitlines():
-        if line.startswith("hash-max-listpack-"):
+        if line.startswith(("hash-max-listpack-", "set-max-intset-")):
             name, value = line.split()
             await redis.config_set(name, value)
 

@@ -11,11 +11,14 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 
+from bot.bus.inbound import EDIT, Inbound
 from bot.data.connection import connect
 from bot.data.keys import turn_key
 from bot.model import Usage
 from bot.model.vision import Vision
+from bot.turn.state import TurnStates
 from bot.usage.accounting import Accounting, CallRecord, Totals, utc_now
 from transcript import NodeId
 
@@ -137,6 +140,32 @@ async def test_usage_keys_spread_over_the_masters_and_stats_sum_them(
     assert sum("totals" in found for found in masters) > 1, masters
     assert sum("detail" in found for found in masters) > 1, masters
     assert not any("{usage}" in found for found in masters)  # the earlier one-slot tag
+
+
+async def test_turn_states_and_done_marks_keep_each_script_in_its_chat_slot(
+    cluster: RedisCluster, cluster_redis: Redis
+) -> None:
+    """Begin (lease, state, three days' done sets), finish (the done set, with a write
+    of another slot on the same round trip), read and failed, for chats on every master:
+    a script or transaction touching two slots would fail with CROSSSLOT."""
+    states = TurnStates(cluster_redis, "node-a")
+    chats = range(5001, 5013)
+    for chat in chats:
+        for message in (Inbound(chat, 7, chat, "hi"), Inbound(chat, 7, chat, "hey", kind=EDIT)):
+            state = await states.begin(message)
+            assert state is not None and not state.done
+            assert await states.failed(message) == 1
+
+            def other_slot(pipe: Pipeline, chat: int = chat) -> None:
+                pipe.set(f"rc:{{elsewhere:{chat}}}", "1")
+
+            await states.finish(message, state, [], also=[other_slot])
+            again = await states.begin(message)
+            assert again is not None and again.done
+            assert (await states.read(message)).done
+            assert await states.failed(message) == 0
+    spread = await keys_per_master(cluster)
+    assert all(count > 0 for count in spread), spread
 
 
 def _text(name: bytes | str) -> str:

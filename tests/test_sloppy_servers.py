@@ -26,6 +26,7 @@ from bot.bus.intake import Intake
 from bot.data import keys
 from bot.telegram.format import Chunk, render_chunks
 from bot.turn import notices
+from bot.usage.accounting import day_of, utc_now
 from transcript import TranscriptStore
 
 from .fake_openai import FakeOpenAI
@@ -139,7 +140,9 @@ async def test_an_unforeseen_failure_ends_in_a_notice_and_a_dead_letter(
         assert parked[0][1][b"why"] == b"RuntimeError"
         assert await redis.xlen(keys.INTAKE_STREAM) == 0
         state = await redis.hgetall(keys.turn_key(str(USER), message))
-        assert b"d" not in state  # never recorded as answered
+        assert b"d" not in state and state[b"x"] == b"2"  # never recorded as answered
+        done = keys.done_key(str(USER), day_of(utc_now()), message)
+        assert not await redis.sismember(done, str(message))
         # replying to the notice retries from the kept question
         _, text = await ask(tg, app, USER, "again", reply_to=notice.message_id)
         assert text == "[depth:3] echo: again"

@@ -77,8 +77,9 @@ totals per user and per day live in USAGE_BUCKETS buckets, the bucket of a user 
 crc32(user id) % USAGE_BUCKETS, so no slot takes every call's write:
 
     rc:{S}:u:t:<day>        hash "<m>" -> "p c k n e x": per turn (the user's message
-                              id m), for the per-turn token guard; expires
-                              ``detail_days`` after the day's first call
+                              id m), for the per-turn token guard ("e x" left out
+                              while both are 0); expires ``detail_days`` after the
+                              day's first call
     rc:{S}:u:n:<tree>       hash "<node ref>" -> "p c k n markers view": the calls sent
                               up to that node, per conversation tree (/usage of a
                               branch sums a path; the context window sizes the next
@@ -87,7 +88,9 @@ crc32(user id) % USAGE_BUCKETS, so no slot takes every call's write:
                               repeated record is a no-op); expires ``detail_days``
                               after the tree's last call
     rc:{S}:u:a:<day>        hash "<marker>" -> audit record of one call of that day (a
-                              msgpack array in the order of :data:`AUDIT_FIELDS`); the
+                              msgpack array in the order of :data:`AUDIT_FIELDS`,
+                              without what the key tells: "sent" is a node ref
+                              without the chat, "user" nil when it is the chat); the
                               hash expires ``audit_days`` + 1 day after its first call
     rc:{S}:u:p              hash "<marker>" -> "user day p c k e x at": calls counted
                               in the chat's detail whose user and day totals are not
@@ -99,9 +102,13 @@ crc32(user id) % USAGE_BUCKETS, so no slot takes every call's write:
                                      buckets)
     rc:{usage:<k>}:users           zset: tokens per user of this bucket (the top users
                                      of /stats merge the buckets)
-    rc:{usage:<k>}:ok:<day>        hash "<marker>" -> "1": calls whose totals are
-                                     written (the second step is a no-op when repeated);
+    rc:{usage:<k>}:counted:<day>   set of the markers' 48 bits as numbers (an intset,
+                                     8 bytes a call): calls whose totals are written
+                                     (the second step is a no-op when repeated);
                                      expires after two days
+    rc:{usage:<k>}:ok:<day>        hash "<marker>" -> "1": the same, as earlier
+                                     versions wrote it (still checked, no longer
+                                     written; gone two days after an upgrade)
 
 Keys of the earlier layouts, all in the slot of the tag ``{usage}`` (``usage_key``):
 ``rc:{usage}:u:<user>``, ``u:<user>:<day>``, ``d:<day>``, ``users``, ``t:<chat>:<day>``,
