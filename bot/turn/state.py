@@ -72,6 +72,18 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 """
 
+# Marks the turn done in the day's set, drops its state and its claim, and lets
+# its parts go: at once (a redelivery finds it done, or finds it unfinished).
+#   KEYS: the day's done set, state, lease, pending parts.
+#   ARGV: turn id, the done set's TTL, part ids...
+_FINISH_LUA = """
+redis.call('SADD', KEYS[1], ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+redis.call('DEL', KEYS[2], KEYS[3])
+if #ARGV > 2 then redis.call('HDEL', KEYS[4], unpack(ARGV, 3)) end
+return 1
+"""
+
 # One more unexpected failure of an unfinished turn (a finished one has no hash to
 # count in: 0, and nothing is written).
 #   KEYS: state, done sets.  ARGV: turn id.
@@ -240,16 +252,27 @@ class TurnStates:
         id in the chat's done set of the day (its hash is deleted; its nodes and
         parts are found through their aliases from then on). ``also`` queue more
         writes on the same round trip (the parts' aliases, the intake's
-        acknowledgement). Every write is idempotent, and keys of several slots may
-        meet here, so this is a pipeline, not a transaction; the mark goes before
-        the hash's deletion (a crash between them leaves both, never neither).
+        acknowledgement). The turn's own keys change in one script (one slot, the
+        chat's); the other writes are idempotent and may be in other slots, so the
+        round trip is a pipeline, not a transaction.
         """
-        done = self._done_keys(inbound)[0]
+        turn_keys = [
+            self._done_keys(inbound)[0],
+            state.key,
+            keys.lease_key(inbound.scope, inbound.turn),
+            keys.pending_parts_key(inbound.scope),
+        ]
         async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.sadd(done, inbound.turn)
-            pipe.expire(done, DONE_TTL_SECONDS + 24 * 3600)
-            pipe.delete(state.key)
-            self._release(pipe, inbound, parts)
+            # EVAL with the text: a pipeline cannot count on the script cache (see
+            # bot/data/connection.run_together)
+            pipe.eval(
+                _FINISH_LUA,
+                len(turn_keys),
+                *turn_keys,
+                inbound.turn,
+                DONE_TTL_SECONDS + 24 * 3600,
+                *map(str, parts),
+            )
             for queue in also:
                 queue(pipe)
             await guarded(pipe.execute())
