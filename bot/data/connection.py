@@ -83,7 +83,6 @@ async def guarded(awaitable: Awaitable[T]) -> T:
         ) from exc
 
 
-
 async def run_together(redis: Redis, *queues: Queued) -> list[list[Any]]:
     """Writes of several modules in one round trip; the replies, one list per queue.
 

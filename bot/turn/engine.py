@@ -585,11 +585,13 @@ class Engine:
             turn.inbound, user.id, model=self.model.name, usage=answer.usage,
             latency=answer.latency, error=None, view=window.view,
         )  # fmt: skip
-        placement = await self.store.child(
-            user.id,
-            [ChatMessage("assistant", answer.text)],
-            record_in=turn.state.record("a"),
-            aliases=turn.writer.message_ids,
+        placement = await self._durably(
+            lambda: self.store.child(
+                user.id,
+                [ChatMessage("assistant", answer.text)],
+                record_in=turn.state.record("a"),
+                aliases=turn.writer.message_ids,
+            )
         )
         # the node and the call's usage: independent idempotent writes, one round trip
         [reply] = await self.accounting.record(
