@@ -15,6 +15,7 @@ summarising fails, the oldest whole nodes are left out of this call instead.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import math
 from collections.abc import Callable, Sequence
@@ -394,8 +395,12 @@ def _after(nodes: list[Node], fold: Fold | None) -> int:
     """Index of the first node after the fold (after the root without one)."""
     if fold is None:
         return 1
+    # depths grow along a path: look the fold's node up by its depth
+    i = bisect.bisect_left(nodes, fold.depth, key=lambda n: n.depth)
+    if i < len(nodes) and nodes[i].id.seg == fold.at.seg and nodes[i].id.idx == fold.at.idx:
+        return i + 1
     seg, idx = fold.at.seg, fold.at.idx
-    for i in range(len(nodes) - 1, 0, -1):
+    for i in range(len(nodes) - 1, 0, -1):  # (a node without messages shares a depth)
         if nodes[i].id.seg == seg and nodes[i].id.idx == idx:
             return i + 1
     return 1
