@@ -145,16 +145,23 @@ async def ask(
     """Send a message, wait for its turn, return (its id, the full answer text)."""
     done = app.runner.completed + 1
     message = tg.send_user_message(chat, user, text, **kw)
-    key = (chat, message["message_id"])
-    # this message's turn, not any turn: answered, and no longer running
+    parts = await answered_parts(tg, app, chat, message["message_id"], done)
+    assert parts, f"no answer to {text!r}"
+    return message["message_id"], "".join(p.text or "" for p in parts)
+
+
+async def answered_parts(
+    tg: FakeTelegram, app: App, chat: int, message_id: int, done: int
+) -> list[StoredMessage]:
+    """Wait for this message's turn, not any turn: answered and no longer running (with
+    at least ``done`` turns completed); its answer's parts."""
+    key = (chat, message_id)
     await tg.wait_for(
         lambda: (
             app.runner.completed >= done
-            and bool(answers_to(tg, chat, key[1]))
+            and bool(answers_to(tg, chat, message_id))
             and app.runner.in_flight.get(key) is None
         ),
         15.0,
     )
-    parts = answers_to(tg, chat, message["message_id"])
-    assert parts, f"no answer to {text!r}"
-    return message["message_id"], "".join(p.text or "" for p in parts)
+    return answers_to(tg, chat, message_id)

@@ -23,6 +23,7 @@ from bot.data.keys import album_key
 from bot.model import (
     IMAGE_PLACEHOLDER,
     MESSAGE_OVERHEAD,
+    Media,
     ModelClient,
     ModelError,
     estimate_messages,
@@ -323,6 +324,24 @@ async def test_blobs_are_stored_once_and_a_damaged_one_is_an_error(
         await TranscriptStore(redis).blobs("7", [digest])
 
 
+async def sent_alike(llm: FakeOpenAI, messages: list[ChatMessage], media: Media) -> Any:
+    """The request's messages as our prebuilt body sends them, checked byte-identical to
+    what the SDK's ``create()`` sends (prebuilt, SDK, then prebuilt again: cached)."""
+    fast = ModelClient(api_key="sk-test", base_url=llm.base_url, model="test-model",
+                       timeout=5, max_retries=0)  # fmt: skip
+    sdk = ModelClient(api_key="sk-test", base_url=llm.base_url, model="test-model",
+                      timeout=5, max_retries=0, sdk_bodies=True)  # fmt: skip
+    try:
+        for model in (fast, sdk, fast):
+            await model.stream(messages, lambda _t: None, media=media)
+    finally:
+        await fast.close()
+        await sdk.close()
+    bodies = [r.body for r in llm.requests]
+    assert bodies[0] == bodies[1] == bodies[2]
+    return bodies[0]["messages"]
+
+
 @pytest.mark.parametrize("text_only", [False, True])
 async def test_image_bodies_are_byte_identical_to_what_create_sends(
     llm: FakeOpenAI, text_only: bool
@@ -337,19 +356,7 @@ async def test_image_bodies_are_byte_identical_to_what_create_sends(
         ChatMessage("user", "", images=(image, image)),
     ]
     media = None if text_only else {digest: data}
-    fast = ModelClient(api_key="sk-test", base_url=llm.base_url, model="test-model",
-                       timeout=5, max_retries=0)  # fmt: skip
-    sdk = ModelClient(api_key="sk-test", base_url=llm.base_url, model="test-model",
-                      timeout=5, max_retries=0, sdk_bodies=True)  # fmt: skip
-    try:
-        for model in (fast, sdk, fast):
-            await model.stream(messages, lambda _t: None, media=media)
-    finally:
-        await fast.close()
-        await sdk.close()
-    bodies = [r.body for r in llm.requests]
-    assert bodies[0] == bodies[1] == bodies[2]
-    assert bodies[0]["messages"] == wire_messages(messages, media)
+    assert await sent_alike(llm, messages, media) == wire_messages(messages, media)
     if not text_only:
         assert image_parts(llm) == [data_url("image/jpeg", data)] * 3
 

@@ -26,8 +26,8 @@ from transcript import ChatMessage, Image, keys
 
 from .fake_openai import FakeOpenAI
 from .fake_telegram import FakeTelegram
-from .harness import USER, BotFactory, answers_to, ask
-from .test_media import image_parts
+from .harness import USER, BotFactory, answered_parts, answers_to, ask
+from .test_media import image_parts, sent_alike
 
 
 def photo_bytes(tg: FakeTelegram, message: dict[str, Any]) -> bytes:
@@ -38,16 +38,8 @@ def photo_bytes(tg: FakeTelegram, message: dict[str, Any]) -> bytes:
 
 async def answered(tg: FakeTelegram, app: App, message: dict[str, Any], done: int) -> str:
     """Wait for the turn of ``message`` (sent by the test) and return its answer's text."""
-    key = (USER, message["message_id"])
-    await tg.wait_for(
-        lambda: (
-            app.runner.completed >= done
-            and bool(answers_to(tg, USER, key[1]))
-            and app.runner.in_flight.get(key) is None
-        ),
-        15.0,
-    )
-    return "".join(p.text or "" for p in answers_to(tg, USER, key[1]))
+    parts = await answered_parts(tg, app, USER, message["message_id"], done)
+    return "".join(p.text or "" for p in parts)
 
 
 def url_of(data: bytes) -> str:
@@ -267,19 +259,7 @@ async def test_bodies_with_an_image_set_aside_are_what_create_sends(llm: FakeOpe
         ChatMessage("user", "just one", images=(one,)),
     ]
     media = {one.digest: seen}  # ``other`` was set aside
-    fast = ModelClient(api_key="sk-test", base_url=llm.base_url, model="test-model",
-                       timeout=5, max_retries=0)  # fmt: skip
-    sdk = ModelClient(api_key="sk-test", base_url=llm.base_url, model="test-model",
-                      timeout=5, max_retries=0, sdk_bodies=True)  # fmt: skip
-    try:
-        for model in (fast, sdk, fast):
-            await model.stream(messages, lambda _t: None, media=media)
-    finally:
-        await fast.close()
-        await sdk.close()
-    bodies = [r.body for r in llm.requests]
-    assert bodies[0] == bodies[1] == bodies[2]
-    sent = bodies[0]["messages"]
+    sent = await sent_alike(llm, messages, media)
     assert sent == wire_messages(messages, media)
     assert sent[1]["content"] == [
         {"type": "text", "text": "both"},
