@@ -310,3 +310,39 @@ async def test_a_resume_that_sends_nothing_new_notes_no_unbounded_range(rig: Rig
     # a reply to another (unknown) bot message is not pulled into this thread
     await fresh.engine.run(Inbound(CHAT, 2, 5, "hi", reply_to=600, reply_to_bot=True))
     assert fresh.telegram.shown[fresh.telegram.next_id] == "[depth:2] echo: hi"
+
+
+class DraftingTelegram(RecordingTelegram):
+    """Also says when a draft was shown."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.drafted = asyncio.Event()
+
+    async def draft(
+        self, chat_id: int, draft_id: int, chunk: Chunk | None, *, thread_id: int | None
+    ) -> None:
+        await super().draft(chat_id, draft_id, chunk, thread_id=thread_id)
+        self.drafted.set()
+
+
+async def test_text_complete_before_the_first_draft_goes_out_as_the_message_alone() -> None:
+    telegram = DraftingTelegram()
+
+    async def answer(text: str, *, streamed: bool) -> list[int]:
+        writer = AnswerWriter(telegram, chat_id=CHAT, reply_to=1, thread_id=None,
+                              edit_interval=1.0, draft_of=1)  # fmt: skip
+        await writer.start()
+        writer.update(text)
+        if streamed:  # more text is coming: the draft goes out meanwhile
+            await asyncio.wait_for(telegram.drafted.wait(), 5)
+        writer.ended()
+        for _ in range(5):  # storing the answer: a few turns of the loop for the writer
+            await asyncio.sleep(0)
+        return await writer.finish(text)
+
+    [part] = await answer("all at once", streamed=False)
+    assert telegram.shown_drafts == [] and telegram.shown[part] == "all at once"
+    [part] = await answer("while streaming", streamed=True)
+    assert [text for _, text in telegram.shown_drafts] == ["while streaming"]
+    assert telegram.shown[part] == "while streaming"

@@ -122,6 +122,8 @@ class AnswerWriter:
         self._shown = ""
         self._dirty = asyncio.Event()
         self._closing = False
+        #: The model's text is complete (:meth:`ended`); the final text follows.
+        self._ended = False
         self._last_push = float("-inf")
         #: When a part was last edited: the final edit keeps the per-message edit rate,
         #: and nothing else delays it (the first part's send is not an edit).
@@ -178,6 +180,14 @@ class AnswerWriter:
             if not self.parts and not self.drafting:
                 self._last_push = time.monotonic() - self._interval + FIRST_SHOW_DELAY
             self._pump_task = asyncio.create_task(self._pump())
+
+    def ended(self) -> None:
+        """The model's text is complete: nothing more is drafted or edited before
+        :meth:`finish`, which shows it once the answer is stored (a draft of it now
+        would be replaced by the message a moment later). A draft on screen is still
+        shown again before it vanishes, should storing the answer take that long."""
+        self._ended = True
+        self._dirty.set()
 
     async def finish(self, text: str, *, reasoning: str = "") -> list[int]:
         """Show the final text (every part in place) and return the part ids.
@@ -258,6 +268,11 @@ class AnswerWriter:
             if self.closing:
                 return
             self._dirty.clear()
+            if self._ended:
+                if not (self.drafting and self._drafted is not _NO_DRAFT):
+                    return  # finish() shows the final text
+                if not self._draft_due():
+                    continue  # only a draft about to vanish is shown again
             if self._latest != self._shown or self._draft_due():
                 try:
                     await self._push(self._latest)

@@ -304,6 +304,7 @@ class Engine:
                 if not (answer.tool_calls and tools) or answer.stopped:
                     break
                 leaf = await self._tool_round(turn, user, leaf, (window, answer))
+        turn.writer.ended()
         node = await self._store_answer(turn, leaf, window, answer)
         shown = f"{answer.text}\n\n{notices.STOPPED}" if answer.stopped else answer.text
         thoughts = answer.reasoning if self.rules.show_reasoning else ""
