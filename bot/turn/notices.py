@@ -50,7 +50,7 @@ TOO_LARGE = (
 )
 TURN_GUARD = (
     "⚠️ I stopped trying to answer this message: it already used the most model calls "
-    "or tokens one message may use. Please rephrase it in a new message."
+    "or tokens one message may use. Your message is kept: reply to this to go on from it."
 )
 DAMAGED_HISTORY = (
     "⚠️ This conversation's stored history is damaged ({ref}), so I will not answer "
