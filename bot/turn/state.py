@@ -41,25 +41,44 @@ ORPHAN_TTL_SECONDS = 30 * 24 * 3600
 #: runs (:meth:`TurnStates.renew`), so it only lapses when the worker is gone.
 LEASE_MS = 24 * 1000
 
+# Whether the turn is done: its id in one of the done sets KEYS[from..], or the
+# mark of earlier versions ('d') in its state hash. Shared by the scripts below.
+_DONE_LUA = """
+local function done(state, from, turn)
+  for i = from, #KEYS do
+    if redis.call('SISMEMBER', KEYS[i], turn) == 1 then return true end
+  end
+  return redis.call('HEXISTS', state, 'd') == 1
+end
+"""
+
 # Reads the turn's state; unless it is done (its id in a done set of the last
 # days, or the mark of earlier versions in its hash), claims the turn for ARGV[1]
 # (an owner may re-take its own claim after a crash) and counts one more model
 # call while an answer may still be asked for. Returns false when another
 # worker holds the claim.
 #   KEYS: lease, state, done sets (today first).  ARGV: owner, lease ms, turn id.
-_BEGIN_LUA = """
-for i = 3, #KEYS do
-  if redis.call('SISMEMBER', KEYS[i], ARGV[3]) == 1 then return {'d', '1'} end
-end
-if redis.call('HGET', KEYS[2], 'd') then return redis.call('HGETALL', KEYS[2]) end
+_BEGIN_LUA = (
+    _DONE_LUA
+    + """
+if done(KEYS[2], 3, ARGV[3]) then return {'d', '1'} end
 local holder = redis.call('GET', KEYS[1])
 if holder and holder ~= ARGV[1] then return false end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-if not redis.call('HGET', KEYS[2], 'd') and not redis.call('HGET', KEYS[2], 'a') then
-  redis.call('HINCRBY', KEYS[2], 'c', 1)
-end
+if not redis.call('HGET', KEYS[2], 'a') then redis.call('HINCRBY', KEYS[2], 'c', 1) end
 return redis.call('HGETALL', KEYS[2])
 """
+)
+
+# The turn's state as it is, without claiming it.
+#   KEYS: state, done sets.  ARGV: turn id.
+_READ_LUA = (
+    _DONE_LUA
+    + """
+if done(KEYS[1], 2, ARGV[1]) then return {'d', '1'} end
+return redis.call('HGETALL', KEYS[1])
+"""
+)
 
 # Heartbeat of one running turn: extends the claim of ARGV[1]; 0 when another
 # worker holds it (this one lost it: it was away longer than the lease).
@@ -87,13 +106,13 @@ return 1
 # One more unexpected failure of an unfinished turn (a finished one has no hash to
 # count in: 0, and nothing is written).
 #   KEYS: state, done sets.  ARGV: turn id.
-_FAILED_LUA = """
-for i = 2, #KEYS do
-  if redis.call('SISMEMBER', KEYS[i], ARGV[1]) == 1 then return 0 end
-end
-if redis.call('HGET', KEYS[1], 'd') then return 0 end
+_FAILED_LUA = (
+    _DONE_LUA
+    + """
+if done(KEYS[1], 2, ARGV[1]) then return 0 end
 return redis.call('HINCRBY', KEYS[1], 'x', 1)
 """
+)
 
 
 @dataclass(slots=True)
@@ -158,6 +177,7 @@ class TurnStates:
         self._begin = redis.register_script(_BEGIN_LUA)
         self._renew = redis.register_script(_RENEW_LUA)
         self._failed = redis.register_script(_FAILED_LUA)
+        self._read = redis.register_script(_READ_LUA)
 
     def _done_keys(self, inbound: Inbound) -> list[str]:
         """The done sets a finished mark of this turn may be in, today's first."""
@@ -206,14 +226,7 @@ class TurnStates:
     async def read(self, inbound: Inbound) -> TurnState:
         """The state as it is, without claiming the turn."""
         key = keys.turn_key(inbound.scope, inbound.turn)
-        pipe = self._redis.pipeline(transaction=False)  # one slot: the chat's
-        pipe.hgetall(key)
-        for done in self._done_keys(inbound):
-            pipe.sismember(done, inbound.turn)
-        raw, *found = await guarded(pipe.execute())
-        flat = [item for pair in raw.items() for item in pair]
-        if any(found):
-            flat = [b"d", b"1"]
+        flat = await guarded(self._read(keys=[key, *self._done_keys(inbound)], args=[inbound.turn]))
         return TurnState.parse(key, inbound.scope, flat)
 
     async def set_user(self, state: TurnState, node: NodeId) -> None:
