@@ -12,12 +12,15 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
+from redis.asyncio import Redis
+
 from bot.app import App
 from bot.settings import Settings
 from bot.usage.accounting import Clock, utc_now
+from transcript import TranscriptStore
 
 from .fake_openai import FakeOpenAI
-from .fake_telegram import FakeTelegram, StoredMessage
+from .fake_telegram import Call, FakeTelegram, StoredMessage
 
 ROOT = Path(__file__).resolve().parent.parent
 BotFactory = Callable[..., AbstractAsyncContextManager[App]]
@@ -165,3 +168,32 @@ async def answered_parts(
         15.0,
     )
     return answers_to(tg, chat, message_id)
+
+
+async def answered_while_held(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory, redis: Redis, method: str
+) -> None:
+    """One question answered while every ``method`` call sits in flight (as in a flood
+    window): the answer is sent and recorded before any of them returns."""
+    in_flight, release = asyncio.Event(), asyncio.Event()
+
+    async def hold(call: Call) -> None:
+        if call.method == method:
+            in_flight.set()
+            await release.wait()
+
+    tg.after_call = hold
+    llm.gate = asyncio.Event()
+    try:
+        async with start_bot() as app:
+            message = tg.send_user_message(USER, USER, "hello")["message_id"]
+            await asyncio.wait_for(in_flight.wait(), 15)
+            llm.gate.set()
+            await turns_done(tg, app, 1, timeout=15)  # finished while the call is held
+            assert not release.is_set()
+            [answer] = answers_to(tg, USER, message)
+            assert answer.text == "[depth:2] echo: hello"
+            assert await TranscriptStore(redis).resolve(str(USER), answer.message_id) is not None
+            release.set()
+    finally:
+        release.set()

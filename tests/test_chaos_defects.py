@@ -19,8 +19,17 @@ from bot.data.connection import connect
 from transcript import TranscriptStore
 
 from .fake_openai import FakeOpenAI
-from .fake_telegram import Call, FakeTelegram
-from .harness import USER, BotFactory, BotProcess, answers_to, ask, env_for, turns_done
+from .fake_telegram import FakeTelegram
+from .harness import (
+    USER,
+    BotFactory,
+    BotProcess,
+    answered_while_held,
+    answers_to,
+    ask,
+    env_for,
+    turns_done,
+)
 from .redis_server import RedisServer
 
 
@@ -62,29 +71,8 @@ async def test_a_typing_action_in_flight_never_holds_up_recording_the_answer(
     The part was on screen but not yet recorded for those seconds, so a kill
     then sent it twice. Ending the typing must not wait for an action in flight.
     """
-    in_flight, release = asyncio.Event(), asyncio.Event()
-
-    async def hold_typing(call: Call) -> None:
-        if call.method == "sendChatAction":
-            in_flight.set()
-            await release.wait()
-
-    tg.after_call = hold_typing
     tg.unsupported_methods.add("sendMessageDraft")  # typing (test_drafts.py: a held draft)
-    llm.gate = asyncio.Event()
-    try:
-        async with start_bot() as app:
-            message = tg.send_user_message(USER, USER, "hello")["message_id"]
-            await asyncio.wait_for(in_flight.wait(), 15)
-            llm.gate.set()
-            await turns_done(tg, app, 1, timeout=15)  # finished while the action is held
-            assert not release.is_set()
-            [answer] = answers_to(tg, USER, message)
-            assert answer.text == "[depth:2] echo: hello"
-            assert await TranscriptStore(redis).resolve(str(USER), answer.message_id) is not None
-            release.set()
-    finally:
-        release.set()
+    await answered_while_held(tg, llm, start_bot, redis, "sendChatAction")
 
 
 async def test_nothing_is_sent_while_redis_is_away_so_a_kill_leaves_one_answer(

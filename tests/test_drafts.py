@@ -30,12 +30,13 @@ from bot.turn.notices import STOPPED, STOPPED_EARLY
 from transcript import ChatMessage, TranscriptStore
 
 from .fake_openai import FakeOpenAI
-from .fake_telegram import Call, FakeTelegram
+from .fake_telegram import FakeTelegram
 from .harness import (
     OTHER_USER,
     USER,
     BotFactory,
     BotProcess,
+    answered_while_held,
     answers_to,
     ask,
     env_for,
@@ -184,28 +185,7 @@ async def test_a_draft_in_flight_never_holds_up_the_answer(
     tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory, redis: Redis
 ) -> None:
     """A draft sitting out a flood window must not delay sending and recording the answer."""
-    in_flight, release = asyncio.Event(), asyncio.Event()
-
-    async def hold_drafts(call: Call) -> None:
-        if call.method == "sendMessageDraft":
-            in_flight.set()
-            await release.wait()
-
-    tg.after_call = hold_drafts
-    llm.gate = asyncio.Event()
-    try:
-        async with start_bot() as app:
-            message = tg.send_user_message(USER, USER, "hello")["message_id"]
-            await asyncio.wait_for(in_flight.wait(), 15)  # "Thinking…" is held
-            llm.gate.set()
-            await turns_done(tg, app, 1, timeout=15)  # finished while the draft is held
-            assert not release.is_set()
-            [answer] = answers_to(tg, USER, message)
-            assert answer.text == "[depth:2] echo: hello"
-            assert await TranscriptStore(redis).resolve(str(USER), answer.message_id) is not None
-            release.set()
-    finally:
-        release.set()
+    await answered_while_held(tg, llm, start_bot, redis, "sendMessageDraft")
 
 
 # ------------------------------------------------------------------ groups and old servers
