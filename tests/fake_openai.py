@@ -119,7 +119,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from aiohttp import web
 
@@ -133,6 +133,8 @@ __all__ = [
     "message_tokens",
     "prompt_tokens",
 ]
+
+T = TypeVar("T")
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 _MESSAGE_KEYS: dict[str, frozenset[str]] = {
@@ -1188,12 +1190,7 @@ class FakeOpenAI:
             )
 
     def _reply(self, body: dict[str, Any]) -> tuple[str, str, list[dict[str, Any]]]:
-        try:
-            reply = self.responder(copy.deepcopy(body["messages"]))
-        except Exception as exc:
-            raise _ApiError(
-                500, f"FakeOpenAI responder raised {exc!r}", type_="server_error"
-            ) from exc
+        reply = _hook("responder", self.responder, body)
         if isinstance(reply, ToolCalls):
             if not body.get("tools"):
                 raise _ApiError(
@@ -1304,12 +1301,7 @@ class FakeOpenAI:
         return deltas + [{"content": content[i : i + size]} for i in range(0, len(content), size)]
 
     def _thoughts(self, body: dict[str, Any]) -> str:
-        try:
-            thoughts = self.reasoner(copy.deepcopy(body["messages"]))
-        except Exception as exc:
-            raise _ApiError(
-                500, f"FakeOpenAI reasoner raised {exc!r}", type_="server_error"
-            ) from exc
+        thoughts: str | None = _hook("reasoner", self.reasoner, body)
         return thoughts or ""
 
     async def _stream(
@@ -1397,3 +1389,11 @@ class FakeOpenAI:
             return response
         record.completed = True
         return response
+
+
+def _hook(name: str, hook: Callable[[list[dict[str, Any]]], T], body: dict[str, Any]) -> T:
+    """A test's hook on the request's messages (a copy); its failure is a 500."""
+    try:
+        return hook(copy.deepcopy(body["messages"]))
+    except Exception as exc:
+        raise _ApiError(500, f"FakeOpenAI {name} raised {exc!r}", type_="server_error") from exc
