@@ -21,7 +21,6 @@ error; it stores no message text.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
 import logging
@@ -302,16 +301,12 @@ class _Recording:
         return found
 
     def args(self) -> list[str | int | bytes]:
-        call, usage, ttl = self.call, self.call.usage, self.detail_ttl
-        delta = [
-            usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
-            int(usage.estimated), int(call.error is not None),
-        ]  # fmt: skip
+        call, ttl = self.call, self.detail_ttl
         return [
             _marker(call.call_id),  # 1
             ttl,  # 2
             ttl - max(1, min(24 * 3600, ttl // 10)),  # 3: refresh the tree's TTL below this
-            *delta,  # 4-8: p c k e x
+            *self.delta(),  # 4-8: p c k e x
             call.sent.ref,  # 9
             call.view,  # 10
             call.message_id,  # 11: the turn's field in 1
@@ -323,16 +318,20 @@ class _Recording:
 
     def pending(self) -> str:
         """The pending entry "user day p c k e x at" (what the second step needs)."""
+        return " ".join(map(str, [self.call.user_id, self.day, *self.delta(), self.at]))
+
+    def delta(self) -> list[int]:
+        """What the call adds: prompt, completion and cached tokens, estimated, failed."""
         call, usage = self.call, self.call.usage
-        delta = [
+        return [
             usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
             int(usage.estimated), int(call.error is not None),
         ]  # fmt: skip
-        return " ".join(map(str, [call.user_id, self.day, *delta, self.at]))
 
 
-def _totals_step(marker: str, pending: str) -> tuple[list[str], list[str | int]]:
-    """The second step's keys and arguments, from a pending entry "user day p c k e x at"."""
+def _queue_totals(pipe: Pipeline, marker: str, pending: str) -> None:
+    """Queue the second step for one pending entry "user day p c k e x at" (a no-op
+    if it already ran)."""
     user_text, day, *delta, _ = pending.split(" ")
     user = int(user_text)
     bucket = keys.usage_bucket(user)
@@ -344,7 +343,8 @@ def _totals_step(marker: str, pending: str) -> tuple[list[str], list[str | int]]
         keys.usage_total_key(bucket, "counted", day),
         keys.usage_total_key(bucket, "ok", day),
     ]
-    return found, [_marker_number(marker), user, *delta, USER_DAY_TTL, OK_TTL, marker]
+    args: list[str | int] = [_marker_number(marker), user, *delta, USER_DAY_TTL, OK_TTL, marker]
+    pipe.eval(_TOTALS_LUA, len(found), *found, *args)
 
 
 def _text(value: Any) -> str:
@@ -384,7 +384,6 @@ class Accounting:
         self.prices = prices or Prices()
         #: Days the per-turn and per-node detail is kept after its last write.
         self.detail_days = detail_days
-        self._totals_script = redis.register_script(_TOTALS_LUA)
         self._earlier_layout: bool | None = None
         #: Per chat, the pending entries whose totals this process wrote (removed with
         #: the turn's final write, or the chat's next record).
@@ -440,8 +439,7 @@ class Accounting:
         def steps(pipe: Pipeline) -> int:
             detail = recording.keys()
             pipe.eval(_DETAIL_LUA, len(detail), *detail, *recording.args(), *done)
-            totals, args = _totals_step(marker, recording.pending())
-            pipe.eval(_TOTALS_LUA, len(totals), *totals, *args)
+            _queue_totals(pipe, marker, recording.pending())
             return 2
 
         try:
@@ -469,13 +467,15 @@ class Accounting:
         finish = {m: entry for m, entry in stale.items() if entry.split(" ")[1] in recent}
         if len(finish) < len(stale):  # its counted set may be gone: could count twice
             log.warning("dropped %d usage entries pending for days", len(stale) - len(finish))
-        await asyncio.gather(*(self._write_totals(m, entry) for m, entry in finish.items()))
-        await guarded(self._redis.hdel(keys.chat_usage_key(chat_id, "p"), *stale))
 
-    async def _write_totals(self, marker: str, pending: str) -> None:
-        """The second step for one pending entry (a no-op if it already ran)."""
-        found, args = _totals_step(marker, pending)
-        await guarded(self._totals_script(keys=found, args=args))
+        def totals(pipe: Pipeline) -> int:
+            for marker, entry in finish.items():
+                _queue_totals(pipe, marker, entry)
+            return len(finish)
+
+        if finish:  # (the buckets may be other slots: removed only once this succeeded)
+            await run_together(self._redis, totals)
+        await guarded(self._redis.hdel(keys.chat_usage_key(chat_id, "p"), *stale))
 
     def queue_settled(self, chat_id: int) -> Callable[[Pipeline], object]:
         """Queues the removal of the chat's pending entries whose totals are written.
