@@ -317,10 +317,7 @@ class Engine:
         assert self.tools is not None
         inbound, state = turn.inbound, turn.state
         window, answer = asked
-        call = CallRecord.of(
-            inbound, leaf.id, model=self.model.name, usage=answer.usage,
-            latency=answer.latency, error=None, view=window.view,
-        )  # fmt: skip
+        call = self._call(inbound, leaf.id, window, answer)
         await self.accounting.record(call)
         if self.tools.rounds(state) >= self.tools.max_rounds:
             text = notices.TOOL_ROUNDS.format(rounds=self.tools.max_rounds)
@@ -549,10 +546,7 @@ class Engine:
             if exc.kind == "no_images":
                 await self.context.text_only()
             log.warning("model call for chat %s failed: %s", inbound.chat_id, exc)
-            call = CallRecord.of(
-                inbound, user.id, model=self.model.name, usage=exc.usage, latency=exc.latency,
-                error=exc.kind, view=window.view,
-            )  # fmt: skip
+            call = self._call(inbound, user.id, window, exc)
             await self.accounting.record(call)
             if exc.kind == "bad_image" and await self.context.set_aside(
                 inbound, turn.state, window, exc
@@ -568,10 +562,7 @@ class Engine:
             raise TurnEnded(Reply(text, user.id, notice=True)) from None
         if answer.stopped and not answer.text.strip():
             # stopped before any text: nothing to keep but what the call cost
-            call = CallRecord.of(
-                inbound, user.id, model=self.model.name, usage=answer.usage,
-                latency=answer.latency, error=None, view=window.view,
-            )  # fmt: skip
+            call = self._call(inbound, user.id, window, answer)
             await self.accounting.record(call)
             raise TurnEnded(Reply(notices.STOPPED_EARLY, user.id, notice=True))
         self.context.learn(window.messages, answer.usage, tools=tools is not None)
@@ -582,10 +573,7 @@ class Engine:
 
         ``user`` is the node the answer hangs below (the last tool step, if any).
         """
-        call = CallRecord.of(
-            turn.inbound, user.id, model=self.model.name, usage=answer.usage,
-            latency=answer.latency, error=None, view=window.view,
-        )  # fmt: skip
+        call = self._call(turn.inbound, user.id, window, answer)
         placement = await self._durably(
             lambda: self.store.child(
                 user.id,
@@ -602,6 +590,17 @@ class Engine:
         turn.state.answer = node.id
         turn.answer_stored_at = time.monotonic()
         return node.id
+
+    def _call(
+        self, inbound: Inbound, sent: NodeId, window: Window, result: Answer | ModelError
+    ) -> CallRecord:
+        """The record of one model call: the request ``window`` up to ``sent``, and its
+        answer or its failure."""
+        error = result.kind if isinstance(result, ModelError) else None
+        return CallRecord.of(
+            inbound, sent, model=self.model.name, usage=result.usage,
+            latency=result.latency, error=error, view=window.view,
+        )  # fmt: skip
 
     async def _durably(self, call: Callable[[], Awaitable[T]]) -> T:
         """A write whose loss would cost a model call or a thread: waits while Redis is away."""
