@@ -32,7 +32,8 @@ Settings are read from the environment and from .env in the working directory
 EXIT_CODES = f"""\
 exit codes:
   {EXIT_OK}  stopped cleanly (SIGTERM or SIGINT), or a command finished
-  {EXIT_STARTUP}  start-up failed: Telegram, Redis or the model refused or is unreachable
+  {EXIT_STARTUP}  start-up failed: Telegram, Redis or the model refused, or Telegram or Redis
+      stayed unreachable for 20 s
   {EXIT_SETTINGS}  a setting is missing or invalid (one line names it), or bad usage"""
 
 

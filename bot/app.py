@@ -68,7 +68,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("replychain")
 
-STARTUP_ATTEMPTS = 3
+#: How long start-up waits for Redis and Telegram while they are unreachable (a
+#: Redis restarting, or started beside the bot): then it exits 1 with a clear line.
+STARTUP_PATIENCE = 20.0
 #: The poller lease: a dead poller is replaced within about this long.
 POLLER_LEASE_MS = 8000
 
@@ -310,15 +312,19 @@ class App:
         me = await self.bot.me()
         log.info("connected as @%s; Redis at %s; model %s", me.username, where, self.model.model)
 
-    @staticmethod
     async def _startup_step(
-        what: str, call: Callable[[], Awaitable[object]], transient: tuple[type[Exception], ...]
+        self,
+        what: str,
+        call: Callable[[], Awaitable[object]],
+        transient: tuple[type[Exception], ...],
     ) -> None:
         def warn(exc: BaseException) -> None:
             log.warning("%s (%s); retrying", what, type(exc).__name__)
 
         try:
-            await retrying(call, on=transient, attempts=STARTUP_ATTEMPTS, on_retry=warn)
+            await retrying(
+                call, on=transient, within=STARTUP_PATIENCE, until=self.stopping, on_retry=warn
+            )
         except transient as exc:
             detail = getattr(exc, "message", None) or str(exc)
             raise StartupError(f"{what}: {detail}") from None

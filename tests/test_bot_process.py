@@ -90,6 +90,31 @@ async def test_unreachable_redis_is_one_clear_line_without_secrets(
     assert "Traceback" not in output
 
 
+async def test_a_bot_started_before_its_redis_waits_for_it(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI
+) -> None:
+    """Started beside its Redis (a restart, a compose stack), the bot waits for it
+    instead of exiting, then answers."""
+    server = RedisServer(tmp_path / "late-redis")
+    process = BotProcess(env_for(tg, llm, server.url), tmp_path)
+    await process.start()
+    try:
+        await process.wait_for_output("cannot reach Redis")
+        server.start()
+        message = tg.send_user_message(USER, USER, "are you there?")["message_id"]
+        await tg.wait_for(
+            lambda: (
+                [m.text for m in answers_to(tg, USER, message)]
+                == ["[depth:2] echo: are you there?"]
+            ),
+            timeout=30,
+        )
+        assert await process.terminate() == 0
+    finally:
+        server.stop()
+    assert "Traceback" not in process.text
+
+
 async def test_rejected_token_is_one_clear_line(
     tmp_path: Path, llm: FakeOpenAI, redis_server: RedisServer
 ) -> None:
