@@ -168,6 +168,37 @@ async def test_idempotent_rewrite_returns_the_first_node(store: TranscriptStore)
     assert nxt.id == NodeId("1", first.id.tree, first.id.seg, first.id.idx + 1)
 
 
+async def test_a_guarded_node_is_placed_only_while_its_guard_holds(
+    store: TranscriptStore,
+) -> None:
+    """``only_while``: a caller's claim, checked in the node's own atomic step."""
+    redis = store._redis
+    root = await store.start("1", [SYSTEM])
+    claim = keys.scope_prefix("1") + "lease:9"
+    placement = await store.child(root.id, [user("q")], aliases=[9], only_while=(claim, "me"))
+    tree = keys.tree_key("1", root.id.tree)
+    before = await redis.hgetall(tree)
+    for holder in (None, "someone else"):
+        if holder is not None:
+            await redis.set(claim, holder)
+        pipe = redis.pipeline(transaction=False)
+        store.queue_place(pipe, placement)
+        [reply] = await pipe.execute()
+        with pytest.raises(RuntimeError, match="guard did not hold"):
+            await store.placed(placement, reply)
+        assert await redis.hgetall(tree) == before  # nothing was written
+        assert await redis.hget(keys.alias_key("1"), "9") is None
+    await redis.set(claim, "me")
+    pipe = redis.pipeline(transaction=False)
+    store.queue_place(pipe, placement)
+    [reply] = await pipe.execute()
+    node = await store.placed(placement, reply)
+    assert await TranscriptStore(redis).resolve("1", 9) == node.id
+    elsewhere = await store.child(root.id, [user("q")], only_while=("rc:{2}:lease:9", "me"))
+    with pytest.raises(ValueError, match="own scope"):
+        store.queue_place(redis.pipeline(transaction=False), elsewhere)
+
+
 async def test_concurrent_loads_extending_one_cached_segment_do_not_collide(
     redis: Redis,
 ) -> None:

@@ -28,6 +28,7 @@ from bot.turn.engine import Engine, Rules, Turn
 from bot.turn.state import TurnState, TurnStates
 from bot.usage.accounting import Accounting, day_of, utc_now
 from transcript import ChatMessage, Node, TranscriptStore
+from transcript import keys as transcript_keys
 
 CHAT = 77
 SYSTEM = "You are a test assistant."
@@ -220,6 +221,72 @@ async def test_another_workers_claim_is_respected(redis: Redis) -> None:
         await theirs.engine.run(inbound(1))
     assert theirs.model.calls == 0 and theirs.telegram.sends == 0
     assert await mine.states.begin(inbound(1)) is not None  # its own claim, re-taken
+
+
+async def answered_reply(rig: Rig) -> tuple[Inbound, int]:
+    """Turn 1, then a reply to its answer (whose node goes with the turn's claim);
+    the reply and the id of its answer."""
+    await rig.engine.run(inbound(1))
+    [first] = rig.telegram.shown
+    reply = inbound(3, "and then?", reply_to=first)
+    assert await rig.engine.run(reply) is True
+    return reply, max(rig.telegram.shown)
+
+
+async def test_a_reply_stores_its_node_with_the_claim_once_on_its_chain(rig: Rig) -> None:
+    reply, answer = await answered_reply(rig)
+    assert rig.telegram.shown[answer] == "[depth:4] echo: and then?"
+    node = await TranscriptStore(rig.redis).resolve(str(CHAT), answer)
+    assert node is not None
+    history = await TranscriptStore(rig.redis).history(node)
+    assert [m.content for m in history.messages[1:]] == [
+        "hello", "echo: hello", "and then?", "echo: and then?",
+    ]  # fmt: skip
+    tree = transcript_keys.tree_key(str(CHAT), node.tree)
+    before = (rig.telegram.sends, rig.model.calls, await rig.redis.dbsize())
+    nodes = await rig.redis.hgetall(tree)
+    for run in (rig, Rig(rig.redis), Rig(rig.redis, "other")):  # redelivered when done
+        assert await run.engine.run(reply) is False
+    assert (rig.telegram.sends, rig.model.calls, await rig.redis.dbsize()) == before
+    assert await rig.redis.hgetall(tree) == nodes  # no second node
+
+
+async def test_a_reply_whose_turn_another_worker_holds_writes_no_node(redis: Redis) -> None:
+    mine, theirs = Rig(redis, "one"), Rig(redis, "two")
+    await mine.engine.run(inbound(1))
+    [first] = mine.telegram.shown
+    reply = inbound(3, "and then?", reply_to=first)
+    assert await mine.states.begin(reply) is not None  # claimed, then busy elsewhere
+    tree = await redis.hgetall(transcript_keys.tree_key(str(CHAT), 1))
+    with pytest.raises(TurnBusy):
+        await theirs.engine.run(reply)
+    assert await redis.hgetall(transcript_keys.tree_key(str(CHAT), 1)) == tree
+    assert await redis.hget(transcript_keys.alias_key(str(CHAT)), "3") is None
+    assert theirs.model.calls == 0
+    await mine.engine.run(reply)  # the claim's holder answers it, once
+    assert mine.model.calls == 2
+    assert list(mine.telegram.shown.values())[-1] == "[depth:4] echo: and then?"
+
+
+async def test_a_reply_resumed_after_its_claim_and_node_asks_once_and_stores_once(
+    rig: Rig,
+) -> None:
+    await rig.engine.run(inbound(1))
+    [first] = rig.telegram.shown
+    reply = inbound(3, "and then?", reply_to=first)
+    state = await rig.engine._claim(reply)  # the run died right after its first write
+    assert state is not None and state.user is not None
+    fresh = Rig(rig.redis)
+    fresh.telegram.next_id = 2000  # a later message id than the first answer's
+    await fresh.engine.run(reply)
+    assert fresh.model.calls == 1
+    assert await TranscriptStore(rig.redis).resolve(str(CHAT), 3) == state.user
+    [(part, text)] = fresh.telegram.shown.items()
+    assert text == "[depth:4] echo: and then?"
+    answer = await TranscriptStore(rig.redis).resolve(str(CHAT), part)
+    assert answer is not None
+    path = await TranscriptStore(rig.redis).path(answer)
+    assert [n.id for n in path][-2] == state.user  # the one node, asked once
 
 
 async def test_each_resume_counts_a_call_until_the_guard_ends_the_turn(rig: Rig) -> None:

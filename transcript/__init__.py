@@ -15,7 +15,7 @@ from .errors import (
     UnknownSchemaError,
 )
 from .model import ChatMessage, Fold, Image, Node, NodeId, ToolCall, Transcript, count_depth
-from .store import DEFAULT_CACHE_BYTES, TranscriptStore
+from .store import DEFAULT_CACHE_BYTES, Placement, TranscriptStore
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",
@@ -26,6 +26,7 @@ __all__ = [
     "MissingNodeError",
     "Node",
     "NodeId",
+    "Placement",
     "RecordCache",
     "RecordError",
     "StoreUnavailableError",

@@ -45,22 +45,26 @@ DEFAULT_INLINE_ANCESTORS = 32
 #: Seconds a tree's cached fold index is trusted before it is read again.
 FOLD_INDEX_TTL = 30.0
 
-# Places a node atomically. When the caller's record field already holds a
-# node, that node is the result (a retry). Otherwise: a root opens a new tree;
+# Places a node atomically, and only while the guard key holds its value when
+# one is given (a caller's claim): else nothing is written ({2, ''}). When the
+# caller's record field already holds a node, that node is the result (a
+# retry). Otherwise: a root opens a new tree;
 # a child continues its parent's segment when the next slot is free, else
 # opens a new segment. Then writes the node's ref into the record field and
 # the aliases (first writer wins, also on a retry). All keys share the
 # scope's hash tag, so this runs on Redis Cluster too.
 #   KEYS: record hash (any key of the scope; unused without a field), alias
-#         hash, tree hash (child) or tree counter (root)
+#         hash, tree hash (child) or tree counter (root), guard key (only
+#         with a guard value)
 #   ARGV: record field or '', record continuing the segment, record opening a
 #         segment, continuation field or '' for a root, tree id or tree key
-#         prefix for a root, alias fields...
+#         prefix for a root, guard value or '', alias fields...
 _APPEND_LUA = """
+if ARGV[6] ~= '' and redis.call('GET', KEYS[4]) ~= ARGV[6] then return {2, ''} end
 if ARGV[1] ~= '' then
   local found = redis.call('HGET', KEYS[1], ARGV[1])
   if found then
-    for i = 6, #ARGV do redis.call('HSETNX', KEYS[2], ARGV[i], found) end
+    for i = 7, #ARGV do redis.call('HSETNX', KEYS[2], ARGV[i], found) end
     return {0, found}
   end
 end
@@ -77,7 +81,7 @@ else
   ref = ARGV[5] .. ':' .. seg .. '.0'
 end
 if ARGV[1] ~= '' then redis.call('HSET', KEYS[1], ARGV[1], ref) end
-for i = 6, #ARGV do redis.call('HSETNX', KEYS[2], ARGV[i], ref) end
+for i = 7, #ARGV do redis.call('HSETNX', KEYS[2], ARGV[i], ref) end
 return {1, ref}
 """
 
@@ -111,6 +115,9 @@ class Placement:
     branch: SegmentRecord | None
     record_in: RecordField | None
     aliases: tuple[str, ...]
+    #: A key of the scope and the value it must hold for the node to be placed (a
+    #: caller's claim, checked in the same atomic step), or ``None``.
+    only_while: tuple[str, str] | None = None
 
 
 class TranscriptStore:
@@ -205,9 +212,14 @@ class TranscriptStore:
         *,
         record_in: RecordField | None = None,
         aliases: Iterable[int | str] = (),
+        only_while: tuple[str, str] | None = None,
     ) -> Placement:
         """:meth:`append`'s write, prepared to go on a caller's pipeline with other
-        writes (:meth:`queue_place`, then :meth:`placed` with its reply)."""
+        writes (:meth:`queue_place`, then :meth:`placed` with its reply).
+
+        ``only_while`` (a key of the scope, a value): the node is placed only while
+        that key holds that value, e.g. a claim taken earlier in the same pipeline.
+        """
         scope, messages = parent.scope, tuple(messages)
         parent_node = await self.node(parent)
         parent_record = await self._segment_record(parent)
@@ -229,6 +241,7 @@ class TranscriptStore:
             branch=branch,
             record_in=record_in,
             aliases=tuple(str(a) for a in aliases),
+            only_while=only_while,
         )
         return placement
 
@@ -248,22 +261,31 @@ class TranscriptStore:
         """The append script's keys and arguments for ``placement``."""
         scope = placement.scope
         record_key, record_field = placement.record_in or (keys.alias_key(scope), "")
-        if not record_key.startswith(keys.scope_prefix(scope)):
-            raise ValueError("a record field must be a key of the node's own scope")
-        found = [record_key, keys.alias_key(scope), placement.target_key]
+        guard_key, guard = placement.only_while or (keys.alias_key(scope), "")
+        prefix = keys.scope_prefix(scope)
+        if not (record_key.startswith(prefix) and guard_key.startswith(prefix)):
+            raise ValueError("a record field and a guard must be keys of the node's own scope")
+        found = [record_key, keys.alias_key(scope), placement.target_key, guard_key]
         args: list[str | bytes] = [
             record_field,
             placement.continuing,
             placement.opening,
             placement.continuation,
             placement.tree,
+            guard,
             *placement.aliases,
         ]
         return found, args
 
     async def placed(self, placement: Placement, reply: Any) -> Node:
-        """The node the append script placed (or found placed), from its reply."""
+        """The node the append script placed (or found placed), from its reply.
+
+        A guarded placement (``only_while``) whose guard did not hold raises
+        :class:`RuntimeError`: ask for the node only where the guard held.
+        """
         created, ref = reply
+        if int(created) == 2:
+            raise RuntimeError("the node was not placed: its guard did not hold")
         node_id = NodeId.parse(placement.scope, ref)
         if not int(created):
             return await self.node(node_id)

@@ -37,13 +37,14 @@ from transcript import (
     ChatMessage,
     Node,
     NodeId,
+    Placement,
     RecordError,
     StoreUnavailableError,
     TranscriptStore,
 )
 
 from ..bus.albums import Albums
-from ..bus.inbound import EDIT, RETRY, Inbound
+from ..bus.inbound import EDIT, MESSAGE, RETRY, Inbound
 from ..bus.runner import Ack, InFlight, TurnBusy
 from ..metrics import Metrics
 from ..model import Answer, Model, ModelError
@@ -228,7 +229,7 @@ class Engine:
         another worker runs it.
         """
         started = time.monotonic()
-        state = await self.states.begin(inbound)
+        state = await self._claim(inbound)
         if state is None:
             raise TurnBusy
         if state.done:
@@ -357,6 +358,41 @@ class Engine:
         await self._durably(lambda: self.states.finish(inbound, turn.state, ids, also=also))
 
     # ----------------------------------------------------------------- the steps
+
+    async def _claim(self, inbound: Inbound) -> TurnState | None:
+        """Claim the turn and read its state (``None``: another worker has it); the
+        user's node goes along when it can (:meth:`_early_user_node`)."""
+        early = await self._early_user_node(inbound)
+        if early is None:
+            return await self.states.begin(inbound)
+        state, [placed] = await self.states.begin_with(
+            inbound, lambda pipe: self.store.queue_place(pipe, early)
+        )
+        if state is not None and not state.done and state.user is None:
+            state.user = (await self.store.placed(early, placed)).id  # placed just now
+        return state
+
+    async def _early_user_node(self, inbound: Inbound) -> Placement | None:
+        """The user's node, prepared to be written with the turn's claim (one round trip
+        less), when storing it needs nothing but the message: a text replying to a
+        message whose node is known. It is written only if the claim is this run's,
+        and only once (:meth:`_store_user_node` finds it in the state).
+        """
+        if inbound.kind != MESSAGE or inbound.media or inbound.reply_to is None:
+            return None
+        try:
+            parent = await self.store.resolve(inbound.scope, inbound.reply_to)
+            if parent is None:  # routing it may wait, or adopt a part: after the claim
+                return None
+            return await self.store.child(
+                parent,
+                [ChatMessage("user", inbound.text)],
+                record_in=TurnStates.record_of(inbound, "u"),
+                aliases=[inbound.message_id],
+                only_while=self.states.claim_of(inbound),
+            )
+        except RecordError:
+            return None  # the steps meet it again, and answer with their notice
 
     async def _store_user_node(self, turn: Turn) -> Node:
         """Route the message and store it as a node (once: the state records it)."""

@@ -24,7 +24,7 @@ from transcript.store import RecordField
 
 from ..bus.inbound import Inbound
 from ..data import keys
-from ..data.connection import guarded
+from ..data.connection import Queued, guarded, run_together
 from ..usage.accounting import Clock, day_of, utc_now
 
 #: Queues writes on a turn's final round trip.
@@ -192,16 +192,45 @@ class TurnStates:
         no answer is stored, so resumes can never call the model more often
         than the per-turn guard allows.
         """
+        found, args = self._begin_call(inbound)
+        flat = await guarded(self._begin(keys=found, args=args))
+        return self._claimed(inbound, flat)
+
+    async def begin_with(
+        self, inbound: Inbound, also: Queued
+    ) -> tuple[TurnState | None, list[Any]]:
+        """:meth:`begin` with more writes after it on the same round trip (a write
+        guarded by the claim, :meth:`claim_of`, lands only if this run took it);
+        the state, and the replies of ``also``."""
+        found, args = self._begin_call(inbound)
+
+        def claim(pipe: Pipeline) -> int:
+            # EVAL with the text: a pipeline cannot count on the script cache
+            pipe.eval(_BEGIN_LUA, len(found), *found, *args)
+            return 1
+
+        [flat], replies = await run_together(self._redis, claim, also)
+        return self._claimed(inbound, flat), replies
+
+    def claim_of(self, inbound: Inbound) -> tuple[str, str]:
+        """The key that holds this worker's claim on the turn while it has it, and its
+        value there (a guard for writes that only the claim's holder may make)."""
+        return keys.lease_key(inbound.scope, inbound.turn), self.owner
+
+    @staticmethod
+    def record_of(inbound: Inbound, name: str) -> RecordField:
+        """:meth:`TurnState.record` of the turn of ``inbound``, before its state is read."""
+        return keys.turn_key(inbound.scope, inbound.turn), name
+
+    def _begin_call(self, inbound: Inbound) -> tuple[list[str], list[str | int]]:
         scope, turn = inbound.scope, inbound.turn
-        key = keys.turn_key(scope, turn)
-        lease = keys.lease_key(scope, turn)
-        flat = await guarded(
-            self._begin(
-                keys=[lease, key, *self._done_keys(inbound)],
-                args=[self.owner, self.lease_ms, turn],
-            )
-        )
-        return None if flat is None else TurnState.parse(key, scope, flat)
+        found = [keys.lease_key(scope, turn), keys.turn_key(scope, turn)]
+        return [*found, *self._done_keys(inbound)], [self.owner, self.lease_ms, turn]
+
+    @staticmethod
+    def _claimed(inbound: Inbound, flat: list[Any] | None) -> TurnState | None:
+        key = keys.turn_key(inbound.scope, inbound.turn)
+        return None if flat is None else TurnState.parse(key, inbound.scope, flat)
 
     async def renew(self, running: Sequence[Inbound]) -> list[bool]:
         """Heartbeat: extend this worker's claims on the running turns.
