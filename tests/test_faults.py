@@ -14,8 +14,11 @@ import asyncio
 from typing import Any
 
 import pytest
+from aiogram import Bot
+from aiogram.client.telegram import TelegramAPIServer
 from redis.asyncio import Redis
 
+from bot.telegram.session import BotApiSession, FloodControl
 from bot.turn.notices import MODEL_ERRORS as MODEL_ERROR_NOTICES
 from bot.turn.notices import RETRY_HINT
 from transcript import TranscriptStore
@@ -243,6 +246,36 @@ async def test_telegram_429_on_the_first_part_is_waited_out(
     assert [c.status for c in sends] == [429, 200]
     assert sends[1].at - sends[0].at >= 1.0
     assert not tg.violations
+
+
+async def test_calls_to_one_chat_go_one_at_a_time_so_none_lands_inside_a_429_window(
+    tg: FakeTelegram,
+) -> None:
+    """Three sends to one chat at once, the first answered 429: none of the others may
+    reach Telegram inside the window it opened; another chat is not held up."""
+    tg.add_private_chat(USER)
+    tg.add_private_chat(OTHER_USER)
+    session = BotApiSession(api=TelegramAPIServer.from_base(tg.url))
+    session.middleware(FloodControl())
+    bot = Bot(tg.token, session=session)
+    tg.fail_next("sendMessage", status=429, retry_after=1, chat_id=USER)
+    started = asyncio.get_running_loop().time()
+    try:
+
+        async def send(chat: int, text: str) -> float:
+            await bot.send_message(chat, text)
+            return asyncio.get_running_loop().time() - started
+
+        *held, other = await asyncio.gather(
+            *(send(USER, f"part {i}") for i in range(3)), send(OTHER_USER, "elsewhere")
+        )
+    finally:
+        await bot.session.close()
+    assert not tg.violations
+    assert sorted(m.text for m in tg.messages(USER)) == ["part 0", "part 1", "part 2"]
+    assert [c.status for c in calls_to_chat(tg, USER, "sendMessage")] == [429, 200, 200, 200]
+    assert min(held) >= 1.0  # every send to the chat waited the window out
+    assert other < 1.0
 
 
 async def test_telegram_5xx_on_send_still_answers_once(

@@ -28,9 +28,11 @@ when it leaves, not several flood seconds old.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any, cast
@@ -174,6 +176,21 @@ class FloodControl(BaseRequestMiddleware):
         self.max_wait = max_wait
         self.metrics = metrics or Metrics()
         self._not_before: dict[object, float] = {}
+        #: One call at a time per chat (while a call is running or waiting).
+        self._chat_turns: weakref.WeakValueDictionary[object, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
+
+    def _one_at_a_time(self, chat: object) -> contextlib.AbstractAsyncContextManager[object]:
+        """Calls to one chat go out one after another: a call still on its way when
+        another one's 429 comes back would land inside the window the 429 opened.
+        (Calls without a chat, getUpdates' long poll among them, are not held.)"""
+        if chat is None:
+            return contextlib.nullcontext()
+        lock = self._chat_turns.get(chat)
+        if lock is None:
+            lock = self._chat_turns[chat] = asyncio.Lock()
+        return lock
 
     def _wait_for(self, chat: object) -> float:
         return self._not_before.get(chat, 0.0) - time.monotonic()
@@ -188,23 +205,24 @@ class FloodControl(BaseRequestMiddleware):
         name = type(method).__name__
 
         async def attempt() -> Response[TelegramType]:
-            delay = max(self._wait_for(chat), self._wait_for(None))
-            if delay > 0:
-                await asyncio.sleep(delay)
-                if (renote := AFTER_FLOOD_WAIT.get()) is not None:
-                    await renote()
-            try:
-                return await make_request(bot, method)
-            except TelegramRetryAfter as exc:
-                until = time.monotonic() + exc.retry_after + _RETRY_MARGIN
-                self._not_before[chat] = max(self._not_before.get(chat, 0.0), until)
-                self._prune()
-                self.metrics.telegram_429(method.__api_method__)
-                log.warning(
-                    "Telegram flood control on %s: waiting %ss before retrying",
-                    name, exc.retry_after,
-                )  # fmt: skip
-                raise
+            async with self._one_at_a_time(chat):
+                delay = max(self._wait_for(chat), self._wait_for(None))
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                    if (renote := AFTER_FLOOD_WAIT.get()) is not None:
+                        await renote()
+                try:
+                    return await make_request(bot, method)
+                except TelegramRetryAfter as exc:
+                    until = time.monotonic() + exc.retry_after + _RETRY_MARGIN
+                    self._not_before[chat] = max(self._not_before.get(chat, 0.0), until)
+                    self._prune()
+                    self.metrics.telegram_429(method.__api_method__)
+                    log.warning(
+                        "Telegram flood control on %s: waiting %ss before retrying",
+                        name, exc.retry_after,
+                    )  # fmt: skip
+                    raise
 
         async def waited_out() -> Response[TelegramType]:
             # the next attempt itself waits until the chat's window has passed
