@@ -5,8 +5,9 @@ the turn's persisted :class:`~bot.turn.state.TurnState` and records its result
 there before the next one runs, so running a turn again after a crash, a
 redelivery or an outage continues it instead of repeating it::
 
-    claim and read the state
-    -> route (alias lookup) and store the user's node
+    claim and read the state                (a text reply to a known message:
+                                            its node goes with the claim)
+    -> route (alias lookup) and store the user's node (unless it went along)
     -> check the input and the limits       (or end with a notice)
     -> build the context window             (or end with a notice)
     -> ask the model, streaming into Telegram (or end with a notice)
