@@ -15,6 +15,7 @@ exits 0: whatever is in flight, shutdown never takes much longer than that.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Coroutine
@@ -39,6 +40,7 @@ from .bus.albums import Albums
 from .bus.intake import Intake
 from .bus.leader import Lease
 from .bus.runner import LEASE_SHARE, InFlight, TurnRunner
+from .bus.stops import StopRelay
 from .data import keys
 from .data.connection import connect, guarded
 from .metrics import Health, Metrics, MetricsServer
@@ -253,9 +255,11 @@ class App:
         self.dispatcher["accounting"] = self.accounting
         self.dispatcher["store"] = self.store
         self.dispatcher["redis"] = self.redis
-        self.dispatcher["topics"] = self.topics
-        # stops: the answers being generated now, for Telegram's stop button
-        self.dispatcher.workflow_data.update(settings=settings, stops=self.engine.stops)
+        # stops: Telegram's stop button, for the answers being generated here or elsewhere
+        self.stops = StopRelay(self.redis, self.engine.stops, self.intake.outage)
+        self.dispatcher.workflow_data.update(
+            settings=settings, stops=self.stops, topics=self.topics
+        )
         self.webhook = self._webhook_server(settings)
         self.poller = self._poller(settings)
 
@@ -334,6 +338,7 @@ class App:
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop, sig.name)
+        relaying: asyncio.Task[None] | None = None
         try:
             await self._serve_metrics()
             await self.check()
@@ -346,6 +351,7 @@ class App:
             else:
                 await self._prepare_webhook(self.webhook)
             self.runner.start()
+            relaying = asyncio.create_task(self.stops.run(self.stopping), name="stop-relay")
             receiving = asyncio.create_task(self._receive())
             stop = asyncio.create_task(self.stopping.wait())
             done, _ = await asyncio.wait({receiving, stop}, return_when=asyncio.FIRST_COMPLETED)
@@ -361,6 +367,10 @@ class App:
             if install_signals:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(sig)
+            if relaying is not None:
+                relaying.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await relaying
             await self.close()
 
     async def _serve_metrics(self) -> None:

@@ -26,6 +26,7 @@ from .fake_openai import FakeOpenAI
 from .fake_telegram import FakeTelegram
 from .harness import OTHER_USER, USER, answers_to, ask, running_bot, said, settings_for
 from .redis_server import RedisCluster, cluster_supported
+from .test_drafts import stop_passed_on
 
 OWNER = USER
 
@@ -190,3 +191,7 @@ async def test_an_image_set_aside_and_the_turns_call_count_share_one_transaction
     assert await vision.unreadable(scope, "other-model", digests) == set()
     await vision.give_back(scope, digests[:1])
     assert await vision.unreadable(scope, "m", [*digests, digests[1]]) == {digests[1]}
+
+
+async def test_a_stop_reaches_another_process_on_a_cluster(cluster_redis: Redis) -> None:
+    await stop_passed_on(cluster_redis)

@@ -24,7 +24,10 @@ from aiogram.client.telegram import TelegramAPIServer
 from aiogram.exceptions import TelegramBadRequest, TelegramNotFound
 from redis.asyncio import Redis
 
+from bot.bus.stops import StopRelay
+from bot.data import keys
 from bot.model.client import ModelClient, split_think
+from bot.retry import Outage
 from bot.telegram.drafts import StopButtons, draft_id, question_of
 from bot.turn.notices import STOPPED, STOPPED_EARLY
 from transcript import ChatMessage, TranscriptStore
@@ -324,6 +327,33 @@ def test_draft_ids_name_the_question_and_part() -> None:
         assert not stops.press(2, draft_id(5, 1))  # another chat
         assert stops.press(1, draft_id(5, 2)) and event.is_set()
     assert not stops.press(1, draft_id(5, 1))  # finished: unknown again
+
+
+async def test_a_stop_reaches_the_process_writing_the_answer(redis: Redis) -> None:
+    """Telegram sends the stop to the polling process; another one writes the answer."""
+    await stop_passed_on(redis)
+
+
+async def stop_passed_on(redis: Redis) -> None:
+    """Two processes' stop relays on one Redis: a stop pressed in one ends the answer
+    the other writes, and only that one."""
+    outage = Outage("Redis", "")
+    poller, worker = StopButtons(), StopButtons()
+    polling, working = StopRelay(redis, poller, outage), StopRelay(redis, worker, outage)
+    stopping = asyncio.Event()
+    reading = asyncio.create_task(working.run(stopping))
+    try:
+        with worker.watching(USER, 5) as event, poller.watching(USER, 9) as here:
+            await asyncio.wait_for(working.listening.wait(), 10)
+            assert await polling.press(USER, draft_id(9, 1))  # its own: ended here
+            assert here.is_set() and await redis.xlen(keys.STOP_STREAM) == 0
+            assert not await polling.press(USER, draft_id(7, 1))  # nobody's: ignored
+            assert not await polling.press(USER, draft_id(5, 2))  # the worker's
+            await asyncio.wait_for(event.wait(), 10)
+    finally:
+        stopping.set()
+        await asyncio.wait_for(reading, 10)  # ends within one read's wait
+    assert await redis.xlen(keys.STOP_STREAM) == 2
 
 
 # ------------------------------------------------------------------ reasoning

@@ -27,10 +27,10 @@ from transcript import TranscriptStore
 from ..bus.albums import Albums
 from ..bus.inbound import EDIT, MESSAGE, Inbound, MediaRef
 from ..bus.intake import Intake
+from ..bus.stops import StopRelay
 from ..settings import Settings
 from ..usage.accounting import Accounting
 from ..usage.reports import OWNER_ONLY_TEXT, stats_chart, stats_report, usage_report
-from .drafts import StopButtons
 from .out import Notifier
 from .steering import steering_router, topic_router
 
@@ -243,13 +243,14 @@ def build_router(allowed_user_ids: frozenset[int]) -> Router:
 
     # a handler here also puts this update type into getUpdates' allowed_updates
     @root.stopped_message_generation()
-    async def on_stop(event: MessageGenerationStopped, stops: StopButtons) -> None:
-        """The stop button under a draft: end that answer (if this process writes it)."""
-        if stops.press(event.chat.id, event.draft_id):
+    async def on_stop(event: MessageGenerationStopped, stops: StopRelay) -> None:
+        """The stop button under a draft: end that answer, here or in the process
+        writing it."""
+        if await stops.press(event.chat.id, event.draft_id):
             log.info("answer in chat %s stopped by the user", event.chat.id)
         else:
-            log.info("stop for draft %s of chat %s: no such answer here", event.draft_id,
-                     event.chat.id)  # fmt: skip
+            log.info("stop for draft %s of chat %s: passed on to the other processes",
+                     event.draft_id, event.chat.id)  # fmt: skip
 
     return root
 

@@ -1,0 +1,84 @@
+"""The stop button across processes: a stop pressed under an answer another process writes.
+
+Telegram sends the ``stopped_message_generation`` update to whichever process
+polls; the answer may be streaming in another one (several processes share the
+turns). A stop this process cannot act on goes on ``rc:stops``, a short stream
+every process reads from its end (no consumer group: each one sees every stop)
+and presses locally; the process writing that answer ends it, the others find
+nothing to stop. A stop for an answer already finished ends nothing anywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from functools import partial
+from typing import Any
+
+from redis.asyncio import Redis
+
+from transcript import StoreUnavailableError
+
+from ..data import keys
+from ..data.connection import guarded
+from ..retry import Outage
+from ..telegram.drafts import StopButtons
+
+log = logging.getLogger("replychain.stops")
+
+#: Stops kept on the stream (approximately): only the last moments' are ever read.
+STOPS_KEPT = 1000
+#: How long one read of the stream waits for a stop (ms).
+READ_BLOCK_MS = 2000
+
+
+class StopRelay:
+    """Presses a stop here, or passes it on to the process that writes the answer."""
+
+    def __init__(self, redis: Redis, stops: StopButtons, outage: Outage) -> None:
+        self._redis = redis
+        self.stops = stops
+        self.outage = outage
+        #: Set once :meth:`run` knows where the stream ends (stops from then on reach it).
+        self.listening = asyncio.Event()
+
+    async def press(self, chat_id: int, draft: int) -> bool:
+        """The user pressed stop on ``draft``: ``True`` when an answer here ended; else
+        the stop goes to the other processes (one write)."""
+        if self.stops.press(chat_id, draft):
+            return True
+        fields: Any = {"c": chat_id, "d": draft}
+        await guarded(self._redis.xadd(keys.STOP_STREAM, fields, maxlen=STOPS_KEPT))
+        return False
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        """Press every stop other processes pass on, until ``stopping`` is set."""
+        try:
+            # from the stream's end: older stops ended their answers already, or nothing
+            last = await self.outage.guard(self._end, on=(StoreUnavailableError,), until=stopping)
+            self.listening.set()
+            while not stopping.is_set():
+                entries = await self.outage.guard(
+                    partial(self._read, last), on=(StoreUnavailableError,), until=stopping
+                )
+                for entry_id, fields in entries:
+                    last = entry_id.decode()
+                    self._pass_on(fields)
+        except StoreUnavailableError:
+            return  # stopping while Redis is away
+
+    async def _end(self) -> str:
+        newest: Any = await guarded(self._redis.xrevrange(keys.STOP_STREAM, count=1))
+        return str(newest[0][0].decode()) if newest else "0-0"
+
+    async def _read(self, since: str) -> list[tuple[bytes, dict[bytes, bytes]]]:
+        streams: Any = {keys.STOP_STREAM: since}
+        found: Any = await guarded(self._redis.xread(streams, count=100, block=READ_BLOCK_MS))
+        return list(found[0][1]) if found else []
+
+    def _pass_on(self, fields: dict[bytes, bytes]) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            chat_id, draft = int(fields[b"c"]), int(fields[b"d"])
+            if self.stops.press(chat_id, draft):
+                log.info("answer in chat %s stopped by the user (passed on)", chat_id)
