@@ -22,7 +22,7 @@ from aiogram.filters import Command, CommandStart, Filter
 from aiogram.types import BotCommand, Message, MessageGenerationStopped, TelegramObject, Update
 from aiogram.types.update import UpdateTypeLookupError
 
-from transcript import TranscriptStore
+from transcript import StoreUnavailableError, TranscriptStore
 
 from ..bus.albums import Albums
 from ..bus.inbound import EDIT, MESSAGE, Inbound, MediaRef
@@ -246,7 +246,12 @@ def build_router(allowed_user_ids: frozenset[int]) -> Router:
     async def on_stop(event: MessageGenerationStopped, stops: StopRelay) -> None:
         """The stop button under a draft: end that answer, here or in the process
         writing it."""
-        if await stops.press(event.chat.id, event.draft_id):
+        try:
+            pressed = await stops.press(event.chat.id, event.draft_id)
+        except StoreUnavailableError:
+            log.warning("stop in chat %s not passed on: Redis is unreachable", event.chat.id)
+            return
+        if pressed:
             log.info("answer in chat %s stopped by the user", event.chat.id)
         else:
             log.info("stop for draft %s of chat %s: passed on to the other processes",
