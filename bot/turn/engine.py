@@ -387,7 +387,7 @@ class Engine:
                 return None
             return await self.store.child(
                 parent,
-                [ChatMessage("user", inbound.text)],
+                [await self._user_message(inbound, parent)],  # text only: nothing to read
                 record_in=TurnStates.record_of(inbound, "u"),
                 aliases=[inbound.message_id],
                 only_while=self.states.claim_of(inbound),
