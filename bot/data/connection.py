@@ -15,11 +15,26 @@ from redis.exceptions import BusyLoadingError, ConnectionError, TimeoutError
 
 from transcript import StoreUnavailableError
 
+from .lane import Lane, lane_for
+
 T = TypeVar("T")
-#: Queues writes on a pipeline (scripts with ``Pipeline.eval``); returns how many
-#: commands it queued.
-Queued = Callable[[Pipeline], int]
+#: Queues writes on a pipeline (scripts with ``Pipeline.eval``); what it returns is
+#: not used.
+Queued = Callable[[Pipeline], object]
 _UNAVAILABLE = (ConnectionError, TimeoutError, OSError)
+
+
+class BotRedis(Redis):
+    """redis-py's client, and the :class:`~bot.data.lane.Lane` that
+    :func:`run_together` sends the turn's hot round trips on (``None``: redis-py's
+    pipeline sends them)."""
+
+    lane: Lane | None = None
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        if self.lane is not None:
+            await self.lane.aclose()
+        await super().aclose(close_connection_pool)
 
 
 def connect(
@@ -43,9 +58,12 @@ def connect(
     redis-py's asyncio ``RedisCluster`` (it routes each command by its key's
     slot; every Lua script and transaction of the bot touches one slot). It
     offers the same commands, so it is typed as :class:`Redis` here.
+
+    On a single server the client also has a :class:`~bot.data.lane.Lane` with the
+    same limits, for :func:`run_together`.
     """
     if cluster:
-        client = RedisCluster.from_url(
+        routed = RedisCluster.from_url(
             url,
             max_connections=max_connections,
             socket_timeout=socket_timeout,
@@ -54,7 +72,7 @@ def connect(
             health_check_interval=30,
             decode_responses=False,
         )
-        return cast(Redis, client)
+        return cast(Redis, routed)
     # A blocking pool: a burst of concurrent commands waits for a free
     # connection instead of failing with "too many connections".
     pool = BlockingConnectionPool.from_url(
@@ -68,7 +86,16 @@ def connect(
         health_check_interval=30,
         decode_responses=False,
     )
-    return Redis.from_pool(pool)
+    client = cast(BotRedis, BotRedis.from_pool(pool))  # from_pool builds a cls
+    client.lane = lane_for(
+        url,
+        callbacks=client.response_callbacks,
+        retry=Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.05), retries),
+        max_connections=max_connections,
+        timeout=socket_timeout,
+        connect_timeout=connect_timeout,
+    )
+    return client
 
 
 async def guarded(awaitable: Awaitable[T]) -> T:
@@ -88,11 +115,18 @@ async def run_together(redis: Redis, *queues: Queued) -> list[list[Any]]:
 
     Lua scripts in it go as EVAL with their text (``Pipeline.eval``): redis-py asks
     SCRIPT EXISTS before each pipeline holding EVALSHA (a round trip more), and a
-    cluster pipeline refuses EVALSHA. Nothing is atomic across queues.
+    cluster pipeline refuses EVALSHA. Nothing is atomic across queues. The
+    pipeline only collects the commands where the client has a lane
+    (:class:`BotRedis`): the lane sends them.
     """
     pipe = redis.pipeline(transaction=False)
-    counts = [queue(pipe) for queue in queues]
-    replies = await guarded(pipe.execute())
+    counts = []
+    for queue in queues:
+        before = len(pipe)  # (a cluster's pipeline has no command_stack)
+        queue(pipe)
+        counts.append(len(pipe) - before)
+    lane = redis.lane if isinstance(redis, BotRedis) else None
+    replies = await guarded(pipe.execute() if lane is None else lane.execute(pipe.command_stack))
     shaped, at = [], 0
     for count in counts:
         shaped.append(replies[at : at + count])

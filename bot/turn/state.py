@@ -11,7 +11,7 @@ layout: :mod:`bot.data.keys`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,7 +28,7 @@ from ..data.connection import Queued, guarded, run_together
 from ..usage.accounting import Clock, day_of, utc_now
 
 #: Queues writes on a turn's final round trip.
-Queue = Callable[[Pipeline], object]
+Queue = Queued
 #: A finished turn is recognised as done at least this long (Telegram keeps an update
 #: 24 hours). Its mark is in the done set of its UTC day, read on that day and the
 #: next two, and kept one day longer than this after the set's last write.
@@ -304,7 +304,8 @@ class TurnStates:
             keys.lease_key(inbound.scope, inbound.turn),
             keys.pending_parts_key(inbound.scope),
         ]
-        async with self._redis.pipeline(transaction=False) as pipe:
+
+        def done(pipe: Pipeline) -> int:
             # EVAL with the text: a pipeline cannot count on the script cache (see
             # bot/data/connection.run_together)
             pipe.eval(
@@ -315,9 +316,9 @@ class TurnStates:
                 DONE_TTL_SECONDS + 24 * 3600,
                 *map(str, parts),
             )
-            for queue in also:
-                queue(pipe)
-            await guarded(pipe.execute())
+            return 1
+
+        await run_together(self._redis, done, *also)
         state.done = True
 
     async def release(self, inbound: Inbound, parts: list[int]) -> None:

@@ -27,8 +27,8 @@ import logging
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
-from functools import partial
+from datetime import UTC, date, datetime, timedelta
+from functools import lru_cache, partial
 from typing import Any, cast
 
 import msgpack
@@ -257,7 +257,13 @@ def utc_now() -> datetime:
 
 
 def day_of(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y%m%d")
+    return _day_name(moment.astimezone(UTC).date())
+
+
+@lru_cache(maxsize=8)
+def _day_name(day: date) -> str:
+    """``yyyymmdd`` (a few days are named on every turn: the done sets, the buckets)."""
+    return day.strftime("%Y%m%d")
 
 
 def next_reset(moment: datetime) -> datetime:
