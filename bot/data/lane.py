@@ -132,10 +132,14 @@ class Lane:
         ``Pipeline.execute()`` would (callbacks applied, the first error raised)."""
         if not commands:
             return []
-        payload = pack([args for args, _ in commands])
-        replies = await self._retry.call_with_retry(
-            lambda: self._send(payload, len(commands)), self._failed
-        )
+        payload, count = pack([args for args, _ in commands]), len(commands)
+        try:  # the first try without the retry loop's setup (most round trips)
+            replies = await self._send(payload, count)
+        except (rx.ConnectionError, rx.TimeoutError) as exc:
+            await self._failed(exc)
+            replies = await self._retry.call_with_retry(
+                lambda: self._send(payload, count), self._failed
+            )
         return await self._shaped(commands, replies)
 
     async def _send(self, payload: bytes, count: int) -> list[Any]:
