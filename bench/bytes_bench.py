@@ -157,9 +157,8 @@ class BaselineAccounting(Accounting):
             self.audit_days * 24 * 3600, call.view,
         ]  # fmt: skip
 
-        def step(pipe: Pipeline) -> int:
+        def step(pipe: Pipeline) -> None:
             pipe.eval(_OLD_RECORD_LUA, len(old_keys), *old_keys, *args)
-            return 1
 
         replies = await run_together(self._redis, step, *([also] if also else []))
         return replies[1] if also else []

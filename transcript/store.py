@@ -245,12 +245,11 @@ class TranscriptStore:
         )
         return placement
 
-    def queue_place(self, pipe: Pipeline, placement: Placement) -> int:
+    def queue_place(self, pipe: Pipeline, placement: Placement) -> None:
         """Queue the append script for ``placement`` on ``pipe``: one command, sent
         with the script's text (EVAL: a pipeline cannot count on the script cache)."""
         found, args = self._script_call(placement)
         pipe.eval(_APPEND_LUA, len(found), *found, *args)
-        return 1
 
     async def _place(self, placement: Placement) -> Node:
         """Run the append script for one node; the node it placed (or found placed)."""

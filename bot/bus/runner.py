@@ -33,10 +33,9 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol
 
-from redis.asyncio.client import Pipeline
-
 from transcript import StoreUnavailableError
 
+from ..data.connection import Queued
 from ..metrics import Metrics
 from ..retry import Outage, retrying
 from .inbound import Inbound
@@ -75,7 +74,7 @@ class Leases(Protocol):
 
 
 #: Queues the bus's own writes (the acknowledgement) on the turn's final round trip.
-Ack = Callable[[Pipeline], object]
+Ack = Queued
 
 
 class TurnHandler(Protocol):

@@ -62,13 +62,14 @@ def connect(
     On a single server the client also has a :class:`~bot.data.lane.Lane` with the
     same limits, for :func:`run_together`.
     """
+    retry = Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.05), retries)
     if cluster:
         routed = RedisCluster.from_url(
             url,
             max_connections=max_connections,
             socket_timeout=socket_timeout,
             socket_connect_timeout=connect_timeout,
-            retry=Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.05), retries),
+            retry=retry,
             health_check_interval=30,
             decode_responses=False,
         )
@@ -81,7 +82,7 @@ def connect(
         timeout=socket_timeout,
         socket_timeout=socket_timeout,
         socket_connect_timeout=connect_timeout,
-        retry=Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.05), retries),
+        retry=retry,
         retry_on_error=[ConnectionError, TimeoutError, BusyLoadingError],
         health_check_interval=30,
         decode_responses=False,
@@ -90,7 +91,7 @@ def connect(
     client.lane = lane_for(
         url,
         callbacks=client.response_callbacks,
-        retry=Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.05), retries),
+        retry=retry,
         max_connections=max_connections,
         timeout=socket_timeout,
         connect_timeout=connect_timeout,

@@ -39,7 +39,7 @@ from typing import Any
 import hiredis
 from redis import exceptions as rx
 from redis._parsers import BaseParser
-from redis.asyncio.connection import UnixDomainSocketConnection, parse_url
+from redis.asyncio.connection import ConnectKwargs, UnixDomainSocketConnection, parse_url
 from redis.asyncio.retry import Retry
 
 #: One queued command as redis-py's pipeline keeps it: its arguments and options.
@@ -99,7 +99,7 @@ class Lane:
 
     def __init__(
         self,
-        url: str,
+        found: ConnectKwargs,
         *,
         callbacks: Mapping[str, Callable[..., Any]],
         retry: Retry,
@@ -107,7 +107,6 @@ class Lane:
         timeout: float,
         connect_timeout: float,
     ) -> None:
-        found = parse_url(url)
         self._path: str | None = found.get("path")
         self._host = str(found.get("host", "localhost"))
         self._port = int(found.get("port", 6379))
@@ -176,13 +175,12 @@ class Lane:
         self._open.add(connection)
         try:
             replies = await connection.round_trip(pack(self._handshake), len(self._handshake))
+            for reply in replies:
+                if isinstance(reply, Exception):  # a wrong password: redis-py's typed error
+                    raise reply
         except BaseException:
             self._discard(connection)
             raise
-        for reply in replies:
-            if isinstance(reply, Exception):  # a wrong password: redis-py's typed error
-                self._discard(connection)
-                raise reply
         return connection
 
     def _discard(self, connection: _Connection) -> None:
@@ -233,4 +231,4 @@ def lane_for(url: str, **settings: Any) -> Lane | None:
     found = parse_url(url)
     if "connection_class" in found and found["connection_class"] is not UnixDomainSocketConnection:
         return None
-    return Lane(url, **settings)
+    return Lane(found, **settings)

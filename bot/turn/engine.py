@@ -47,6 +47,7 @@ from transcript import (
 from ..bus.albums import Albums
 from ..bus.inbound import EDIT, MESSAGE, RETRY, Inbound
 from ..bus.runner import Ack, InFlight, TurnBusy
+from ..data.connection import Queued
 from ..metrics import Metrics
 from ..model import Answer, Model, ModelError
 from ..retry import Outage, retrying
@@ -57,7 +58,7 @@ from ..usage.accounting import Accounting, CallRecord
 from . import notices
 from .context import ContextWindow, MessageTooLargeError, Window
 from .media import MediaError, MediaReader, heard_line
-from .state import Queue, TurnState, TurnStates
+from .state import TurnState, TurnStates
 from .topics import TopicTitles
 
 if TYPE_CHECKING:
@@ -343,7 +344,7 @@ class Engine:
         else:
             text = reply.text if reply.text.strip() else notices.EMPTY_ANSWER
             ids = await turn.writer.finish(text, reasoning=reply.reasoning)
-        also: list[Queue] = [turn.ack, self.accounting.queue_settled(inbound.chat_id)]
+        also: list[Queued] = [turn.ack, self.accounting.queue_settled(inbound.chat_id)]
         if node is not None:
             also.append(lambda pipe: self.store.queue_alias(pipe, inbound.scope, ids, node))
             new = [i for i in ids if i not in turn.writer.existing]

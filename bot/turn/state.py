@@ -27,8 +27,6 @@ from ..data import keys
 from ..data.connection import Queued, guarded, run_together
 from ..usage.accounting import Clock, day_of, utc_now
 
-#: Queues writes on a turn's final round trip.
-Queue = Queued
 #: A finished turn is recognised as done at least this long (Telegram keeps an update
 #: 24 hours). Its mark is in the done set of its UTC day, read on that day and the
 #: next two, and kept one day longer than this after the set's last write.
@@ -204,10 +202,9 @@ class TurnStates:
         the state, and the replies of ``also``."""
         found, args = self._begin_call(inbound)
 
-        def claim(pipe: Pipeline) -> int:
+        def claim(pipe: Pipeline) -> None:
             # EVAL with the text: a pipeline cannot count on the script cache
             pipe.eval(_BEGIN_LUA, len(found), *found, *args)
-            return 1
 
         [flat], replies = await run_together(self._redis, claim, also)
         return self._claimed(inbound, flat), replies
@@ -286,7 +283,7 @@ class TurnStates:
         state: TurnState,
         parts: list[int],
         *,
-        also: Sequence[Queue] = (),
+        also: Sequence[Queued] = (),
     ) -> None:
         """Mark the turn done and let go of its claim.
 
@@ -305,7 +302,7 @@ class TurnStates:
             keys.pending_parts_key(inbound.scope),
         ]
 
-        def done(pipe: Pipeline) -> int:
+        def done(pipe: Pipeline) -> None:
             # EVAL with the text: a pipeline cannot count on the script cache (see
             # bot/data/connection.run_together)
             pipe.eval(
@@ -316,7 +313,6 @@ class TurnStates:
                 DONE_TTL_SECONDS + 24 * 3600,
                 *map(str, parts),
             )
-            return 1
 
         await run_together(self._redis, done, *also)
         state.done = True

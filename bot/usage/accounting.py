@@ -442,11 +442,10 @@ class Accounting:
         marker = _marker(call.call_id)
         done = self._done.pop(call.chat_id, set())
 
-        def steps(pipe: Pipeline) -> int:
+        def steps(pipe: Pipeline) -> None:
             detail = recording.keys()
             pipe.eval(_DETAIL_LUA, len(detail), *detail, *recording.args(), *done)
             _queue_totals(pipe, marker, recording.pending())
-            return 2
 
         try:
             replies = await run_together(self._redis, steps, *([also] if also else []))
@@ -474,16 +473,15 @@ class Accounting:
         if len(finish) < len(stale):  # its counted set may be gone: could count twice
             log.warning("dropped %d usage entries pending for days", len(stale) - len(finish))
 
-        def totals(pipe: Pipeline) -> int:
+        def totals(pipe: Pipeline) -> None:
             for marker, entry in finish.items():
                 _queue_totals(pipe, marker, entry)
-            return len(finish)
 
         if finish:  # (the buckets may be other slots: removed only once this succeeded)
             await run_together(self._redis, totals)
         await guarded(self._redis.hdel(keys.chat_usage_key(chat_id, "p"), *stale))
 
-    def queue_settled(self, chat_id: int) -> Callable[[Pipeline], object]:
+    def queue_settled(self, chat_id: int) -> Queued:
         """Queues the removal of the chat's pending entries whose totals are written.
 
         The turn's final write carries it (no round trip of its own); entries it
