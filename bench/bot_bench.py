@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -39,7 +40,7 @@ from bot.turn.state import TurnStates
 from bot.usage.accounting import Accounting, Prices, Totals, utc_now
 from transcript import ChatMessage, TranscriptStore
 
-from .common import median, percentile, redis_server, table
+from .common import median, percentile, redis_server, sized, table
 
 DEPTHS = (10, 100, 1000)
 TURNS = 300
@@ -206,6 +207,78 @@ async def _concurrent(redis: Redis) -> float:
     return CONCURRENT_CHATS * 10 / (time.perf_counter() - started)
 
 
+def _server_cpu(pid: int) -> float:
+    """CPU seconds redis-server ``pid`` has run, all its threads (the scheduler's
+    nanosecond count, not the 10 ms ticks of ``/proc/<pid>/stat``)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # a background thread that just ended
+            total += int((task / "schedstat").read_text().split()[0])
+    return total / 1e9
+
+
+@dataclass
+class Split:
+    """Where one kind of turn's time goes, per turn (s): the caller's wall and CPU,
+    redis-server's CPU, and the part of it spent in Lua scripts."""
+
+    wall: float
+    cpu: float
+    server: float
+    scripts: float
+
+
+async def _split(redis: Redis, pid: int, turns: int, one: Callable[[], Any]) -> Split:
+    """``turns`` runs of ``one()`` in a block, measured as a whole."""
+    await redis.config_resetstat()
+    wall, cpu, server = time.perf_counter(), time.process_time(), _server_cpu(pid)
+    for _ in range(turns):
+        await one()
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    server = _server_cpu(pid) - server
+    stats = await redis.info("commandstats")
+    scripts = sum(v["usec"] for k, v in stats.items() if k in ("cmdstat_eval", "cmdstat_evalsha"))
+    return Split(wall / turns, cpu / turns, server / turns, scripts / 1e6 / turns)
+
+
+async def _breakdown(redis: Redis, pid: int) -> list[tuple[object, ...]]:
+    """Where a depth-10 turn's time goes, the bot's beside the flat baseline's, each
+    kind in a block of its own (redis-server's CPU cannot be told apart per turn)."""
+    depth, turns = DEPTHS[0], sized(1000, 3000)
+    telegram = InstantTelegram()
+    engine = _engine(redis, telegram)
+    chat = 50_000
+    tip = await _grow(engine, telegram, chat, depth)
+    flat, flat_chat = FlatListBot(redis), 50_001
+    for _ in range(depth // 2):
+        await flat.turn(flat_chat, QUESTION)
+
+    async def bot_turn() -> None:
+        await engine.run(Inbound(chat, telegram.next_id(chat), chat, QUESTION, reply_to=tip))
+
+    async def flat_turn() -> None:
+        await flat.turn(flat_chat, QUESTION)
+        await redis.rpop(f"flat:{flat_chat}", 2)  # the depth stays
+
+    for one in (bot_turn, flat_turn):  # warm
+        for _ in range(WARM_UP):
+            await one()
+    bot = await _split(redis, pid, turns, bot_turn)
+    baseline = await _split(redis, pid, turns, flat_turn)
+    started = time.perf_counter()
+    for _ in range(turns):
+        render_chunks(ANSWER, prefix=f"[depth:{depth + 1}] ")
+    render = (time.perf_counter() - started) / turns
+    rows: list[tuple[str, float, float]] = [
+        ("wall", bot.wall, baseline.wall),
+        ("CPU of the bot's process", bot.cpu, baseline.cpu),
+        ("of which Markdown render (the same)", render, render),
+        ("CPU of redis-server", bot.server, baseline.server),
+        ("of which in Lua scripts", bot.scripts, baseline.scripts),
+    ]
+    return [(name, b * 1e3, f * 1e3) for name, b, f in rows]
+
+
 class RoundTrips:
     """Counts Redis round trips as the caller waits for them.
 
@@ -358,6 +431,8 @@ async def run() -> str:
                     )
                 )
             concurrent = await _concurrent(redis)
+            assert server.proc is not None
+            split = await _breakdown(redis, server.proc.pid)
         finally:
             await redis.aclose()
     return (
@@ -373,6 +448,12 @@ async def run() -> str:
             "<= 1.5x flat)",
             ["depth", "p50 ms", "p99 ms", "CPU p50 ms", "flat p50 ms", "flat p99 ms", "bot/flat"],
             rows,
+        )
+        + table(
+            f"Where a depth-{DEPTHS[0]} turn's time goes, per turn (a block of turns of each; "
+            "the baseline's include the RPOP that keeps its depth, a third round trip)",
+            ["", "bot ms", "flat ms"],
+            split,
         )
         + (
             f"\n{CONCURRENT_CHATS} chats at once, 10 turns each: {concurrent:.0f} turns/s "
