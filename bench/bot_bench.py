@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import itertools
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +40,7 @@ from bot.turn.state import TurnStates
 from bot.usage.accounting import Accounting, Prices, Totals, utc_now
 from transcript import ChatMessage, TranscriptStore
 
-from .common import median, percentile, redis_server, sized, table
+from .common import median, percentile, redis_server, script_time, sized, table
 
 DEPTHS = (10, 100, 1000)
 TURNS = 300
@@ -164,29 +164,51 @@ class Measured:
     flat: list[float]
 
 
-async def _measure(redis: Redis, depth: int) -> Measured:
-    """The bot's turns and the baseline's, taken in turn (one of each, and so on), so a
-    busy moment of the machine weighs on both alike."""
+@dataclass
+class Pair:
+    """One turn of the bot and one of the flat baseline at a fixed depth (each call
+    replies to the same answer), and ``undo``, which drops what the baseline's turn
+    added so its depth stays too."""
+
+    bot: Callable[[], Awaitable[object]]
+    flat: Callable[[], Awaitable[None]]
+    undo: Callable[[], Awaitable[object]]
+
+
+async def _pair(redis: Redis, depth: int, chat: int) -> Pair:
+    """The bot's chain grown to ``depth`` in ``chat``, the baseline's in ``chat + 1``."""
     telegram = InstantTelegram()
     engine = _engine(redis, telegram)
-    chat = 10_000 + depth
     tip = await _grow(engine, telegram, chat, depth)
-    flat, flat_chat = FlatListBot(redis), 20_000 + depth
+    flat, flat_chat = FlatListBot(redis), chat + 1
     await redis.delete(f"flat:{flat_chat}")
     for _ in range(depth // 2):
         await flat.turn(flat_chat, QUESTION)
+
+    def bot() -> Awaitable[object]:
+        return engine.run(Inbound(chat, telegram.next_id(chat), chat, QUESTION, reply_to=tip))
+
+    return Pair(
+        bot,
+        lambda: flat.turn(flat_chat, QUESTION),
+        lambda: redis.rpop(f"flat:{flat_chat}", 2),
+    )
+
+
+async def _measure(redis: Redis, depth: int) -> Measured:
+    """The bot's turns and the baseline's, taken in turn (one of each, and so on), so a
+    busy moment of the machine weighs on both alike."""
+    pair = await _pair(redis, depth, 10_000 + 2 * depth)
     measured = Measured([], [], [])
     for _ in range(WARM_UP + TURNS):
-        inbound = Inbound(chat, telegram.next_id(chat), chat, QUESTION, reply_to=tip)
         started, cpu = time.perf_counter(), time.process_time()
-        await engine.run(inbound)
+        await pair.bot()
         measured.bot.append(time.perf_counter() - started)
         measured.bot_cpu.append(time.process_time() - cpu)
         started = time.perf_counter()
-        await flat.turn(flat_chat, QUESTION)
+        await pair.flat()
         measured.flat.append(time.perf_counter() - started)
-        # keep the depth fixed like the measured bot: drop what this turn added
-        await redis.rpop(f"flat:{flat_chat}", 2)
+        await pair.undo()
     for times in (measured.bot, measured.bot_cpu, measured.flat):
         del times[:WARM_UP]
     return measured
@@ -228,7 +250,7 @@ class Split:
     scripts: float
 
 
-async def _split(redis: Redis, pid: int, turns: int, one: Callable[[], Any]) -> Split:
+async def _split(redis: Redis, pid: int, turns: int, one: Callable[[], Awaitable[object]]) -> Split:
     """``turns`` runs of ``one()`` in a block, measured as a whole."""
     await redis.config_resetstat()
     wall, cpu, server = time.perf_counter(), time.process_time(), _server_cpu(pid)
@@ -236,40 +258,30 @@ async def _split(redis: Redis, pid: int, turns: int, one: Callable[[], Any]) -> 
         await one()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     server = _server_cpu(pid) - server
-    stats = await redis.info("commandstats")
-    scripts = sum(v["usec"] for k, v in stats.items() if k in ("cmdstat_eval", "cmdstat_evalsha"))
+    _, scripts = await script_time(redis)
     return Split(wall / turns, cpu / turns, server / turns, scripts / 1e6 / turns)
 
 
-async def _breakdown(redis: Redis, pid: int) -> list[tuple[object, ...]]:
+async def _breakdown(redis: Redis, pid: int) -> list[tuple[str, float, float]]:
     """Where a depth-10 turn's time goes, the bot's beside the flat baseline's, each
     kind in a block of its own (redis-server's CPU cannot be told apart per turn)."""
     depth, turns = DEPTHS[0], sized(1000, 3000)
-    telegram = InstantTelegram()
-    engine = _engine(redis, telegram)
-    chat = 50_000
-    tip = await _grow(engine, telegram, chat, depth)
-    flat, flat_chat = FlatListBot(redis), 50_001
-    for _ in range(depth // 2):
-        await flat.turn(flat_chat, QUESTION)
-
-    async def bot_turn() -> None:
-        await engine.run(Inbound(chat, telegram.next_id(chat), chat, QUESTION, reply_to=tip))
+    pair = await _pair(redis, depth, 50_000)
 
     async def flat_turn() -> None:
-        await flat.turn(flat_chat, QUESTION)
-        await redis.rpop(f"flat:{flat_chat}", 2)  # the depth stays
+        await pair.flat()
+        await pair.undo()
 
-    for one in (bot_turn, flat_turn):  # warm
+    for one in (pair.bot, flat_turn):  # warm
         for _ in range(WARM_UP):
             await one()
-    bot = await _split(redis, pid, turns, bot_turn)
+    bot = await _split(redis, pid, turns, pair.bot)
     baseline = await _split(redis, pid, turns, flat_turn)
     started = time.perf_counter()
     for _ in range(turns):
         render_chunks(ANSWER, prefix=f"[depth:{depth + 1}] ")
     render = (time.perf_counter() - started) / turns
-    rows: list[tuple[str, float, float]] = [
+    rows = [
         ("wall", bot.wall, baseline.wall),
         ("CPU of the bot's process", bot.cpu, baseline.cpu),
         ("of which Markdown render (the same)", render, render),

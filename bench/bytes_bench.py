@@ -38,7 +38,7 @@ from transcript import ChatMessage, NodeId
 from transcript import keys as store_keys
 
 from .bot_bench import ANSWER, QUESTION, InstantTelegram, _engine, turn
-from .common import progress, redis_server, sized, table
+from .common import progress, redis_server, script_time, sized, table
 
 #: Turns along one chain per scenario (None: quick 100, full 400).
 TURNS: int | None = None
@@ -210,17 +210,6 @@ async def _aof_size(redis: Redis) -> int:
     return int((await redis.info("persistence"))["aof_current_size"])
 
 
-async def _evalsha(redis: Redis) -> tuple[int, float]:
-    """(calls, µs in all) of EVALSHA and EVAL since the last CONFIG RESETSTAT."""
-    stats = await redis.info("commandstats")
-    calls, usec = 0, 0.0
-    for name in ("cmdstat_evalsha", "cmdstat_eval"):
-        if name in stats:
-            calls += int(stats[name]["calls"])
-            usec += float(stats[name]["usec"])
-    return calls, usec
-
-
 async def _bytes_by_family(redis: Redis) -> tuple[dict[str, int], int]:
     """MEMORY USAGE summed per family, and the bookkeeping bytes of keys without a TTL."""
     sums = dict.fromkeys(FAMILIES, 0)
@@ -273,7 +262,7 @@ async def _records(redis: Redis, make: Callable[[Redis], Accounting], count: int
         usage = Usage(50 * (2 * i + 1), 40)
         await accounting.record(CallRecord(chat, chat, 2 * i + 1, sent, "m", usage, 0.2))
     aof = await _aof_size(redis) - aof
-    calls, usec = await _evalsha(redis)
+    calls, usec = await script_time(redis)
     assert calls in (count, 2 * count), (calls, count)  # one script a record, or two steps
     sums, _ = await _bytes_by_family(redis)
     detail = (sums["usage detail"] + sums["audit"]) / count

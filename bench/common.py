@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
+from redis.asyncio import Redis
+
 from tests.redis_server import RedisServer
 
 T = TypeVar("T")
@@ -48,6 +50,17 @@ def redis_server() -> Iterator[RedisServer]:
             yield server
         finally:
             server.stop()
+
+
+async def script_time(redis: Redis) -> tuple[int, float]:
+    """(calls, µs in all) of EVAL and EVALSHA since the last CONFIG RESETSTAT."""
+    stats = await redis.info("commandstats")
+    calls, usec = 0, 0.0
+    for name in ("cmdstat_evalsha", "cmdstat_eval"):
+        if name in stats:
+            calls += int(stats[name]["calls"])
+            usec += float(stats[name]["usec"])
+    return calls, usec
 
 
 def percentile(values: Sequence[float], pct: float) -> float:
