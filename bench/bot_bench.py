@@ -144,8 +144,12 @@ class FlatListBot:
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
 
+    @staticmethod
+    def key(chat: int) -> str:
+        return f"flat:{chat}"
+
     async def turn(self, chat: int, text: str) -> None:
-        key = f"flat:{chat}"
+        key = self.key(chat)
         history: list[Any] = [msgpack.unpackb(m) for m in await self.redis.lrange(key, 0, -1)]
         messages = [*history, ["user", text]]
         assert messages
@@ -167,13 +171,26 @@ class Measured:
 @dataclass
 class Pair:
     """One turn of the bot and one of the flat baseline at a fixed depth (each call
-    replies to the same answer), and ``undo``, which drops what the baseline's turn
-    added so its depth stays too. ``flat_chat`` holds the baseline's history."""
+    replies to the same answer); ``flat_chat`` holds the baseline's history."""
 
     bot: Callable[[], Awaitable[object]]
-    flat: Callable[[], Awaitable[None]]
-    undo: Callable[[], Awaitable[object]]
+    baseline: FlatListBot
     flat_chat: int
+
+    async def flat(self, chat: int | None = None) -> None:
+        """A baseline turn on its history, or on ``chat`` (a copy of it)."""
+        await self.baseline.turn(self.flat_chat if chat is None else chat, QUESTION)
+
+    async def undo(self) -> None:
+        """Drops what a baseline turn added, so its depth stays too."""
+        await self.baseline.redis.rpop(FlatListBot.key(self.flat_chat), 2)
+
+    async def copy_history(self, chats: Sequence[int]) -> None:
+        """The baseline's history copied to each of ``chats``."""
+        async with self.baseline.redis.pipeline(transaction=False) as pipe:
+            for chat in chats:
+                pipe.copy(FlatListBot.key(self.flat_chat), FlatListBot.key(chat), replace=True)
+            await pipe.execute()
 
 
 async def _pair(redis: Redis, depth: int, chat: int) -> Pair:
@@ -182,19 +199,14 @@ async def _pair(redis: Redis, depth: int, chat: int) -> Pair:
     engine = _engine(redis, telegram)
     tip = await _grow(engine, telegram, chat, depth)
     flat, flat_chat = FlatListBot(redis), chat + 1
-    await redis.delete(f"flat:{flat_chat}")
+    await redis.delete(flat.key(flat_chat))
     for _ in range(depth // 2):
         await flat.turn(flat_chat, QUESTION)
 
     def bot() -> Awaitable[object]:
         return engine.run(Inbound(chat, telegram.next_id(chat), chat, QUESTION, reply_to=tip))
 
-    return Pair(
-        bot,
-        lambda: flat.turn(flat_chat, QUESTION),
-        lambda: redis.rpop(f"flat:{flat_chat}", 2),
-        flat_chat,
-    )
+    return Pair(bot, flat, flat_chat)
 
 
 async def _measure(redis: Redis, depth: int) -> Measured:
@@ -290,11 +302,11 @@ class Breakdown:
         for the bot (the durable, idempotent writes) is taken first, and the rest of
         1.5x is what the bot's own CPU may spend beyond the baseline's."""
         bot, flat = self.bot, self.flat
-        allowed = 1.5 * flat.wall
-        redis_floor = flat.wall + (bot.server - flat.server)
+        allowed, extra = 1.5 * flat.wall, bot.server - flat.server
+        redis_floor = flat.wall + extra
         return (
             f"Against <= 1.5x flat ({allowed * 1e3:.2f} ms): redis-server's extra work for "
-            f"the bot's writes ({(bot.server - flat.server) * 1e3:.2f} ms) alone takes a "
+            f"the bot's writes ({extra * 1e3:.2f} ms) alone takes a "
             f"turn to {redis_floor * 1e3:.2f} ms ({redis_floor / flat.wall:.2f}x); that "
             f"leaves {(allowed - redis_floor) * 1e3:.2f} ms for the bot's own CPU beyond "
             f"the baseline's, which is {(bot.cpu - flat.cpu) * 1e3:.2f} ms\n"
@@ -310,19 +322,16 @@ async def _breakdown(redis: Redis, pid: int) -> Breakdown:
     """
     depth, turns = DEPTHS[0], sized(1000, 3000)
     pair = await _pair(redis, depth, 50_000)
-    flat = FlatListBot(redis)
     for _ in range(WARM_UP):  # warm
         await pair.bot()
         await pair.flat()
         await pair.undo()
-    copies = itertools.count(60_000)
-    async with redis.pipeline(transaction=False) as pipe:
-        for chat in range(60_000, 60_000 + turns):
-            pipe.copy(f"flat:{pair.flat_chat}", f"flat:{chat}", replace=True)
-        await pipe.execute()
+    chats = range(60_000, 60_000 + turns)
+    await pair.copy_history(chats)
+    copies = iter(chats)
     bot = await _split(redis, pid, turns, pair.bot)
-    baseline = await _split(redis, pid, turns, lambda: flat.turn(next(copies), QUESTION))
-    await redis.delete(*(f"flat:{chat}" for chat in range(60_000, 60_000 + turns)))
+    baseline = await _split(redis, pid, turns, lambda: pair.flat(next(copies)))
+    await redis.delete(*map(FlatListBot.key, chats))
     started = time.perf_counter()
     for _ in range(turns):
         render_chunks(ANSWER, prefix=f"[depth:{depth + 1}] ")
