@@ -126,7 +126,7 @@ class App:
             max_retries=settings.openai_max_retries,
         )
         self.out = TelegramOut(self.bot)
-        self.notifier = Notifier(self.out)
+        self.notifier = Notifier(self.out, lambda chat, ids: self.store.unthreaded(str(chat), ids))
         self.intake = Intake(self.redis, settings.bot_instance, shards=settings.intake_shards)
         self.accounting = Accounting(
             self.redis,

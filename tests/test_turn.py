@@ -374,9 +374,14 @@ async def test_a_resume_that_sends_nothing_new_notes_no_unbounded_range(rig: Rig
     await fresh.engine.run(inbound(1))  # edits part 555, sends nothing new
     assert fresh.telegram.sends == 0
     assert not await rig.redis.exists(keys.orphans_key(str(CHAT)))
-    # a reply to another (unknown) bot message is not pulled into this thread
+    # a reply to another (unknown) bot message is not pulled into this thread, nor
+    # silently into a new one: a notice says so, and replying to it goes on from "hi"
     await fresh.engine.run(Inbound(CHAT, 2, 5, "hi", reply_to=600, reply_to_bot=True))
-    assert fresh.telegram.shown[fresh.telegram.next_id] == "[depth:2] echo: hi"
+    notice = fresh.telegram.next_id
+    assert fresh.telegram.shown[notice] == notices.LOST_TRACK
+    assert fresh.model.calls == 0
+    await fresh.engine.run(Inbound(CHAT, 3, 5, "go on", reply_to=notice, reply_to_bot=True))
+    assert fresh.telegram.shown[fresh.telegram.next_id] == "[depth:3] echo: go on"
 
 
 class DraftingTelegram(RecordingTelegram):

@@ -13,7 +13,9 @@ same scope).
                         "f<seg>.<i>" fold record standing for root → that node (HSETNX)
                         "F"          comma-separated list of the tree's fold nodes
                                      (only ever appended to)
-    rc:{S}:a          hash: message id -> "tree:seg.i"   (aliases, HSETNX)
+    rc:{S}:a          hash: message id -> "tree:seg.i"   (aliases, HSETNX); "" for a
+                        message known to belong to no conversation (a reply to
+                        it starts a new one)
     rc:{S}:b:<sha256> string: the bytes of one image (SET NX, content-addressed: a
                         node references it by digest; a photo sent again, or
                         twenty branches below it, share the one copy; erasure

@@ -36,6 +36,9 @@ RecordField = tuple[str, str]
 #: What redis-py raises when Redis cannot be reached or does not answer in time.
 _UNAVAILABLE = (ConnectionError, TimeoutError, OSError)
 
+#: The alias of a message id that belongs to no conversation (:meth:`TranscriptStore.unthreaded`).
+_NO_NODE = b""
+
 DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
 #: Image bytes kept in memory (immutable, content-addressed: never stale).
 DEFAULT_BLOB_CACHE_BYTES = 32 * 1024 * 1024
@@ -328,6 +331,30 @@ class TranscriptStore:
             self._cache.put_alias(scope, field, node)
         return bool(fields)
 
+    def queue_unthreaded(
+        self, pipe: Pipeline, scope: str, message_ids: Iterable[int | str]
+    ) -> bool:
+        """Note message ids of the scope that belong to no conversation, on a caller's
+        pipeline: a reply to one starts a new conversation (:meth:`resolve` gives
+        ``None``) but is known (:meth:`known`). An id already aliased keeps its node."""
+        fields = [str(m) for m in message_ids]
+        for field in fields:
+            pipe.hsetnx(keys.alias_key(scope), field, _NO_NODE)
+        return bool(fields)
+
+    async def unthreaded(self, scope: str, message_ids: Iterable[int | str]) -> None:
+        """:meth:`queue_unthreaded` in a round trip of its own."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            if self.queue_unthreaded(pipe, scope, message_ids):
+                await self._io(pipe.execute())
+
+    async def known(self, scope: str, message_id: int | str) -> bool:
+        """Whether the message id is aliased, to a node or to none (:meth:`unthreaded`)."""
+        field = str(message_id)
+        if self._cache.alias(scope, field) is not None:
+            return True
+        return bool(await self._io(self._redis.hexists(keys.alias_key(scope), field)))
+
     # ----------------------------------------------------------------- reads
 
     async def resolve(self, scope: str, message_id: int | str) -> NodeId | None:
@@ -339,7 +366,7 @@ class TranscriptStore:
             return cached
         self.cache_misses += 1
         ref = await self._io(self._redis.hget(keys.alias_key(scope), field))
-        if ref is None:
+        if not ref:  # unknown, or a message of no conversation (_NO_NODE)
             return None
         node = _parse_ref(scope, ref, f"alias {scope}/{field}")
         self._cache.put_alias(scope, field, node)

@@ -25,7 +25,6 @@ The turn (bot/turn/state.py):
                          to a new wording is turn "<m>:e<digest of the wording>")
                          r, u, a  root, user and answer node refs (each written by
                                   the store's append in the same atomic step)
-                         s        the number of the answer part about to be sent
                          p        answer parts Telegram accepted, comma-separated
                          c        model calls started
                          t<k>     ref of tool round k's step node (the store's append)
@@ -45,7 +44,11 @@ The turn (bot/turn/state.py):
                          of its day, the day before or the day before that exists, so
                          for at least two days (Telegram keeps an update one day)
     rc:{S}:lease:<m>   the worker running that turn (SET NX PX)
-    rc:{S}:part        hash: sent answer part -> message m whose turn still runs
+    rc:{S}:part        hash, the chat's part ledger: "<part id>" -> turn id (a part
+                         sent by a turn still running); "~<turn id>" -> the number
+                         of the part that turn is about to send (announced before
+                         the send, replaced by the part's id once Telegram named
+                         it). A reply to a bot message not yet aliased finds it here
     rc:{S}:orphans     hash: message m -> "low:high:node ref": a part of m's answer may
                          be on screen under an id in (low, high) that was never
                          recorded (a crash between sending and recording it); a reply

@@ -10,7 +10,10 @@ What a chat leaves in Redis, found by its key shapes (:mod:`transcript.keys`,
   tree counter ``rc:{<chat>}:seq`` stays: a number without text, kept so a tree id
   is never reused (another process's cache may still hold nodes of an erased tree),
   and so do the usage numbers still on their way to the user's totals
-  (``rc:{<chat>}:u:p``, usually absent);
+  (``rc:{<chat>}:u:p``, usually absent), and the ids of the messages that were
+  aliased, now marked as belonging to no conversation (numbers without text): a
+  reply to an erased answer starts a new conversation instead of a notice that the
+  thread is unknown;
 * entries of that chat in the intake stream and the dead-letter stream (they hold
   the message text);
 * the chat's usage detail and audit records of the earlier layout:
@@ -68,12 +71,14 @@ async def forget_chat(
     kept = {keys.seq_key(scope).encode(), bot_keys.chat_usage_key(chat_id, "p").encode()}
     tagged = [n for n in tagged if _bytes(n) not in kept]
     trees = sum(_bytes(n).startswith(keys.tree_key_prefix(scope).encode()) for n in tagged)
-    aliases = int(await guarded(redis.hlen(keys.alias_key(scope))))
+    aliased = await guarded(redis.hkeys(keys.alias_key(scope)))
+    aliases = len(aliased)
     usage_prefix = bot_keys.chat_usage_key(chat_id, "").encode()
     usage_detail = sum(_bytes(n).startswith(usage_prefix) for n in tagged)
     other = len(tagged) - trees - (1 if aliases else 0) - usage_detail
     await _delete(redis, tagged)
     store.cache.forget_scope(scope)
+    await store.unthreaded(scope, [_bytes(m).decode() for m in aliased])
 
     usage: list[Any] = []
     for kind in ("t", "n", "a"):

@@ -392,15 +392,18 @@ def _usage_router() -> Router:
             _notice(notifier, message, OWNER_ONLY_TEXT)
             return
 
-        async def reply() -> None:
+        async def reply() -> list[int]:
             chat, thread = message.chat.id, thread_of(message)
             text = await stats_report(accounting)
-            await notifier.out.send_text(chat, text, reply_to=message.message_id, thread_id=thread)
+            report = await notifier.out.send_text(
+                chat, text, reply_to=message.message_id, thread_id=thread
+            )
             png, caption = await stats_chart(accounting)  # the text first: this takes a moment
-            await notifier.out.send_photo(
+            chart = await notifier.out.send_photo(
                 chat, png, caption=caption, reply_to=message.message_id, thread_id=thread
             )
+            return [report, chart]
 
-        notifier.run(reply, name=f"stats-{message.chat.id}")
+        notifier.run(reply, name=f"stats-{message.chat.id}", chat_id=message.chat.id)
 
     return router

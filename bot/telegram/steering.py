@@ -126,17 +126,18 @@ async def on_tree(
         return
     chat = message.chat.id
 
-    async def reply() -> None:
+    async def reply() -> int | None:
         text = await _read(
             notifier, message, threads.tree(redis, store, chat, target, limit=TREE_LIMIT)
         )
-        if text is not None:
-            chunk = Chunk(f"<pre>{escape_html(text.rstrip())}</pre>", text.rstrip())
-            await notifier.out.send(
-                chat, chunk, reply_to=message.message_id, thread_id=thread_of(message)
-            )
+        if text is None:
+            return None
+        chunk = Chunk(f"<pre>{escape_html(text.rstrip())}</pre>", text.rstrip())
+        return await notifier.out.send(
+            chat, chunk, reply_to=message.message_id, thread_id=thread_of(message)
+        )
 
-    notifier.run(reply, name=f"tree-{chat}")
+    notifier.run(reply, name=f"tree-{chat}", chat_id=chat)
 
 
 async def on_retry(
@@ -171,19 +172,20 @@ async def on_export(
         return
     chat = message.chat.id
 
-    async def reply() -> None:
+    async def reply() -> int | None:
         text = await _read(notifier, message, threads.export(redis, store, chat, target))
-        if text is not None:
-            await notifier.out.send_document(
-                chat,
-                f"conversation-{abs(chat)}-{target}.md",
-                text.encode(),
-                caption="This branch of the conversation, from its root to that message.",
-                reply_to=message.message_id,
-                thread_id=thread_of(message),
-            )
+        if text is None:
+            return None
+        return await notifier.out.send_document(
+            chat,
+            f"conversation-{abs(chat)}-{target}.md",
+            text.encode(),
+            caption="This branch of the conversation, from its root to that message.",
+            reply_to=message.message_id,
+            thread_id=thread_of(message),
+        )
 
-    notifier.run(reply, name=f"export-{chat}")
+    notifier.run(reply, name=f"export-{chat}", chat_id=chat)
 
 
 async def on_forget(message: Message, *, notifier: Notifier, settings: Settings) -> None:
@@ -211,6 +213,7 @@ async def on_forget(message: Message, *, notifier: Notifier, settings: Settings)
             thread_id=thread_of(message),
         ),
         name=f"forget-{message.chat.id}",
+        chat_id=message.chat.id,
     )
 
 

@@ -339,12 +339,14 @@ class AnswerWriter:
             else:
                 message_id = await self._send_new(chunk, i + 1)
                 self.parts.append(Part(message_id, chunk))
+                # recorded before anything else is awaited: until then a crash would
+                # leave it on screen unrecorded
+                last = self._closing and i == len(chunks) - 1
+                await self.journal.sent(self.message_ids, last=last)
                 if len(self.parts) == 1:
                     if self.first_shown_at is None:
                         self.first_shown_at = time.monotonic()
                     await self._stop_typing()
-                last = self._closing and i == len(chunks) - 1
-                await self.journal.sent(self.message_ids, last=last)
         tail = chunks[-1] if text.strip() else None
         if drafting and not await self._draft(len(chunks), tail):
             # no drafts here after all: the same text goes on by editing

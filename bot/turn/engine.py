@@ -50,7 +50,7 @@ from ..bus.runner import Ack, InFlight, TurnBusy
 from ..data.connection import Queued
 from ..metrics import Metrics
 from ..model import Answer, Model, ModelError
-from ..retry import Outage, retrying
+from ..retry import Backoff, Outage, retrying
 from ..telegram.drafts import StopButtons
 from ..telegram.out import AnswerRejectedError, ChatUnavailableError, TelegramOut
 from ..telegram.writer import AnswerWriter, JournalUnavailableError
@@ -58,7 +58,7 @@ from ..usage.accounting import Accounting, CallRecord
 from . import notices
 from .context import ContextWindow, MessageTooLargeError, Window
 from .media import MediaError, MediaReader, heard_line
-from .state import TurnState, TurnStates
+from .state import TurnState, TurnStates, message_of
 from .topics import TopicTitles
 
 if TYPE_CHECKING:
@@ -70,10 +70,11 @@ T = TypeVar("T")
 
 PRIVATE_EDIT_INTERVAL = 1.0
 GROUP_EDIT_INTERVAL = 3.0
-#: How long a reply to a part of an answer still being written waits for that turn.
+#: How long a reply to a part of an answer still being written waits for that turn
+#: (a dead process's turn is taken over within TAKEOVER_SECONDS, then finished).
 PART_WAIT = 120.0
-#: How long after storing the answer its final parts go out without a note of their own.
-FRESH_ANSWER = 1.0
+#: Polls of the chat's part ledger while a reply waits for a part to be recorded.
+LEDGER_POLL = Backoff(0.05, 1.0, 0.02)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,12 +123,9 @@ class Turn:
     writer: AnswerWriter
     #: Queues the bus's acknowledgement on the turn's final write.
     ack: Ack
-    #: An earlier run may have left a part on screen unrecorded: it announced a part
-    #: it never recorded, or it stored the answer (whose parts the final write records).
+    #: An earlier run may have left a part on screen unrecorded: it announced a part in
+    #: the chat's part ledger and never recorded it (read with the claim).
     lost_a_part: bool = False
-    #: When this run stored the answer node (``time.monotonic()``); ``None`` when an
-    #: earlier run stored it.
-    answer_stored_at: float | None = None
     #: The message ids of an album's photos (the user's node is aliased to each).
     album: tuple[int, ...] = ()
 
@@ -136,37 +134,28 @@ class _NothingToDo(Exception):
     """An edit that asks nothing new (unchanged wording, or a message never taken in)."""
 
 
-class _StillRunning(Exception):
-    """A turn of another process is still writing the answer replied to."""
+class _StillSending(Exception):
+    """The bot message replied to may be a part a running turn is still sending."""
+
+
+class _LostTrack(Exception):
+    """The bot message replied to is the bot's, yet no conversation knows it."""
 
 
 class _Parts:
-    """The answer writer's journal: the turn's state, written through the engine."""
+    """The answer writer's journal: the turn's state, written through the engine.
+
+    Every new part is announced in the chat's part ledger before it is sent, and
+    recorded as soon as Telegram names its id (the final parts by the turn's final
+    write, which follows at once): nothing else decides whether a part is noted.
+    """
 
     def __init__(self, engine: Engine, turn: Turn) -> None:
         self.engine, self.turn = engine, turn
         self.inbound, self.state = turn.inbound, turn.state
 
-    def _answer_vouches(self) -> bool:
-        """Whether the stored answer stands for this send's note.
-
-        The final write records the parts right after they are sent. That holds
-        when the answer was stored a moment ago and Redis is up; after a flood
-        wait, an outage or a restart, the send is noted first, which also waits
-        for Redis: a part Telegram accepted while Redis was away would be sent
-        again by the next run if this process died before recording it.
-        """
-        stored = self.turn.answer_stored_at
-        return (
-            stored is not None
-            and time.monotonic() - stored < FRESH_ANSWER
-            and self.engine.redis_outage.since is None
-        )
-
     async def sending(self, count: int, *, wait: bool) -> None:
         states = self.engine.states
-        if self.state.answer is not None and self._answer_vouches():
-            return
         if wait:
             await self.engine._durably(lambda: states.sending(self.inbound, self.state, count))
             return
@@ -179,7 +168,7 @@ class _Parts:
     async def sent(self, parts: list[int], *, last: bool = False) -> None:
         states = self.engine.states
         if last and self.state.answer is not None:
-            return  # the turn's final write, right after this, records it
+            return  # the turn's final write, the next thing that happens, records it
         await self.engine._durably(lambda: states.add_part(self.inbound, self.state, parts))
 
 
@@ -253,8 +242,7 @@ class Engine:
             # drafts (with a stop button) exist in private chats only
             draft_of=None if inbound.is_group else inbound.message_id,
         )
-        lost = state.sending > len(state.parts) or state.answer is not None
-        turn = Turn(inbound, state, writer, ack, lost_a_part=lost, album=tuple(album))
+        turn = Turn(inbound, state, writer, ack, lost_a_part=state.sending > 0, album=tuple(album))
         writer.journal = _Parts(self, turn)
         try:
             try:
@@ -278,7 +266,11 @@ class Engine:
             self.metrics.turn("chat_unavailable", started)
         except AnswerRejectedError as exc:
             log.warning("Telegram refused the answer in chat %s: %s", inbound.chat_id, exc)
-            await self.states.finish(inbound, state, writer.message_ids, also=[ack])
+            ids, shown = writer.message_ids, state.answer or state.user
+            also: list[Queued] = [ack]
+            if shown is not None:  # a reply to what is on screen goes on from there
+                also.append(lambda pipe: self.store.queue_alias(pipe, inbound.scope, ids, shown))
+            await self.states.finish(inbound, state, ids, also=also)
             self.metrics.turn("rejected", started)
         finally:
             await writer.close()  # after a failure nothing more is sent; a later run resumes
@@ -287,6 +279,8 @@ class Engine:
     async def _steps(self, turn: Turn) -> Reply:
         user = await self._store_user_node(turn)
         turn.writer.prefix = f"[depth:{user.depth + 1}] " + heard_line(turn.inbound, user)
+        if turn.state.lost_track:  # replying to the notice goes on from the message
+            raise TurnEnded(Reply(notices.LOST_TRACK, user.id, notice=True))
         if turn.state.answer is not None:
             stored = await self.store.node(turn.state.answer)
             return Reply(stored.messages[-1].content or "", stored.id)
@@ -345,7 +339,9 @@ class Engine:
             text = reply.text if reply.text.strip() else notices.EMPTY_ANSWER
             ids = await turn.writer.finish(text, reasoning=reply.reasoning)
         also: list[Queued] = [turn.ack, self.accounting.queue_settled(inbound.chat_id)]
-        if node is not None:
+        if node is None:  # a reply to it starts a new conversation
+            also.append(lambda pipe: self.store.queue_unthreaded(pipe, inbound.scope, ids))
+        else:
             also.append(lambda pipe: self.store.queue_alias(pipe, inbound.scope, ids, node))
             new = [i for i in ids if i not in turn.writer.existing]
             if turn.lost_a_part and new:
@@ -403,7 +399,16 @@ class Engine:
             return await self.store.node(state.user)
         if inbound.kind == RETRY:
             return await self._retried(turn)
-        parent = await self._edited(inbound) if inbound.kind == EDIT else await self._route(inbound)
+        try:
+            edit = inbound.kind == EDIT
+            parent = await self._edited(inbound) if edit else await self._route(inbound)
+        except _LostTrack:
+            log.warning(
+                "message %s of chat %s replies to a message of the bot's that no conversation "
+                "knows; answering with a notice", inbound.message_id, inbound.chat_id,
+            )  # fmt: skip
+            await self._durably(lambda: self.states.lost_track(state))
+            parent = None
         message = await self._user_message(inbound, parent)
         if parent is None:
             root = await self.store.start(
@@ -424,7 +429,10 @@ class Engine:
 
     async def _retried(self, turn: Turn) -> Node:
         """/retry: the question of the answer replied to, asked again as it was."""
-        node_id = await self._route(turn.inbound)
+        try:
+            node_id = await self._route(turn.inbound)
+        except _LostTrack:
+            node_id = None
         nodes = await self.store.path(node_id) if node_id is not None else []
         role = nodes[-1].messages[-1].role if nodes and nodes[-1].messages else None
         if role == "assistant" and len(nodes) > 2:
@@ -471,7 +479,10 @@ class Engine:
         earlier = await self.media.unheard(inbound.scope, inbound.reply_to)
         if earlier is None:
             return None
-        parent = await self._route(earlier)
+        try:
+            parent = await self._route(earlier)
+        except _LostTrack:
+            parent = None
         message = await self._user_message(earlier, parent)
         if parent is None:
             root = await self.store.start(
@@ -486,7 +497,10 @@ class Engine:
         """The node the message continues, or ``None`` for a new conversation.
 
         A reply to a part of an answer that is still being written waits for
-        that turn to finish, so it continues the answer, not a part of it.
+        that turn to finish, so it continues the answer, not a part of it. A reply
+        to a message of the bot's that no conversation, running turn or lost-part
+        range knows raises :class:`_LostTrack`: it must not start a new
+        conversation silently.
         """
         if inbound.reply_to is None:
             return None
@@ -497,25 +511,54 @@ class Engine:
         node = await self._unheard(inbound)
         if node is not None:
             return node
-        owner = await self.states.turn_of_part(scope, target)
-        if owner is None:
-            # maybe a part an earlier run sent but died before recording: adopt it
-            home = await self.states.orphan_home(scope, target) if inbound.reply_to_bot else None
-            if home is not None:
-                log.info("adopted message %s of chat %s into its thread", target, scope)
-                await self.store.alias(scope, [target], home)
+        if inbound.reply_to_bot and await self.store.known(scope, target):
+            return None  # a message of no conversation (a command's answer, say)
+        node = await self._written(inbound)
+        if node is not None or not inbound.reply_to_bot:
+            return node
+        # maybe a part an earlier run sent but died before recording: adopt it
+        home = await self.states.orphan_home(scope, target)
+        if home is not None:
+            log.info("adopted message %s of chat %s into its thread", target, scope)
+            await self.store.alias(scope, [target], home)
             return home
-        if not await self.in_flight.wait((inbound.chat_id, owner), PART_WAIT):
+        if await self.store.known(scope, target):
+            return None  # its turn ended as a notice of no conversation meanwhile
+        raise _LostTrack
 
-            async def settled() -> None:
-                if await self.states.turn_of_part(scope, target) is not None:
-                    raise _StillRunning
+    async def _written(self, inbound: Inbound) -> NodeId | None:
+        """The node of a bot message replied to that a running turn of the chat is
+        still writing, once that turn recorded it (``None``: no such message).
 
-            try:  # the turn runs in another process: wait for its parts to settle
-                await retrying(settled, on=(_StillRunning,), within=PART_WAIT)
-            except _StillRunning:
-                log.warning("answer part %s in chat %s is still unsettled", target, scope)
-        return await self.store.resolve(scope, target)
+        The chat's part ledger names every part of a running turn, by its id once
+        Telegram named it, and before that as the turn's announcement (Telegram may
+        deliver the reply before it answers the send). So while the ledger names the
+        message, or (for a reply to the bot) while any turn announced a part whose id
+        is not known yet, the reply waits: for that turn to end when it runs in this
+        process, else polling the ledger, at most :data:`PART_WAIT` seconds (a dead
+        process's turn is taken over and finished within that).
+        """
+        scope, target = inbound.scope, inbound.reply_to
+        assert target is not None
+        waiting = False
+
+        async def settled() -> None:
+            nonlocal waiting
+            ledger = await self.states.ledger(scope)
+            owner = ledger.parts.get(target)
+            if owner is not None:
+                waiting = True
+                if not await self.in_flight.wait((inbound.chat_id, message_of(owner)), PART_WAIT):
+                    raise _StillSending  # its turn runs in another process
+            elif inbound.reply_to_bot and ledger.announced:
+                waiting = True
+                raise _StillSending
+
+        try:
+            await retrying(settled, on=(_StillSending,), within=PART_WAIT, backoff=LEDGER_POLL)
+        except _StillSending:
+            log.warning("message %s of chat %s is still unsettled", target, scope)
+        return await self.store.resolve(scope, target) if waiting else None
 
     async def _check_input(self, turn: Turn, user: Node) -> None:
         inbound, limit = turn.inbound, self.rules.max_input_chars
@@ -626,7 +669,6 @@ class Engine:
         )
         node = await self._durably(lambda: self.store.placed(placement, reply))
         turn.state.answer = node.id
-        turn.answer_stored_at = time.monotonic()
         return node.id
 
     def _call(
@@ -671,4 +713,6 @@ class Engine:
         else:
             if state.user is not None:
                 await self.store.alias(inbound.scope, [notice], state.user)
+            else:
+                await self.store.unthreaded(inbound.scope, [notice])
         await self.states.release(inbound, state.parts)

@@ -30,6 +30,11 @@ IMAGE_SET_ASIDE = (
     "⚠️ The model could not read an image here (its format, size or content), so I "
     "answered without it; the conversation goes on without that image.\n"
 )
+LOST_TRACK = (
+    "⚠️ I no longer know the conversation of the message you replied to (it may have "
+    "been erased), so I did not answer. Your message is kept: reply to this notice to "
+    "ask it in a new conversation, or send it again as a reply to another of my answers."
+)
 RETRY_HINT = "Your message is kept: reply to it again to retry."
 #: Under an answer the user stopped (what it had said by then is kept).
 STOPPED = "⏹ Stopped."

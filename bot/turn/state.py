@@ -50,31 +50,48 @@ local function done(state, from, turn)
 end
 """
 
+# The turn's fields, and the number of the part it announced and has not recorded
+# yet (from the chat's part ledger) as field 's'.
+_FIELDS_LUA = """
+local function fields(state, ledger, turn)
+  local flat = redis.call('HGETALL', state)
+  local announced = redis.call('HGET', ledger, '~' .. turn)
+  if announced then
+    flat[#flat + 1] = 's'
+    flat[#flat + 1] = announced
+  end
+  return flat
+end
+"""
+
 # Reads the turn's state; unless it is done (its id in a done set of the last
 # days, or the mark of earlier versions in its hash), claims the turn for ARGV[1]
 # (an owner may re-take its own claim after a crash) and counts one more model
 # call while an answer may still be asked for. Returns false when another
 # worker holds the claim.
-#   KEYS: lease, state, done sets (today first).  ARGV: owner, lease ms, turn id.
+#   KEYS: lease, state, part ledger, done sets (today first).
+#   ARGV: owner, lease ms, turn id.
 _BEGIN_LUA = (
     _DONE_LUA
+    + _FIELDS_LUA
     + """
-if done(KEYS[2], 3, ARGV[3]) then return {'d', '1'} end
+if done(KEYS[2], 4, ARGV[3]) then return {'d', '1'} end
 local holder = redis.call('GET', KEYS[1])
 if holder and holder ~= ARGV[1] then return false end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 if not redis.call('HGET', KEYS[2], 'a') then redis.call('HINCRBY', KEYS[2], 'c', 1) end
-return redis.call('HGETALL', KEYS[2])
+return fields(KEYS[2], KEYS[3], ARGV[3])
 """
 )
 
 # The turn's state as it is, without claiming it.
-#   KEYS: state, done sets.  ARGV: turn id.
+#   KEYS: state, part ledger, done sets.  ARGV: turn id.
 _READ_LUA = (
     _DONE_LUA
+    + _FIELDS_LUA
     + """
-if done(KEYS[1], 2, ARGV[1]) then return {'d', '1'} end
-return redis.call('HGETALL', KEYS[1])
+if done(KEYS[1], 3, ARGV[1]) then return {'d', '1'} end
+return fields(KEYS[1], KEYS[2], ARGV[1])
 """
 )
 
@@ -89,15 +106,18 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 """
 
-# Marks the turn done in the day's set, drops its state and its claim, and lets
-# its parts go: at once (a redelivery finds it done, or finds it unfinished).
-#   KEYS: the day's done set, state, lease, pending parts.
+# Marks the turn done in the day's set, drops its state and its claim, and takes
+# its parts and its announcement out of the chat's part ledger: at once (a
+# redelivery finds it done, or finds it unfinished). The parts' aliases are
+# written before this runs (see TurnStates.finish), so a reader that no longer
+# finds a part in the ledger finds its alias.
+#   KEYS: the day's done set, state, lease, part ledger.
 #   ARGV: turn id, the done set's TTL, part ids...
 _FINISH_LUA = """
 redis.call('SADD', KEYS[1], ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
 redis.call('DEL', KEYS[2], KEYS[3])
-if #ARGV > 2 then redis.call('HDEL', KEYS[4], unpack(ARGV, 3)) end
+redis.call('HDEL', KEYS[4], '~' .. ARGV[1], unpack(ARGV, 3))
 return 1
 """
 
@@ -123,12 +143,16 @@ class TurnState:
     answer: NodeId | None = None
     #: Answer (or notice) parts Telegram accepted, in order.
     parts: list[int] = field(default_factory=list)
-    #: The most parts ever about to be sent (announced before each new part).
+    #: The part this turn announced in the chat's part ledger and has not recorded (0:
+    #: none): it may be on screen unrecorded, if an earlier run died after sending it.
     sending: int = 0
     #: Model calls started for this turn, the one about to be made included.
     calls: int = 0
     #: Unexpected failures so far.
     failures: int = 0
+    #: The message replied to a bot message no conversation knows: it was stored as a
+    #: new conversation, to be answered with a notice, not by the model.
+    lost_track: bool = False
     done: bool = False
     #: Every field as read (the tool loop's steps live in fields of their own: bot/tools/loop.py).
     raw: dict[str, bytes] = field(default_factory=dict, repr=False)
@@ -156,6 +180,7 @@ class TurnState:
             sending=int(raw.get("s") or 0),
             calls=int(raw.get("c") or 0),
             failures=int(raw.get("x") or 0),
+            lost_track=raw.get("l") == b"1",
             done=raw.get("d") == b"1",
             raw=raw,
         )
@@ -222,6 +247,7 @@ class TurnStates:
     def _begin_call(self, inbound: Inbound) -> tuple[list[str], list[str | int]]:
         scope, turn = inbound.scope, inbound.turn
         found = [keys.lease_key(scope, turn), keys.turn_key(scope, turn)]
+        found.append(keys.pending_parts_key(scope))
         return [*found, *self._done_keys(inbound)], [self.owner, self.lease_ms, turn]
 
     @staticmethod
@@ -252,7 +278,9 @@ class TurnStates:
     async def read(self, inbound: Inbound) -> TurnState:
         """The state as it is, without claiming the turn."""
         key = keys.turn_key(inbound.scope, inbound.turn)
-        flat = await guarded(self._read(keys=[key, *self._done_keys(inbound)], args=[inbound.turn]))
+        ledger = keys.pending_parts_key(inbound.scope)
+        found = [key, ledger, *self._done_keys(inbound)]
+        flat = await guarded(self._read(keys=found, args=[inbound.turn]))
         return TurnState.parse(key, inbound.scope, flat)
 
     async def set_user(self, state: TurnState, node: NodeId) -> None:
@@ -260,22 +288,35 @@ class TurnStates:
         await guarded(self._redis.hset(state.key, "u", node.ref))
         state.user = node
 
+    async def lost_track(self, state: TurnState) -> None:
+        """The message replied to a bot message no conversation knows (before its node
+        is stored: a later run answers it with the notice too)."""
+        await guarded(self._redis.hset(state.key, "l", 1))
+        state.lost_track = True
+
     async def sending(self, inbound: Inbound, state: TurnState, count: int) -> None:
         """Part number ``count`` is about to be sent (its id is recorded by :meth:`add_part`).
 
-        A run that finds ``sending`` above the parts it knows may have left a
-        part on screen whose id was never recorded.
+        The announcement is in the chat's part ledger, where a reply to that part
+        finds it before its id is known (Telegram may deliver the reply before it
+        answers the send), and where a later run of this turn finds that a part may
+        be on screen unrecorded.
         """
-        await guarded(self._redis.hset(state.key, "s", count))
-        state.sending = max(state.sending, count)
+        ledger = keys.pending_parts_key(inbound.scope)
+        await guarded(self._redis.hset(ledger, _announced(inbound.turn), count))
+        state.sending = count
 
     async def add_part(self, inbound: Inbound, state: TurnState, parts: list[int]) -> None:
-        """Record the parts sent so far (the last one is new)."""
+        """Record the parts sent so far (the last one is new): in the turn's state, and in
+        the chat's part ledger in place of its announcement."""
+        ledger = keys.pending_parts_key(inbound.scope)
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hset(state.key, "p", ",".join(map(str, parts)))
-            pipe.hset(keys.pending_parts_key(inbound.scope), str(parts[-1]), inbound.message_id)
+            pipe.hset(ledger, str(parts[-1]), inbound.turn)
+            pipe.hdel(ledger, _announced(inbound.turn))
             await guarded(pipe.execute())
         state.parts = list(parts)
+        state.sending = 0
 
     async def finish(
         self,
@@ -314,7 +355,9 @@ class TurnStates:
                 *map(str, parts),
             )
 
-        await run_together(self._redis, done, *also)
+        # the parts' aliases first: a reader that finds them gone from the ledger
+        # finds their aliases (the commands run in order)
+        await run_together(self._redis, *also, done)
         state.done = True
 
     async def release(self, inbound: Inbound, parts: list[int]) -> None:
@@ -326,8 +369,8 @@ class TurnStates:
     @staticmethod
     def _release(pipe: Pipeline, inbound: Inbound, parts: list[int]) -> None:
         pipe.delete(keys.lease_key(inbound.scope, inbound.turn))
-        if parts:
-            pipe.hdel(keys.pending_parts_key(inbound.scope), *map(str, parts))
+        ledger = keys.pending_parts_key(inbound.scope)
+        pipe.hdel(ledger, _announced(inbound.turn), *map(str, parts))
 
     @staticmethod
     def queue_orphans(
@@ -357,7 +400,46 @@ class TurnStates:
         found = self._failed(keys=[key, *self._done_keys(inbound)], args=[inbound.turn])
         return int(await guarded(found))
 
-    async def turn_of_part(self, scope: str, part_id: int) -> int | None:
-        """The message whose still-running turn sent ``part_id``, if any."""
-        owner = await guarded(self._redis.hget(keys.pending_parts_key(scope), str(part_id)))
-        return None if owner is None else int(owner)
+    async def ledger(self, scope: str) -> PartLedger:
+        """The chat's part ledger: parts of turns still running, and announced parts."""
+        raw = await guarded(self._redis.hgetall(keys.pending_parts_key(scope)))
+        return PartLedger.parse(raw)
+
+
+def _announced(turn: str) -> str:
+    """The ledger's field announcing the next part of ``turn``."""
+    return "~" + turn
+
+
+def message_of(turn: str) -> int:
+    """The message whose turn ``turn`` is (an edit's turn is ``<m>:e<digest>``)."""
+    return int(turn.partition(":")[0])
+
+
+@dataclass(frozen=True, slots=True)
+class PartLedger:
+    """What a chat's part ledger (``rc:{S}:part``) says right now.
+
+    Every new answer part is announced here before it is sent, and recorded here
+    once Telegram named its id, until its turn's final write aliases it. So a bot
+    message of a running turn is always findable: by its id, or (before its id is
+    known) as an announcement of that turn.
+    """
+
+    #: Sent parts of turns still running: part message id -> turn id.
+    parts: dict[int, str]
+    #: Turns about to send a part whose id is not known yet: turn id -> part number.
+    announced: dict[str, int]
+
+    @classmethod
+    def parse(cls, raw: dict[Any, Any]) -> PartLedger:
+        parts: dict[int, str] = {}
+        announced: dict[str, int] = {}
+        for key, value in raw.items():
+            name = key.decode() if isinstance(key, bytes) else str(key)
+            text = value.decode() if isinstance(value, bytes) else str(value)
+            if name.startswith("~"):
+                announced[name[1:]] = int(text)
+            else:
+                parts[int(name)] = text
+        return cls(parts, announced)
