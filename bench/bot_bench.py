@@ -113,7 +113,7 @@ def _engine(redis: Redis, telegram: InstantTelegram) -> Engine:
         store=store,
         model=model,
         out=telegram,
-        states=TurnStates(redis, "bench"),
+        states=TurnStates(redis, store, "bench"),
         accounting=accounting,
         context=ContextWindow.for_budget(store, model, accounting, budget=32000),
         in_flight=InFlight(),

@@ -101,7 +101,7 @@ async def run() -> str:
                 store=store,
                 model=model,
                 out=telegram,
-                states=TurnStates(redis, "bench"),
+                states=TurnStates(redis, store, "bench"),
                 accounting=accounting,
                 context=ContextWindow.for_budget(store, model, accounting, budget=BUDGET),
                 in_flight=InFlight(),

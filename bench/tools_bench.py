@@ -93,7 +93,7 @@ def _tool_engine(redis: Redis, telegram: InstantTelegram) -> tuple[Engine, ToolM
     model = ToolModel()
     engine.model = model
     engine.context.model = model
-    engine.tools = ToolLoop(InstantTools(), model, engine.store, redis, max_rounds=10)
+    engine.tools = ToolLoop(InstantTools(), model, engine.store, engine.states, max_rounds=10)
     engine.context.shape = stub_old_results
     return engine, model
 

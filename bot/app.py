@@ -156,6 +156,10 @@ class App:
             self.redis, store=self.store, model=self.model, out=self.out,
             accounting=self.accounting, enabled=settings.topic_titles,
         )  # fmt: skip
+        states = TurnStates(
+            self.redis, self.store, settings.bot_instance, lease_ms=lease_ms(settings),
+            clock=clock,
+        )  # fmt: skip
         self.tools: ToolHub | None = None
         tool_loop: ToolLoop | None = None
         if settings.mcp_config is not None:  # checked by load_settings
@@ -172,16 +176,13 @@ class App:
                 self.tools,
                 self.model,
                 self.store,
-                self.redis,
+                states,
                 max_rounds=settings.tool_max_rounds,
                 in_groups=settings.tools_in_groups,
                 max_result_chars=settings.context_token_budget,  # about a quarter of it
             )
             self.context.shape = stub_old_results
         self.albums = Albums(self.redis, self.intake.outage, settings.album_wait)
-        states = TurnStates(
-            self.redis, settings.bot_instance, lease_ms=lease_ms(settings), clock=clock
-        )
         self.engine = Engine(
             store=self.store,
             model=self.model,

@@ -15,12 +15,11 @@ from redis.asyncio.client import Pipeline
 
 from bot.bus.inbound import EDIT, Inbound
 from bot.data.connection import connect
-from bot.data.keys import turn_key
 from bot.model import Usage
 from bot.model.vision import Vision
 from bot.turn.state import TurnStates
 from bot.usage.accounting import Accounting, CallRecord, Totals, utc_now
-from transcript import NodeId
+from transcript import NodeId, TranscriptStore
 
 from .fake_openai import FakeOpenAI
 from .fake_telegram import FakeTelegram
@@ -149,7 +148,7 @@ async def test_turn_states_and_done_marks_keep_each_script_in_its_chat_slot(
     """Begin (lease, state, three days' done sets), finish (the done set, with a write
     of another slot on the same round trip), read and failed, for chats on every master:
     a script or transaction touching two slots would fail with CROSSSLOT."""
-    states = TurnStates(cluster_redis, "node-a")
+    states = TurnStates(cluster_redis, TranscriptStore(cluster_redis), "node-a")
     chats = range(5001, 5013)
     for chat in chats:
         for message in (Inbound(chat, 7, chat, "hi"), Inbound(chat, 7, chat, "hey", kind=EDIT)):
@@ -160,7 +159,7 @@ async def test_turn_states_and_done_marks_keep_each_script_in_its_chat_slot(
             def other_slot(pipe: Pipeline, chat: int = chat) -> None:
                 pipe.set(f"rc:{{elsewhere:{chat}}}", "1")
 
-            await states.finish(message, state, [], also=[other_slot])
+            await states.finish(message, state, [], with_writes=[other_slot])
             again = await states.begin(message)
             assert again is not None and again.done
             assert (await states.read(message)).done
@@ -183,10 +182,17 @@ async def test_an_image_set_aside_and_the_turns_call_count_share_one_transaction
     cluster_redis: Redis,
 ) -> None:
     vision = Vision(cluster_redis)
+    states = TurnStates(cluster_redis, TranscriptStore(cluster_redis), "node-a")
     scope, digests = str(USER), ["a" * 64, "b" * 64]
-    await cluster_redis.hset(turn_key(scope, 7), "c", 1)
-    assert await vision.set_aside(scope, "m", digests[0], turn_key(scope, 7)) == 2
-    assert await vision.set_aside(scope, "m", digests[1], turn_key(scope, 7)) == 3
+    state = await states.begin(Inbound(USER, 7, USER, "hi"))  # counts call 1
+    assert state is not None
+    for digest, calls in zip(digests, (2, 3), strict=True):
+
+        def aside(pipe: Pipeline, digest: str = digest) -> None:
+            Vision.queue_set_aside(pipe, scope, "m", digest)
+
+        await states.count_call(state, with_writes=aside)
+        assert state.calls == calls
     assert await vision.unreadable(scope, "m", digests) == set(digests)
     assert await vision.unreadable(scope, "other-model", digests) == set()
     await vision.give_back(scope, digests[:1])

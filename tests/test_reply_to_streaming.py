@@ -20,10 +20,8 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from redis.asyncio import Redis
-
+from bot.app import App
 from bot.turn import notices
-from transcript import TranscriptStore
 
 from .fake_openai import FakeOpenAI
 from .fake_telegram import Call, FakeTelegram
@@ -81,37 +79,35 @@ def reply_on_send(
 
 
 async def assert_continues(
-    tg: FakeTelegram, llm: FakeOpenAI, redis: Redis, chat: int, reply: int, answer: str
+    tg: FakeTelegram, llm: FakeOpenAI, app: App, chat: int, reply: int, answer: str
 ) -> None:
     """The reply was answered once, as the next step after the whole ``answer``."""
-    await tg.wait_for(lambda: bool(answers_to(tg, chat, reply)), 30)
-    await tg.wait_for(lambda: len(llm.requests) == 2 and llm.requests[1].completed, 30)
-    parts = answers_to(tg, chat, reply)
+    parts = await answered_parts(tg, app, chat, reply, 2)
+    assert len(llm.requests) == 2
     text = "".join(p.text or "" for p in parts)
     assert text.startswith("[depth:4] "), text[:80]
     history = said(llm, 1)
     assert [role for role, _ in history] == ["system", "user", "assistant", "user"]
     assert history[2][1] == answer  # the whole answer, not a part of it
-    store = TranscriptStore(redis)
-    assert await store.resolve(str(chat), parts[0].message_id) is not None
+    assert await app.store.resolve(str(chat), parts[0].message_id) is not None
 
 
 async def test_a_group_reply_the_moment_a_part_appears_continues_the_answer(
-    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory, redis: Redis
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory
 ) -> None:
     """Seed 329's case: the reply reaches the bot before Telegram's answer to the send."""
     tg.add_group(GROUP, "Team")
     answer = words(60)  # 30 chunks 50 ms apart: the first part goes out mid-stream
     streaming(llm, answer, delay=0.05)
     replies, tg.after_call = reply_on_send(tg, GROUP, user=OTHER_USER, text="and then?")
-    async with start_bot():
+    async with start_bot() as app:
         tg.send_user_message(GROUP, USER, "@replychain_bot count for me")
         await tg.wait_for(lambda: bool(replies), 30)
-        await assert_continues(tg, llm, redis, GROUP, replies[0], answer)
+        await assert_continues(tg, llm, app, GROUP, replies[0], answer)
 
 
 async def test_a_group_reply_two_seconds_into_a_flood_window_continues_the_answer(
-    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory, redis: Redis
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory
 ) -> None:
     """Seed 1330's cases: the answer is held up by per-chat flood control (its sends
     and edits get 429s), and the reply comes 2 s after the first part appeared."""
@@ -127,30 +123,30 @@ async def test_a_group_reply_two_seconds_into_a_flood_window_continues_the_answe
             first.append(call.result["message_id"])
 
     tg.after_call = hook
-    async with start_bot():
+    async with start_bot() as app:
         tg.send_user_message(GROUP, USER, "@replychain_bot count for me")
         await tg.wait_for(lambda: bool(first), 30)
         await asyncio.sleep(2.0)  # the moment the user replies (the scenario, not a wait)
         reply = tg.send_user_message(GROUP, OTHER_USER, "and then?", reply_to=first[0])
-        await assert_continues(tg, llm, redis, GROUP, reply["message_id"], answer)
+        await assert_continues(tg, llm, app, GROUP, reply["message_id"], answer)
 
 
 async def test_a_private_reply_the_moment_the_final_message_appears_continues_it(
-    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory, redis: Redis
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory
 ) -> None:
     """Drafts: the answer's only message is sent after it is stored; the reply reaches
     the bot before Telegram's answer to that send."""
     answer = words(40)
     streaming(llm, answer, delay=0.02)
     replies, tg.after_call = reply_on_send(tg, USER, user=USER, text="and then?")
-    async with start_bot():
+    async with start_bot() as app:
         tg.send_user_message(USER, USER, "count for me")
         await tg.wait_for(lambda: bool(replies), 30)
-        await assert_continues(tg, llm, redis, USER, replies[0], answer)
+        await assert_continues(tg, llm, app, USER, replies[0], answer)
 
 
 async def test_a_private_reply_to_a_finished_part_while_the_next_one_drafts_continues(
-    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory, redis: Redis
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory
 ) -> None:
     """Drafts, a long answer: its first part is sent as a message while the second one
     is still a draft; the reply to that part comes 1 ms and 2 s later (held answer)."""
@@ -163,7 +159,7 @@ async def test_a_private_reply_to_a_finished_part_while_the_next_one_drafts_cont
         await tg.wait_for(lambda: bool(replies), 30)
         parts = await answered_parts(tg, app, USER, question, 1)
         assert len(parts) == 2 and replies[0] > parts[0].message_id
-        await assert_continues(tg, llm, redis, USER, replies[0], answer)
+        await assert_continues(tg, llm, app, USER, replies[0], answer)
 
 
 async def test_a_reply_to_a_message_of_the_bot_that_nothing_knows_gets_a_notice(

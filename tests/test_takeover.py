@@ -19,7 +19,7 @@ from bot.bus.intake import Intake
 from bot.bus.runner import InFlight, TurnBusy, TurnRunner
 from bot.data import keys
 from bot.turn.state import TurnStates
-from transcript import StoreUnavailableError
+from transcript import StoreUnavailableError, TranscriptStore
 
 TAKEOVER_MS = 1200
 
@@ -28,7 +28,9 @@ class LeasedTurns:
     """A turn flow that claims each turn's lease like the engine, then holds or finishes."""
 
     def __init__(self, redis: Redis, owner: str, *, hold: bool) -> None:
-        self.states = TurnStates(redis, owner, lease_ms=int(TAKEOVER_MS * 0.8))
+        self.states = TurnStates(
+            redis, TranscriptStore(redis), owner, lease_ms=int(TAKEOVER_MS * 0.8)
+        )
         self.hold = hold
         self.started: list[int] = []
         self.finished: list[int] = []

@@ -105,7 +105,7 @@ class Rig:
         self.store = TranscriptStore(redis)
         self.telegram = RecordingTelegram()
         self.model = ScriptedModel()
-        self.states = TurnStates(redis, owner)
+        self.states = TurnStates(redis, self.store, owner)
         accounting = Accounting(redis, clock=utc_now)
         self.engine = Engine(
             store=self.store,
@@ -139,6 +139,15 @@ async def store_user_node(rig: Rig, message: Inbound, state: TurnState | None = 
     writer = AnswerWriter(rig.telegram, chat_id=CHAT, reply_to=None, thread_id=None,
                           edit_interval=1.0)  # fmt: skip
     return await rig.engine._store_user_node(Turn(message, state, writer, lambda _pipe: None))
+
+
+async def store_answer(rig: Rig, state: TurnState, user: Node, text: str) -> None:
+    """Store the answer node alone, as a run that then died would have."""
+    placement = await rig.states.answer_placement(state, user.id, text, [])
+    async with rig.redis.pipeline(transaction=False) as pipe:
+        rig.store.queue_place(pipe, placement)
+        [reply] = await pipe.execute()
+    await rig.states.answer_placed(state, placement, reply)
 
 
 @pytest.fixture
@@ -192,9 +201,7 @@ async def test_resume_with_the_answer_stored_shows_it_without_the_model(rig: Rig
     state = await rig.states.begin(inbound(1))
     assert state is not None
     user = await store_user_node(rig, inbound(1), state)
-    await rig.store.append(
-        user.id, [ChatMessage("assistant", "stored before the crash")], record_in=state.record("a")
-    )
+    await store_answer(rig, state, user, "stored before the crash")
     fresh = Rig(rig.redis)
     await fresh.engine.run(inbound(1))
     assert fresh.model.calls == 0
@@ -367,9 +374,7 @@ async def test_a_resume_that_sends_nothing_new_notes_no_unbounded_range(rig: Rig
     assert state is not None
     user = await store_user_node(rig, inbound(1), state)
     await rig.states.add_part(inbound(1), state, [555])
-    await rig.store.append(
-        user.id, [ChatMessage("assistant", "stored")], record_in=state.record("a")
-    )
+    await store_answer(rig, state, user, "stored")
     fresh = Rig(rig.redis)
     await fresh.engine.run(inbound(1))  # edits part 555, sends nothing new
     assert fresh.telegram.sends == 0

@@ -16,6 +16,7 @@ from redis.asyncio import Redis
 from bot.bus.inbound import EDIT, Inbound
 from bot.data import keys
 from bot.turn.state import DONE_TTL_SECONDS, TurnStates
+from transcript import TranscriptStore
 
 from .test_turn import CHAT, Rig, inbound
 
@@ -78,7 +79,7 @@ async def test_a_turn_finished_before_midnight_is_done_for_two_days_after(
 async def test_done_marks_stay_a_few_bytes_a_turn_and_edits_keep_their_own_set(
     redis: Redis, clock: Clock
 ) -> None:
-    states = TurnStates(redis, "test", clock=clock)
+    states = TurnStates(redis, TranscriptStore(redis), "test", clock=clock)
     turns = [inbound(m) for m in range(1, 41)] + [edit(3, "new wording")]
     for message in turns:
         state = await states.begin(message)
@@ -97,17 +98,6 @@ async def test_done_marks_stay_a_few_bytes_a_turn_and_edits_keep_their_own_set(
     # the same message edited to another wording is a turn of its own, not done yet
     other = await states.begin(edit(3, "another wording"))
     assert other is not None and not other.done
-
-
-async def test_a_done_mark_of_the_earlier_layout_is_still_honoured(rig: Rig) -> None:
-    """Turns finished by an earlier version kept ``d`` = 1 in their hash for two days."""
-    key = keys.turn_key(str(CHAT), 1)
-    await rig.redis.hset(key, "d", "1")
-    await rig.redis.expire(key, DONE_TTL_SECONDS)
-    assert await rig.engine.run(inbound(1)) is False
-    assert rig.model.calls == 0 and rig.telegram.sends == 0
-    assert (await rig.states.read(inbound(1))).done
-    assert await rig.engine.failed(inbound(1)) == 0
 
 
 async def test_a_failure_noted_after_the_turn_finished_writes_nothing(rig: Rig) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 
 from ..data.connection import guarded
 from ..data.keys import TEXT_ONLY_MODELS, unread_key
@@ -60,15 +61,11 @@ class Vision:
             return None
         return {d for d, by in zip(unique, found, strict=True) if by == model.encode()}
 
-    async def set_aside(self, scope: str, model: str, digest: str, turn_key: str) -> int:
-        """Remember that ``model`` could not read the chat's image ``digest``, and count
-        one more model call in the turn's state (``turn_key``, field ``c``): the call
-        that retries without it. Both in one transaction (one slot); returns the count."""
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hset(unread_key(scope), digest, model)
-            pipe.hincrby(turn_key, "c", 1)
-            _, calls = await guarded(pipe.execute())
-        return int(calls)
+    @staticmethod
+    def queue_set_aside(pipe: Pipeline, scope: str, model: str, digest: str) -> None:
+        """Remember that ``model`` could not read the chat's image ``digest`` (queued on a
+        caller's transaction: the turn counts the call that retries without it)."""
+        pipe.hset(unread_key(scope), digest, model)
 
     async def give_back(self, scope: str, digests: Sequence[str]) -> None:
         """Send the chat's images ``digests`` again (they were set aside on a guess)."""

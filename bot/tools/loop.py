@@ -7,13 +7,8 @@ result noted as it arrives -> one node holding the assistant message and one
 first) -> the model is asked again. The answer node hangs below the last step.
 A call and its results therefore always share one node: every view of the
 chain (branches, after a restart, after a fold, which cuts at node boundaries
-only) holds both or neither.
-
-Turn-state fields (``rc:{S}:turn:<m>``, see :mod:`bot.data.keys`):
-
-    t<k>      ref of round k's step node (written by the store's append, atomically)
-    q         msgpack [k, message]: round k's assistant message, noted before its calls run
-    q<k>.<i>  msgpack message: the result of call i of round k, noted as it arrives
+only) holds both or neither. Every note and node goes through the turn's state
+(:class:`bot.turn.state.TurnStates`), which owns the fields they live in.
 
 A turn resumed after a crash appends the rounds already stored, then, for a
 noted round whose node is missing, reuses every noted result, runs again only
@@ -29,16 +24,11 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-import msgpack
-from redis.asyncio import Redis
-
-from transcript import ChatMessage, Node, NodeId, ToolCall, TranscriptStore
-from transcript.codec import decode_message, encode_message
+from transcript import ChatMessage, Node, ToolCall, TranscriptStore
 
 from ..bus.inbound import Inbound
-from ..data.connection import guarded
 from ..model import Answer, Media
-from ..turn.state import TurnState
+from ..turn.state import TurnState, TurnStates
 from .hub import ToolHub, ToolResult
 
 log = logging.getLogger("replychain.tools")
@@ -72,7 +62,7 @@ class ToolLoop:
         hub: ToolHub,
         model: ToolModel,
         store: TranscriptStore,
-        redis: Redis,
+        states: TurnStates,
         *,
         max_rounds: int = 8,
         in_groups: bool = False,
@@ -81,7 +71,7 @@ class ToolLoop:
         self.hub = hub
         self.model = model
         self.store = store
-        self.redis = redis
+        self.states = states
         self.max_rounds = max_rounds
         self.in_groups = in_groups
         self.max_result_chars = max_result_chars
@@ -104,17 +94,13 @@ class ToolLoop:
     @staticmethod
     def rounds(state: TurnState) -> int:
         """How many rounds of this turn are stored as nodes."""
-        k = 0
-        while f"t{k + 1}" in state.raw:
-            k += 1
-        return k
+        return len(state.tool_steps)
 
     async def leaf(self, state: TurnState, user: Node) -> Node:
         """The last stored step of the turn (the user's node when there is none)."""
-        k = self.rounds(state)
-        if not k:
+        if not state.tool_steps:
             return user
-        return await self.store.node(NodeId.parse(user.id.scope, state.raw[f"t{k}"]))
+        return await self.store.node(state.tool_steps[-1])
 
     async def resume(
         self,
@@ -124,19 +110,16 @@ class ToolLoop:
         durably: Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]],
     ) -> Node:
         """Finish a round an earlier run noted but did not store; the new leaf."""
-        noted = state.raw.get("q")
-        if noted is None:
+        if state.noted_round is None:
             return leaf
-        k, raw = msgpack.unpackb(noted, raw=False)
+        k, assistant = state.noted_round
         if k != self.rounds(state) + 1:
             return leaf  # that round's node is stored
-        ref = f"{state.key}/q"
-        assistant = decode_message(ref, raw)
         done: dict[int, ChatMessage] = {}
         for i, call in enumerate(assistant.tool_calls):
-            result = state.raw.get(f"q{k}.{i}")
+            result = state.noted_results.get(i)
             if result is not None:
-                done[i] = decode_message(ref, msgpack.unpackb(result, raw=False))
+                done[i] = result
             elif not self.hub.idempotent(call.name):
                 log.info("tool call %s of an interrupted turn is not run again", call.name)
                 done[i] = ChatMessage("tool", INTERRUPTED, tool_call_id=call.id)
@@ -158,9 +141,7 @@ class ToolLoop:
         """Run the calls of ``answer`` and store the step; the new leaf."""
         k = self.rounds(state) + 1
         assistant = ChatMessage("assistant", answer.text or None, answer.tool_calls)
-        noted = msgpack.packb([k, encode_message(assistant)], use_bin_type=True)
-        await durably(lambda: guarded(self.redis.hset(state.key, "q", noted)))
-        state.raw["q"] = noted
+        await durably(lambda: self.states.note_tool_round(state, k, assistant))
         results = await self._run(
             state, k, answer.tool_calls, done={}, progress=progress, durably=durably
         )
@@ -168,7 +149,7 @@ class ToolLoop:
 
     async def count_call(self, state: TurnState) -> None:
         """One more model call of this turn (the turn guard counts the whole loop)."""
-        state.calls = int(await guarded(self.redis.hincrby(state.key, "c", 1)))
+        await self.states.count_call(state)
 
     async def _run(
         self,
@@ -189,8 +170,7 @@ class ToolLoop:
             call = calls[i]
             result = await self.hub.call(call.name, call.arguments)
             message = self._message(call, result, share=len(calls))
-            data = msgpack.packb(encode_message(message), use_bin_type=True)
-            await durably(lambda: guarded(self.redis.hset(state.key, f"q{k}.{i}", data)))
+            await durably(lambda: self.states.note_tool_result(state, k, i, message))
             done[i] = message
 
         await asyncio.gather(*(one(i) for i in todo))
@@ -219,9 +199,6 @@ class ToolLoop:
     ) -> Node:
         k, assistant, results = step
         node: Node = await durably(
-            lambda: self.store.append(
-                leaf.id, [assistant, *results], record_in=state.record(f"t{k}")
-            )
+            lambda: self.states.store_tool_step(state, k, leaf.id, [assistant, *results])
         )
-        state.raw[f"t{k}"] = node.id.ref.encode()
         return node

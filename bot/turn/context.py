@@ -26,6 +26,7 @@ from cachetools import LRUCache
 from transcript import ChatMessage, Fold, Node, NodeId, TranscriptStore
 
 from ..bus.inbound import Inbound
+from ..data.connection import Queued
 from ..model import MESSAGE_OVERHEAD, Media, Model, ModelError, Usage, estimate_messages
 from ..model.vision import Vision
 from ..usage.accounting import Accounting, CallRecord
@@ -186,32 +187,32 @@ class ContextWindow:
         if self.vision is not None:
             await self.vision.text_only(self.model.name)
 
-    async def set_aside(
+    def set_aside(
         self, inbound: Inbound, state: TurnState, window: Window, error: ModelError
-    ) -> bool:
+    ) -> Queued | None:
         """The model could not read an image of ``window`` (``bad_image``): set one aside.
 
         That is the image the error names, else the newest image sent (the most
         likely new to the model: the current message's, the last of an album).
-        It is remembered for the chat and the model, so no later request sends
-        it (a placeholder stands in), and the call retrying without it is counted
-        as one more model call of the turn (``state.calls``, in the same write).
-        ``False`` when no image is left to set aside.
+        Returns the write that remembers it for the chat and the model, so no later
+        request sends it (a placeholder stands in): the turn makes it together with
+        counting the call that retries without it. ``None`` when no image is left
+        to set aside.
         """
         if self.vision is None or not window.media:
-            return False
+            return None
         sent = [i.digest for m in window.messages for i in m.images if i.digest in window.media]
         if not sent:
-            return False
+            return None
         named = error.image is not None and error.image in window.media
         digest = error.image if named and error.image else sent[-1]
-        state.calls = await self.vision.set_aside(inbound.scope, self.model.name, digest, state.key)
         self._aside.setdefault(state.key, []).append((digest, named))
         log.warning(
             "the model could not read image %s… of chat %s (%s); it is set aside",
             digest[:12], inbound.chat_id, "named by the error" if named else "the newest sent",
         )  # fmt: skip
-        return True
+        model = self.model.name
+        return lambda pipe: Vision.queue_set_aside(pipe, inbound.scope, model, digest)
 
     async def answered(self, inbound: Inbound, state: TurnState) -> None:
         """A call without the images this turn set aside was answered: the last one

@@ -50,7 +50,7 @@ from ..bus.runner import Ack, InFlight, TurnBusy
 from ..data.connection import Queued
 from ..metrics import Metrics
 from ..model import Answer, Model, ModelError
-from ..retry import Backoff, Outage, retrying
+from ..retry import Outage, retrying
 from ..telegram.drafts import StopButtons
 from ..telegram.out import AnswerRejectedError, ChatUnavailableError, TelegramOut
 from ..telegram.writer import AnswerWriter, JournalUnavailableError
@@ -73,8 +73,6 @@ GROUP_EDIT_INTERVAL = 3.0
 #: How long a reply to a part of an answer still being written waits for that turn
 #: (a dead process's turn is taken over within TAKEOVER_SECONDS, then finished).
 PART_WAIT = 120.0
-#: Polls of the chat's part ledger while a reply waits for a part to be recorded.
-LEDGER_POLL = Backoff(0.05, 1.0, 0.02)
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +227,7 @@ class Engine:
         if inbound.group is not None and self.albums is not None and state.user is None:
             gathered = await self.albums.gather(inbound)
             if gathered is None:  # a photo of an album another turn answers
-                await self.states.finish(inbound, state, [], also=[ack])
+                await self.states.finish(inbound, state, [], with_writes=[ack])
                 return True
             inbound, album = gathered
         writer = AnswerWriter(
@@ -248,7 +246,7 @@ class Engine:
             try:
                 reply = await self._steps(turn)
             except _NothingToDo:
-                await self.states.finish(inbound, state, [], also=[ack])
+                await self.states.finish(inbound, state, [], with_writes=[ack])
                 return True
             except TurnEnded as ended:
                 reply = ended.reply
@@ -262,15 +260,15 @@ class Engine:
                 await self.topics.answered(inbound, reply.node)  # a topic's first answer
         except ChatUnavailableError as exc:
             log.info("chat %s is unavailable (%s); dropping its answer", inbound.chat_id, exc)
-            await self.states.finish(inbound, state, writer.message_ids, also=[ack])
+            await self.states.finish(inbound, state, writer.message_ids, with_writes=[ack])
             self.metrics.turn("chat_unavailable", started)
         except AnswerRejectedError as exc:
             log.warning("Telegram refused the answer in chat %s: %s", inbound.chat_id, exc)
             ids, shown = writer.message_ids, state.answer or state.user
-            also: list[Queued] = [ack]
+            writes: list[Queued] = [ack]
             if shown is not None:  # a reply to what is on screen goes on from there
-                also.append(lambda pipe: self.store.queue_alias(pipe, inbound.scope, ids, shown))
-            await self.states.finish(inbound, state, ids, also=also)
+                writes.append(lambda pipe: self.store.queue_alias(pipe, inbound.scope, ids, shown))
+            await self.states.finish(inbound, state, ids, with_writes=writes)
             self.metrics.turn("rejected", started)
         finally:
             await writer.close()  # after a failure nothing more is sent; a later run resumes
@@ -338,11 +336,11 @@ class Engine:
         else:
             text = reply.text if reply.text.strip() else notices.EMPTY_ANSWER
             ids = await turn.writer.finish(text, reasoning=reply.reasoning)
-        also: list[Queued] = [turn.ack, self.accounting.queue_settled(inbound.chat_id)]
+        writes: list[Queued] = [turn.ack, self.accounting.queue_settled(inbound.chat_id)]
         if node is None:  # a reply to it starts a new conversation
-            also.append(lambda pipe: self.store.queue_unthreaded(pipe, inbound.scope, ids))
+            writes.append(lambda pipe: self.store.queue_unthreaded(pipe, inbound.scope, ids))
         else:
-            also.append(lambda pipe: self.store.queue_alias(pipe, inbound.scope, ids, node))
+            writes.append(lambda pipe: self.store.queue_alias(pipe, inbound.scope, ids, node))
             new = [i for i in ids if i not in turn.writer.existing]
             if turn.lost_a_part and new:
                 # an earlier run may have died between sending a part and recording
@@ -350,10 +348,12 @@ class Engine:
                 # first one sent now (without a new one there is no bound: no range)
                 low = max([inbound.message_id, *turn.writer.existing])
                 high = min(new)
-                also.append(
+                writes.append(
                     lambda pipe: TurnStates.queue_orphans(pipe, inbound, node, low=low, high=high)
                 )
-        await self._durably(lambda: self.states.finish(inbound, turn.state, ids, also=also))
+        await self._durably(
+            lambda: self.states.finish(inbound, turn.state, ids, with_writes=writes)
+        )
 
     # ----------------------------------------------------------------- the steps
 
@@ -363,12 +363,7 @@ class Engine:
         early = await self._early_user_node(inbound)
         if early is None:
             return await self.states.begin(inbound)
-        state, [placed] = await self.states.begin_with(
-            inbound, lambda pipe: self.store.queue_place(pipe, early)
-        )
-        if state is not None and not state.done and state.user is None:
-            state.user = (await self.store.placed(early, placed)).id  # placed just now
-        return state
+        return await self.states.begin_with_user(inbound, early)
 
     async def _early_user_node(self, inbound: Inbound) -> Placement | None:
         """The user's node, prepared to be written with the turn's claim (one round trip
@@ -382,13 +377,8 @@ class Engine:
             parent = await self.store.resolve(inbound.scope, inbound.reply_to)
             if parent is None:  # routing it may wait, or adopt a part: after the claim
                 return None
-            return await self.store.child(
-                parent,
-                [await self._user_message(inbound, parent)],  # text only: nothing to read
-                record_in=TurnStates.record_of(inbound, "u"),
-                aliases=[inbound.message_id],
-                only_while=self.states.claim_of(inbound),
-            )
+            message = await self._user_message(inbound, parent)  # text only: nothing to read
+            return await self.states.early_user(inbound, parent, message)
         except RecordError:
             return None  # the steps meet it again, and answer with their notice
 
@@ -410,22 +400,11 @@ class Engine:
             await self._durably(lambda: self.states.lost_track(state))
             parent = None
         message = await self._user_message(inbound, parent)
-        if parent is None:
-            root = await self.store.start(
-                inbound.scope,
-                [ChatMessage("system", self.rules.system_prompt)],
-                record_in=state.record("r"),
-            )
-            parent = root.id
         aliases = [inbound.message_id, *(m for m in turn.album if m != inbound.message_id)]
-        user = await self.store.append(
-            parent,
-            [message],
-            record_in=state.record("u"),
+        return await self.states.store_user(
+            state, parent, message, system=self.rules.system_prompt,
             aliases=[] if inbound.kind == EDIT else aliases,
-        )
-        state.user = user.id
-        return user
+        )  # fmt: skip
 
     async def _retried(self, turn: Turn) -> Node:
         """/retry: the question of the answer replied to, asked again as it was."""
@@ -533,14 +512,17 @@ class Engine:
         The chat's part ledger names every part of a running turn, by its id once
         Telegram named it, and before that as the turn's announcement (Telegram may
         deliver the reply before it answers the send). So while the ledger names the
-        message, or (for a reply to the bot) while any turn announced a part whose id
-        is not known yet, the reply waits: for that turn to end when it runs in this
+        message, or (for a reply to the bot) while a turn announced a part whose id is
+        not known yet and may be that message's (it will be above the newest id the
+        turn knew), the reply waits: for that turn to end when it runs in this
         process, else polling the ledger, at most :data:`PART_WAIT` seconds (a dead
         process's turn is taken over and finished within that).
         """
         scope, target = inbound.scope, inbound.reply_to
         assert target is not None
         waiting = False
+        if target >= inbound.message_id:
+            return None  # no message of the bot's: a reply comes after what it replies to
 
         async def settled() -> None:
             nonlocal waiting
@@ -550,12 +532,12 @@ class Engine:
                 waiting = True
                 if not await self.in_flight.wait((inbound.chat_id, message_of(owner)), PART_WAIT):
                     raise _StillSending  # its turn runs in another process
-            elif inbound.reply_to_bot and ledger.announced:
+            elif inbound.reply_to_bot and ledger.may_be_sending(target):
                 waiting = True
                 raise _StillSending
 
         try:
-            await retrying(settled, on=(_StillSending,), within=PART_WAIT, backoff=LEDGER_POLL)
+            await retrying(settled, on=(_StillSending,), within=PART_WAIT)
         except _StillSending:
             log.warning("message %s of chat %s is still unsettled", target, scope)
         return await self.store.resolve(scope, target) if waiting else None
@@ -629,9 +611,14 @@ class Engine:
             log.warning("model call for chat %s failed: %s", inbound.chat_id, exc)
             call = self._call(inbound, user.id, window, exc)
             await self.accounting.record(call)
-            if exc.kind == "bad_image" and await self.context.set_aside(
-                inbound, turn.state, window, exc
-            ):  # answer at once without that image: one more call, under the turn guard
+            aside = (
+                self.context.set_aside(inbound, turn.state, window, exc)
+                if exc.kind == "bad_image"
+                else None
+            )
+            if aside is not None:
+                # answer at once without that image: one more call, under the turn guard
+                await self.states.count_call(turn.state, with_writes=aside)
                 await self._check_limits(turn, user)
                 if notices.IMAGE_SET_ASIDE not in turn.writer.prefix:
                     turn.writer.prefix += notices.IMAGE_SET_ASIDE
@@ -655,20 +642,15 @@ class Engine:
         ``user`` is the node the answer hangs below (the last tool step, if any).
         """
         call = self._call(turn.inbound, user.id, window, answer)
+        state, parts = turn.state, turn.writer.message_ids
         placement = await self._durably(
-            lambda: self.store.child(
-                user.id,
-                [ChatMessage("assistant", answer.text)],
-                record_in=turn.state.record("a"),
-                aliases=turn.writer.message_ids,
-            )
+            lambda: self.states.answer_placement(state, user.id, answer.text, parts)
         )
         # the node and the call's usage: independent idempotent writes, one round trip
         [reply] = await self.accounting.record(
             call, also=lambda pipe: self.store.queue_place(pipe, placement)
         )
-        node = await self._durably(lambda: self.store.placed(placement, reply))
-        turn.state.answer = node.id
+        node = await self._durably(lambda: self.states.answer_placed(state, placement, reply))
         return node.id
 
     def _call(

@@ -1,11 +1,41 @@
-"""The persisted state of one turn: what a resumed turn needs, and nothing in memory.
+"""The persisted state of a turn: every fact that decides what a run does, in one place.
 
-Each step of a turn records its result here before the next step runs, so a
-turn run again (after a crash, a redelivery, an outage) continues where it
-stopped. The user's and the answer's nodes are written by the transcript
-store's append *into* this hash (``record_in``), in the same atomic step as the
-node itself, so the state is also what makes those appends idempotent. Key
-layout: :mod:`bot.data.keys`.
+This module defines every field of a turn's Redis records and is the only code
+that writes them; each step of a turn is one idempotent method here, so a turn
+run again (after a crash, a redelivery, an outage, a takeover) continues where
+it stopped. Nothing a later run relies on is kept in memory. The records (key
+shapes in :mod:`bot.data.keys`):
+
+* **the turn's hash** ``rc:{S}:turn:<turn>`` while it runs::
+
+      r, u, a   refs of the root, user and answer nodes, each written by the
+                transcript store's append in the same atomic step as its node
+                (so storing a node twice is impossible: a retry finds the ref)
+      t<k>      ref of tool round k's step node (the same way)
+      q         msgpack [k, message]: tool round k's assistant message, noted
+                before its calls run
+      q<k>.<i>  msgpack message: the result of call i of round k, as it arrives
+      p         ids of the answer parts Telegram accepted, in order
+      c         model calls counted (the per-turn guard)
+      x         unexpected failures (the runner parks the turn after too many)
+      l         "1": the message replied to a bot message nothing knows; it is
+                answered with a notice
+
+* **the claim** ``rc:{S}:lease:<turn>``: the worker running the turn (renewed by its
+  heartbeat; another worker may take the turn once it lapses);
+* **the done mark**: the finished turn's id in the chat's set of the UTC day
+  (``rc:{S}:done:<day>``); its hash is deleted then;
+* **the chat's part ledger** ``rc:{S}:part``: every part of a running turn is
+  announced there before it is sent (``~<turn>`` -> ``<number>:<after>``: its id
+  will be above ``after``, the newest id of the chat the turn knows) and named there
+  once Telegram gave its id (``<id>`` -> turn), until the final write aliases it;
+  a reply to a part still being written finds it here. An announcement a run
+  never replaced means a part may be on screen unrecorded (:attr:`TurnState.sending`);
+* **lost-part ranges** ``rc:{S}:orphans``: where such a part's id may lie, noted by
+  the run that finished the turn, so a reply to it is adopted into its thread.
+
+The crash windows these close, and the tests that pin them, are listed in
+docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -16,11 +46,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+import msgpack
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
-from transcript import NodeId
-from transcript.store import RecordField
+from transcript import ChatMessage, Node, NodeId, Placement, TranscriptStore
+from transcript.codec import decode_message, encode_message
 
 from ..bus.inbound import Inbound
 from ..data import keys
@@ -39,43 +70,36 @@ ORPHAN_TTL_SECONDS = 30 * 24 * 3600
 #: runs (:meth:`TurnStates.renew`), so it only lapses when the worker is gone.
 LEASE_MS = 24 * 1000
 
-# Whether the turn is done: its id in one of the done sets KEYS[from..], or the
-# mark of earlier versions ('d') in its state hash. Shared by the scripts below.
-_DONE_LUA = """
-local function done(state, from, turn)
+# Whether the turn is done: its id in one of the done sets KEYS[from..].
+# The turn's fields, plus the number of the part it announced in the chat's part
+# ledger and has not named yet, as field 's'. Shared by the scripts below.
+_COMMON_LUA = """
+local function done(from, turn)
   for i = from, #KEYS do
     if redis.call('SISMEMBER', KEYS[i], turn) == 1 then return true end
   end
-  return redis.call('HEXISTS', state, 'd') == 1
+  return false
 end
-"""
-
-# The turn's fields, and the number of the part it announced and has not recorded
-# yet (from the chat's part ledger) as field 's'.
-_FIELDS_LUA = """
 local function fields(state, ledger, turn)
   local flat = redis.call('HGETALL', state)
   local announced = redis.call('HGET', ledger, '~' .. turn)
   if announced then
     flat[#flat + 1] = 's'
-    flat[#flat + 1] = announced
+    flat[#flat + 1] = string.match(announced, '^%d+')
   end
   return flat
 end
 """
 
-# Reads the turn's state; unless it is done (its id in a done set of the last
-# days, or the mark of earlier versions in its hash), claims the turn for ARGV[1]
-# (an owner may re-take its own claim after a crash) and counts one more model
-# call while an answer may still be asked for. Returns false when another
-# worker holds the claim.
+# Reads the turn's state; unless it is done, claims the turn for ARGV[1] (an owner
+# may re-take its own claim after a crash) and counts one more model call while an
+# answer may still be asked for. Returns false when another worker holds the claim.
 #   KEYS: lease, state, part ledger, done sets (today first).
 #   ARGV: owner, lease ms, turn id.
 _BEGIN_LUA = (
-    _DONE_LUA
-    + _FIELDS_LUA
+    _COMMON_LUA
     + """
-if done(KEYS[2], 4, ARGV[3]) then return {'d', '1'} end
+if done(4, ARGV[3]) then return {'d', '1'} end
 local holder = redis.call('GET', KEYS[1])
 if holder and holder ~= ARGV[1] then return false end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -87,10 +111,9 @@ return fields(KEYS[2], KEYS[3], ARGV[3])
 # The turn's state as it is, without claiming it.
 #   KEYS: state, part ledger, done sets.  ARGV: turn id.
 _READ_LUA = (
-    _DONE_LUA
-    + _FIELDS_LUA
+    _COMMON_LUA
     + """
-if done(KEYS[1], 3, ARGV[1]) then return {'d', '1'} end
+if done(3, ARGV[1]) then return {'d', '1'} end
 return fields(KEYS[1], KEYS[2], ARGV[1])
 """
 )
@@ -125,9 +148,9 @@ return 1
 # count in: 0, and nothing is written).
 #   KEYS: state, done sets.  ARGV: turn id.
 _FAILED_LUA = (
-    _DONE_LUA
+    _COMMON_LUA
     + """
-if done(KEYS[1], 2, ARGV[1]) then return 0 end
+if done(2, ARGV[1]) then return 0 end
 return redis.call('HINCRBY', KEYS[1], 'x', 1)
 """
 )
@@ -135,18 +158,19 @@ return redis.call('HINCRBY', KEYS[1], 'x', 1)
 
 @dataclass(slots=True)
 class TurnState:
-    """How far the turn answering one message got."""
+    """How far the turn answering one message got (read with the claim)."""
 
     key: str
+    scope: str
     root: NodeId | None = None
     user: NodeId | None = None
     answer: NodeId | None = None
     #: Answer (or notice) parts Telegram accepted, in order.
     parts: list[int] = field(default_factory=list)
-    #: The part this turn announced in the chat's part ledger and has not recorded (0:
+    #: The part this turn announced in the chat's part ledger and has not named (0:
     #: none): it may be on screen unrecorded, if an earlier run died after sending it.
     sending: int = 0
-    #: Model calls started for this turn, the one about to be made included.
+    #: Model calls counted for this turn, the one about to be made included.
     calls: int = 0
     #: Unexpected failures so far.
     failures: int = 0
@@ -154,13 +178,12 @@ class TurnState:
     #: new conversation, to be answered with a notice, not by the model.
     lost_track: bool = False
     done: bool = False
-    #: Every field as read (the tool loop's steps live in fields of their own: bot/tools/loop.py).
-    raw: dict[str, bytes] = field(default_factory=dict, repr=False)
-
-    def record(self, name: str) -> RecordField:
-        """Where the store's append records a node of this turn (``r``, ``u``, ``a``, or a
-        tool step's ``t<round>``)."""
-        return (self.key, name)
+    #: Refs of the tool rounds' step nodes, round 1 first.
+    tool_steps: list[NodeId] = field(default_factory=list)
+    #: The tool round noted before its calls ran: (k, assistant message), if any.
+    noted_round: tuple[int, ChatMessage] | None = None
+    #: Results of that round's calls noted so far, by call index.
+    noted_results: dict[int, ChatMessage] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, key: str, scope: str, flat: list[Any]) -> TurnState:
@@ -171,8 +194,9 @@ class TurnState:
             return NodeId.parse(scope, value) if value else None
 
         parts = raw.get("p")
-        return cls(
+        state = cls(
             key,
+            scope,
             root=node("r"),
             user=node("u"),
             answer=node("a"),
@@ -182,17 +206,39 @@ class TurnState:
             failures=int(raw.get("x") or 0),
             lost_track=raw.get("l") == b"1",
             done=raw.get("d") == b"1",
-            raw=raw,
         )
+        k = 1
+        while (step := node(f"t{k}")) is not None:
+            state.tool_steps.append(step)
+            k += 1
+        noted = raw.get("q")
+        if noted is not None:
+            k, message = msgpack.unpackb(noted, raw=False)
+            state.noted_round = (k, decode_message(f"{key}/q", message))
+            for name, value in raw.items():
+                prefix = f"q{k}."
+                if name.startswith(prefix):
+                    result = msgpack.unpackb(value, raw=False)
+                    state.noted_results[int(name[len(prefix) :])] = decode_message(
+                        f"{key}/{name}", result
+                    )
+        return state
 
 
 class TurnStates:
-    """Turn states in Redis, and the claims of workers on them."""
+    """The turns' persisted state in Redis: claims, steps, parts, done marks."""
 
     def __init__(
-        self, redis: Redis, owner: str, *, lease_ms: int = LEASE_MS, clock: Clock = utc_now
+        self,
+        redis: Redis,
+        store: TranscriptStore,
+        owner: str,
+        *,
+        lease_ms: int = LEASE_MS,
+        clock: Clock = utc_now,
     ) -> None:
         self._redis = redis
+        self.store = store
         self.owner = owner
         self.lease_ms = lease_ms
         #: Whose UTC day a finished turn's mark is filed under.
@@ -202,11 +248,7 @@ class TurnStates:
         self._failed = redis.register_script(_FAILED_LUA)
         self._read = redis.register_script(_READ_LUA)
 
-    def _done_keys(self, inbound: Inbound) -> list[str]:
-        """The done sets a finished mark of this turn may be in, today's first."""
-        now: datetime = self.clock()
-        days = [day_of(now - timedelta(days=back)) for back in range(DONE_DAYS)]
-        return [keys.done_key(inbound.scope, day, inbound.turn) for day in days]
+    # ------------------------------------------------------------ the claim
 
     async def begin(self, inbound: Inbound) -> TurnState | None:
         """Claim the turn and read its state in one round trip.
@@ -219,30 +261,33 @@ class TurnStates:
         flat = await guarded(self._begin(keys=found, args=args))
         return self._claimed(inbound, flat)
 
-    async def begin_with(
-        self, inbound: Inbound, also: Queued
-    ) -> tuple[TurnState | None, list[Any]]:
-        """:meth:`begin` with more writes after it on the same round trip (a write
-        guarded by the claim, :meth:`claim_of`, lands only if this run took it);
-        the state, and the replies of ``also``."""
+    async def early_user(self, inbound: Inbound, parent: NodeId, message: ChatMessage) -> Placement:
+        """The user's node below ``parent``, prepared to go with the claim
+        (:meth:`begin_with_user`): written only while this worker holds the claim,
+        and only once."""
+        return await self.store.child(
+            parent,
+            [message],
+            record_in=(keys.turn_key(inbound.scope, inbound.turn), "u"),
+            aliases=[inbound.message_id],
+            only_while=(keys.lease_key(inbound.scope, inbound.turn), self.owner),
+        )
+
+    async def begin_with_user(self, inbound: Inbound, user: Placement) -> TurnState | None:
+        """:meth:`begin` and the user's node (:meth:`early_user`) in one round trip."""
         found, args = self._begin_call(inbound)
 
         def claim(pipe: Pipeline) -> None:
             # EVAL with the text: a pipeline cannot count on the script cache
             pipe.eval(_BEGIN_LUA, len(found), *found, *args)
 
-        [flat], replies = await run_together(self._redis, claim, also)
-        return self._claimed(inbound, flat), replies
-
-    def claim_of(self, inbound: Inbound) -> tuple[str, str]:
-        """The key that holds this worker's claim on the turn while it has it, and its
-        value there (a guard for writes that only the claim's holder may make)."""
-        return keys.lease_key(inbound.scope, inbound.turn), self.owner
-
-    @staticmethod
-    def record_of(inbound: Inbound, name: str) -> RecordField:
-        """:meth:`TurnState.record` of the turn of ``inbound``, before its state is read."""
-        return keys.turn_key(inbound.scope, inbound.turn), name
+        [flat], [placed] = await run_together(
+            self._redis, claim, lambda pipe: self.store.queue_place(pipe, user)
+        )
+        state = self._claimed(inbound, flat)
+        if state is not None and not state.done and state.user is None:
+            state.user = (await self.store.placed(user, placed)).id  # placed just now
+        return state
 
     def _begin_call(self, inbound: Inbound) -> tuple[list[str], list[str | int]]:
         scope, turn = inbound.scope, inbound.turn
@@ -278,21 +323,99 @@ class TurnStates:
     async def read(self, inbound: Inbound) -> TurnState:
         """The state as it is, without claiming the turn."""
         key = keys.turn_key(inbound.scope, inbound.turn)
-        ledger = keys.pending_parts_key(inbound.scope)
-        found = [key, ledger, *self._done_keys(inbound)]
+        found = [key, keys.pending_parts_key(inbound.scope), *self._done_keys(inbound)]
         flat = await guarded(self._read(keys=found, args=[inbound.turn]))
         return TurnState.parse(key, inbound.scope, flat)
+
+    # ----------------------------------------------------------- the nodes
+
+    async def store_user(
+        self, state: TurnState, parent: NodeId | None, message: ChatMessage, *, system: str,
+        aliases: Sequence[int] = (),
+    ) -> Node:  # fmt: skip
+        """The user's node below ``parent``; below a new root holding ``system`` when
+        ``parent`` is ``None`` (a new conversation). Each is stored once."""
+        if parent is None:
+            root = await self.store.start(
+                state.scope, [ChatMessage("system", system)], record_in=(state.key, "r")
+            )
+            parent = state.root = root.id
+        user = await self.store.append(
+            parent, [message], record_in=(state.key, "u"), aliases=aliases
+        )
+        state.user = user.id
+        return user
 
     async def set_user(self, state: TurnState, node: NodeId) -> None:
         """Record an existing node as the turn's question (a /retry asks it again)."""
         await guarded(self._redis.hset(state.key, "u", node.ref))
         state.user = node
 
+    async def answer_placement(
+        self, state: TurnState, parent: NodeId, text: str, parts: Sequence[int]
+    ) -> Placement:
+        """The answer's node below ``parent`` (the user's node or the last tool step),
+        prepared to go on a round trip with the call's usage (:meth:`answer_placed`)."""
+        return await self.store.child(
+            parent, [ChatMessage("assistant", text)], record_in=(state.key, "a"), aliases=parts
+        )
+
+    async def answer_placed(self, state: TurnState, placement: Placement, reply: Any) -> Node:
+        """The answer's node, from the append's reply."""
+        node = await self.store.placed(placement, reply)
+        state.answer = node.id
+        return node
+
+    async def store_tool_step(
+        self, state: TurnState, k: int, leaf: NodeId, messages: Sequence[ChatMessage]
+    ) -> Node:
+        """Tool round ``k``'s step node (its assistant message and every result) below
+        ``leaf``, once."""
+        node = await self.store.append(leaf, messages, record_in=(state.key, f"t{k}"))
+        del state.tool_steps[k - 1 :]
+        state.tool_steps.append(node.id)
+        return node
+
+    async def note_tool_round(self, state: TurnState, k: int, assistant: ChatMessage) -> None:
+        """Round ``k``'s calls, noted before they run (a resumed run knows what ran)."""
+        noted = msgpack.packb([k, encode_message(assistant)], use_bin_type=True)
+        await guarded(self._redis.hset(state.key, "q", noted))
+        state.noted_round, state.noted_results = (k, assistant), {}
+
+    async def note_tool_result(
+        self, state: TurnState, k: int, i: int, message: ChatMessage
+    ) -> None:
+        """The result of call ``i`` of round ``k``, as it arrives."""
+        data = msgpack.packb(encode_message(message), use_bin_type=True)
+        await guarded(self._redis.hset(state.key, f"q{k}.{i}", data))
+        state.noted_results[i] = message
+
+    # -------------------------------------------------------- counters, marks
+
+    async def count_call(self, state: TurnState, *, with_writes: Queued | None = None) -> None:
+        """One more model call of this turn (the per-turn guard counts them all);
+        ``with_writes`` go in the same transaction (keys of the chat's slot only)."""
+        async with self._redis.pipeline(transaction=True) as pipe:
+            if with_writes is not None:
+                with_writes(pipe)
+            pipe.hincrby(state.key, "c", 1)
+            *_, calls = await guarded(pipe.execute())
+        state.calls = int(calls)
+
+    async def failed(self, inbound: Inbound) -> int:
+        """One more unexpected failure of the turn; returns the count (0 once it is done:
+        a later run finds it done and does nothing)."""
+        key = keys.turn_key(inbound.scope, inbound.turn)
+        found = self._failed(keys=[key, *self._done_keys(inbound)], args=[inbound.turn])
+        return int(await guarded(found))
+
     async def lost_track(self, state: TurnState) -> None:
         """The message replied to a bot message no conversation knows (before its node
         is stored: a later run answers it with the notice too)."""
         await guarded(self._redis.hset(state.key, "l", 1))
         state.lost_track = True
+
+    # --------------------------------------------------- the answer's parts
 
     async def sending(self, inbound: Inbound, state: TurnState, count: int) -> None:
         """Part number ``count`` is about to be sent (its id is recorded by :meth:`add_part`).
@@ -303,7 +426,8 @@ class TurnStates:
         be on screen unrecorded.
         """
         ledger = keys.pending_parts_key(inbound.scope)
-        await guarded(self._redis.hset(ledger, _announced(inbound.turn), count))
+        after = max([inbound.message_id, *state.parts])  # its id will be higher
+        await guarded(self._redis.hset(ledger, _announced(inbound.turn), f"{count}:{after}"))
         state.sending = count
 
     async def add_part(self, inbound: Inbound, state: TurnState, parts: list[int]) -> None:
@@ -318,20 +442,48 @@ class TurnStates:
         state.parts = list(parts)
         state.sending = 0
 
+    async def ledger(self, scope: str) -> PartLedger:
+        """The chat's part ledger: parts of turns still running, and announced parts."""
+        raw = await guarded(self._redis.hgetall(keys.pending_parts_key(scope)))
+        return PartLedger.parse(raw)
+
+    @staticmethod
+    def queue_orphans(
+        pipe: Pipeline, inbound: Inbound, node: NodeId, *, low: int, high: int
+    ) -> None:
+        """A part of this turn's answer may be on screen, unrecorded, between the ids."""
+        key = keys.orphans_key(inbound.scope)
+        pipe.hset(key, inbound.turn, f"{low}:{high}:{node.ref}")
+        pipe.expire(key, ORPHAN_TTL_SECONDS)
+
+    async def orphan_home(self, scope: str, message_id: int) -> NodeId | None:
+        """The node a lost part with this id belongs to, if it falls in a noted range."""
+        ranges = await guarded(self._redis.hvals(keys.orphans_key(scope)))
+        best: tuple[int, str] | None = None  # the narrowest range holding the id
+        for value in ranges:
+            text = value.decode() if isinstance(value, bytes) else value
+            low, high, ref = text.split(":", 2)
+            width = int(high) - int(low)
+            if int(low) < message_id < int(high) and (best is None or width < best[0]):
+                best = (width, ref)
+        return None if best is None else NodeId.parse(scope, best[1])
+
+    # ------------------------------------------------------------ the end
+
     async def finish(
         self,
         inbound: Inbound,
         state: TurnState,
         parts: list[int],
         *,
-        also: Sequence[Queued] = (),
+        with_writes: Sequence[Queued] = (),
     ) -> None:
         """Mark the turn done and let go of its claim.
 
         A done turn keeps only its mark, for redeliveries, until it expires: its
         id in the chat's done set of the day (its hash is deleted; its nodes and
-        parts are found through their aliases from then on). ``also`` queue more
-        writes on the same round trip (the parts' aliases, the intake's
+        parts are found through their aliases from then on). ``with_writes`` go on
+        the same round trip, before it (the parts' aliases, the intake's
         acknowledgement). The turn's own keys change in one script (one slot, the
         chat's); the other writes are idempotent and may be in other slots, so the
         round trip is a pipeline, not a transaction.
@@ -357,53 +509,22 @@ class TurnStates:
 
         # the parts' aliases first: a reader that finds them gone from the ledger
         # finds their aliases (the commands run in order)
-        await run_together(self._redis, *also, done)
+        await run_together(self._redis, *with_writes, done)
         state.done = True
 
     async def release(self, inbound: Inbound, parts: list[int]) -> None:
         """Let go of an unfinished turn (it was given up): its parts no longer wait."""
+        ledger = keys.pending_parts_key(inbound.scope)
         async with self._redis.pipeline(transaction=True) as pipe:
-            self._release(pipe, inbound, parts)
+            pipe.delete(keys.lease_key(inbound.scope, inbound.turn))
+            pipe.hdel(ledger, _announced(inbound.turn), *map(str, parts))
             await guarded(pipe.execute())
 
-    @staticmethod
-    def _release(pipe: Pipeline, inbound: Inbound, parts: list[int]) -> None:
-        pipe.delete(keys.lease_key(inbound.scope, inbound.turn))
-        ledger = keys.pending_parts_key(inbound.scope)
-        pipe.hdel(ledger, _announced(inbound.turn), *map(str, parts))
-
-    @staticmethod
-    def queue_orphans(
-        pipe: Pipeline, inbound: Inbound, node: NodeId, *, low: int, high: int
-    ) -> None:
-        """A part of this turn's answer may be on screen, unrecorded, between the ids."""
-        key = keys.orphans_key(inbound.scope)
-        pipe.hset(key, inbound.turn, f"{low}:{high}:{node.ref}")
-        pipe.expire(key, ORPHAN_TTL_SECONDS)
-
-    async def orphan_home(self, scope: str, message_id: int) -> NodeId | None:
-        """The node a lost part with this id belongs to, if it falls in a noted range."""
-        ranges = await guarded(self._redis.hvals(keys.orphans_key(scope)))
-        best: tuple[int, str] | None = None  # the narrowest range holding the id
-        for value in ranges:
-            text = value.decode() if isinstance(value, bytes) else value
-            low, high, ref = text.split(":", 2)
-            width = int(high) - int(low)
-            if int(low) < message_id < int(high) and (best is None or width < best[0]):
-                best = (width, ref)
-        return None if best is None else NodeId.parse(scope, best[1])
-
-    async def failed(self, inbound: Inbound) -> int:
-        """One more unexpected failure of the turn; returns the count (0 once it is done:
-        a later run finds it done and does nothing)."""
-        key = keys.turn_key(inbound.scope, inbound.turn)
-        found = self._failed(keys=[key, *self._done_keys(inbound)], args=[inbound.turn])
-        return int(await guarded(found))
-
-    async def ledger(self, scope: str) -> PartLedger:
-        """The chat's part ledger: parts of turns still running, and announced parts."""
-        raw = await guarded(self._redis.hgetall(keys.pending_parts_key(scope)))
-        return PartLedger.parse(raw)
+    def _done_keys(self, inbound: Inbound) -> list[str]:
+        """The done sets a finished mark of this turn may be in, today's first."""
+        now: datetime = self.clock()
+        days = [day_of(now - timedelta(days=back)) for back in range(DONE_DAYS)]
+        return [keys.done_key(inbound.scope, day, inbound.turn) for day in days]
 
 
 def _announced(turn: str) -> str:
@@ -420,15 +541,16 @@ def message_of(turn: str) -> int:
 class PartLedger:
     """What a chat's part ledger (``rc:{S}:part``) says right now.
 
-    Every new answer part is announced here before it is sent, and recorded here
-    once Telegram named its id, until its turn's final write aliases it. So a bot
+    Every new answer part is announced here before it is sent, and named here
+    once Telegram gave its id, until its turn's final write aliases it. So a bot
     message of a running turn is always findable: by its id, or (before its id is
     known) as an announcement of that turn.
     """
 
     #: Sent parts of turns still running: part message id -> turn id.
     parts: dict[int, str]
-    #: Turns about to send a part whose id is not known yet: turn id -> part number.
+    #: Turns about to send a part whose id is not known yet: turn id -> the id the
+    #: part's will be above (the newest id of the chat the turn knew).
     announced: dict[str, int]
 
     @classmethod
@@ -439,7 +561,11 @@ class PartLedger:
             name = key.decode() if isinstance(key, bytes) else str(key)
             text = value.decode() if isinstance(value, bytes) else str(value)
             if name.startswith("~"):
-                announced[name[1:]] = int(text)
+                announced[name[1:]] = int(text.partition(":")[2] or 0)
             else:
                 parts[int(name)] = text
         return cls(parts, announced)
+
+    def may_be_sending(self, message_id: int) -> bool:
+        """Whether a turn announced a part whose id may turn out to be ``message_id``."""
+        return any(after < message_id for after in self.announced.values())
