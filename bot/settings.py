@@ -54,8 +54,9 @@ _HINTS = {
     "owner_user_ids": "use comma-separated numeric Telegram user ids, e.g. OWNER_USER_IDS=1234",
 }
 
-#: One line per setting, for ``python -m bot --help`` (the README's table says more).
-#: tests/test_first_run.py checks that this, :class:`Settings` and the README agree.
+#: One line per setting, for ``python -m bot --help`` (docs/settings.md says more).
+#: tests/test_first_run.py and tests/test_docs.py check that this, :class:`Settings` and
+#: docs/settings.md agree.
 SETTINGS_HELP: dict[str, str] = {
     "TELEGRAM_BOT_TOKEN": "bot token from @BotFather (required)",
     "TELEGRAM_API_URL": "Bot API server base URL (default https://api.telegram.org)",
@@ -158,7 +159,7 @@ def _parse_ids(value: object) -> object:
 
 
 class Settings(BaseSettings):
-    """Every setting of the bot; see the README's settings table."""
+    """Every setting of the bot; see docs/settings.md."""
 
     model_config = SettingsConfigDict(
         env_file=".env",
@@ -411,7 +412,7 @@ def load_settings(env_file: str | None = ".env") -> Settings:
             load_config(settings.mcp_config)
         except ToolConfigError as exc:
             raise SettingsError(
-                f"MCP_CONFIG {exc}; see the README's Tools section for the format"
+                f"MCP_CONFIG {exc}; see docs/operating.md, Tools, for the format"
             ) from None
     return settings
 

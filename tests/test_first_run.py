@@ -25,6 +25,8 @@ import yaml
 
 from bot.settings import SETTINGS_HELP, Settings, SettingsError, is_local_endpoint, load_settings
 
+from .test_docs import reference_settings
+
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "123456:TEST-token-abcdefghijklmnopqrstuvw"
 HEAVY = ("aiogram", "openai", "redis")
@@ -359,21 +361,9 @@ def test_make_stop_stops_the_local_redis_and_nothing_else(tmp_path: Path) -> Non
 # --- documentation, lock files, containers ----------------------------------------------
 
 
-def readme_settings() -> set[str]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("\n## Settings\n", 1)[1].split("\n## ", 1)[0]
-    names: set[str] = set()
-    for line in section.splitlines():
-        if line.startswith("| `"):
-            first_cell = line.split("|")[1]
-            names.update(re.findall(r"`([A-Z][A-Z0-9_]+)`", first_cell))
-    return names
-
-
-def test_readme_help_and_settings_name_the_same_settings() -> None:
-    fields = {name.upper() for name in Settings.model_fields}
-    assert set(SETTINGS_HELP) == fields
-    assert readme_settings() == fields
+def test_help_and_settings_name_the_same_settings() -> None:
+    # docs/settings.md against the code: tests/test_docs.py
+    assert set(SETTINGS_HELP) == {name.upper() for name in Settings.model_fields}
 
 
 def test_example_env_names_only_real_settings() -> None:
@@ -446,7 +436,7 @@ def test_compose_passes_every_documented_setting_to_the_bot() -> None:
     passes_dotenv = ".env" in [f if isinstance(f, str) else f["path"] for f in env_files]
     environment = bot.get("environment", {})
     named = set(environment) if isinstance(environment, dict) else set()
-    for name in readme_settings():
+    for name in reference_settings():
         assert passes_dotenv or name in named, name
 
 

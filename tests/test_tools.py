@@ -415,7 +415,7 @@ def test_a_bad_mcp_config_is_one_clear_settings_error(
         load_settings(env_file=None)
     assert str(caught.value) == (
         'MCP_CONFIG mcpServers.x needs either "command" (stdio) or "url" (HTTP); '
-        "see the README's Tools section for the format"
+        "see docs/operating.md, Tools, for the format"
     )
     monkeypatch.setenv("MCP_CONFIG", str(tmp_path / "missing.json"))
     with pytest.raises(SettingsError, match=r"MCP_CONFIG cannot read .*missing\.json"):
