@@ -201,7 +201,7 @@ class App:
             ),
             media=MediaReader(
                 self.store,
-                files=Files(self.bot),
+                files=Files(self.bot, local_files=settings.telegram_local_files),
                 transcriber=self.transcriber,
                 redis=self.redis,
                 limits=MediaLimits(settings.audio_max_seconds, settings.text_file_max_bytes),
