@@ -48,7 +48,7 @@ from .model import ModelClient, estimate_text
 from .model.transcribe import Transcriber
 from .model.vision import Vision
 from .retry import Outage, retrying
-from .settings import Settings
+from .settings import Settings, webhook_rule
 from .telegram.files import Files
 from .telegram.out import Notifier, TelegramOut, TelegramUnavailableError
 from .telegram.polling import Poller
@@ -202,7 +202,7 @@ class App:
             ),
             media=MediaReader(
                 self.store,
-                files=Files(self.bot),
+                files=Files(self.bot, local_files=settings.telegram_local_files),
                 transcriber=self.transcriber,
                 redis=self.redis,
                 limits=MediaLimits(settings.audio_max_seconds, settings.text_file_max_bytes),
@@ -411,8 +411,8 @@ class App:
             )
         except TelegramBadRequest as exc:
             raise StartupError(
-                f"Telegram refused WEBHOOK_URL: {exc.message}; it must be a public "
-                "https:// URL on port 443, 80, 88 or 8443"
+                f"the Bot API server refused WEBHOOK_URL: {exc.message}; "
+                f"{webhook_rule(self.settings.telegram_api_url)}"
             ) from None
         try:
             await self.bot.set_my_commands(COMMANDS)

@@ -43,6 +43,10 @@ LOCAL_REDIS_URL = "redis://127.0.0.1:6390/0"
 _TOKEN = re.compile(r"[0-9]+:[A-Za-z0-9_-]+")
 #: What Telegram accepts as a webhook's secret_token.
 _WEBHOOK_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
+#: Telegram's own Bot API server; any other TELEGRAM_API_URL names a self-hosted one.
+OFFICIAL_API_HOST = "api.telegram.org"
+#: The only ports Telegram's own server posts webhooks to (a local server: any port).
+OFFICIAL_WEBHOOK_PORTS = (443, 80, 88, 8443)
 
 _HINTS = {
     "telegram_bot_token": "create a bot with @BotFather (https://t.me/BotFather) and put "
@@ -60,6 +64,8 @@ _HINTS = {
 SETTINGS_HELP: dict[str, str] = {
     "TELEGRAM_BOT_TOKEN": "bot token from @BotFather (required)",
     "TELEGRAM_API_URL": "Bot API server base URL (default https://api.telegram.org)",
+    "TELEGRAM_LOCAL_FILES": "read a local Bot API server's files from disk: true/false "
+    "(unset: if readable)",
     "OPENAI_API_KEY": "key for the model endpoint (required unless OPENAI_BASE_URL is local)",
     "OPENAI_BASE_URL": "any OpenAI-compatible endpoint (default: OpenAI)",
     "OPENAI_MODEL": "model name (default gpt-4o-mini)",
@@ -100,7 +106,8 @@ SETTINGS_HELP: dict[str, str] = {
     "BOT_INSTANCE": "this process's name on the message bus (default: the host name)",
     "REDIS_CLUSTER": "true: REDIS_URL names a node of a Redis Cluster (false)",
     "INTAKE_SHARDS": "intake streams; a chat's messages always go to the same one (1)",
-    "WEBHOOK_URL": "public HTTPS URL Telegram posts updates to (unset: long polling)",
+    "WEBHOOK_URL": "public HTTPS URL Telegram posts updates to; http:// with a local server "
+    "(unset: polling)",
     "WEBHOOK_SECRET": "secret token Telegram sends with each update (required with WEBHOOK_URL)",
     "WEBHOOK_LISTEN": "host:port the webhook is served on (127.0.0.1:8080)",
     "TAKEOVER_SECONDS": "seconds after which another process finishes a dead one's turns (30)",
@@ -149,6 +156,29 @@ def is_local_endpoint(url: str | None) -> bool:
     return address.is_loopback or address.is_private or address.is_link_local
 
 
+def is_official_api(url: str) -> bool:
+    """True when *url* is Telegram's own Bot API server rather than a self-hosted one."""
+    try:
+        host = urlsplit(url).hostname or ""
+    except ValueError:
+        return False
+    return host.rstrip(".").lower() == OFFICIAL_API_HOST
+
+
+def webhook_rule(api_url: str) -> str:
+    """What WEBHOOK_URL must be for the Bot API server at *api_url*, for error lines."""
+    if is_official_api(api_url):
+        return (
+            "Telegram's own server posts only to public https:// URLs on port 443, 80, 88 or "
+            "8443; http:// and other ports need a local Bot API server (telegram-bot-api "
+            "--local) named by TELEGRAM_API_URL"
+        )
+    return (
+        "a self-hosted Bot API server takes http:// and any port only when it runs with "
+        "--local; without it, an https:// URL on port 443, 80, 88 or 8443"
+    )
+
+
 def _parse_ids(value: object) -> object:
     if isinstance(value, str):
         parts = [p.strip() for p in value.replace(";", ",").split(",")]
@@ -172,6 +202,9 @@ class Settings(BaseSettings):
 
     telegram_bot_token: SecretStr
     telegram_api_url: str = "https://api.telegram.org"
+    #: Read the local paths a Bot API server in ``--local`` mode answers to getFile from
+    #: disk: None (unset, "detected") = when such a path is readable here, else download.
+    telegram_local_files: bool | None = None
     openai_api_key: SecretStr | None = None
     openai_base_url: str | None = None
     openai_model: str = "gpt-4o-mini"
@@ -252,7 +285,7 @@ class Settings(BaseSettings):
     redis_cluster: bool = False
     #: Intake streams (a chat's messages in the one of its hash); grow, never shrink.
     intake_shards: int = Field(1, ge=1, le=1024)
-    #: Webhook mode: the public HTTPS URL Telegram posts updates to; unset = polling.
+    #: Webhook mode: the URL the Bot API server posts updates to; unset = polling.
     webhook_url: str | None = None
     #: The secret Telegram sends in X-Telegram-Bot-Api-Secret-Token (required with a URL).
     webhook_secret: SecretStr | None = None
@@ -314,15 +347,30 @@ class Settings(BaseSettings):
             raise ValueError("must be host:port, e.g. 127.0.0.1:9108 (or :9108 for every address)")
         return value
 
+    @field_validator("telegram_local_files", mode="before")
+    @classmethod
+    def _detected_is_unset(cls, value: object) -> object:
+        """``detected``, the documented default, may also be written out."""
+        if isinstance(value, str) and value.strip().lower() == "detected":
+            return None
+        return value
+
     @field_validator("webhook_url")
     @classmethod
     def _check_webhook_url(cls, value: str | None) -> str | None:
         if value is None:
             return None
         value = value.strip()
-        parts = urlsplit(value)
-        if parts.scheme != "https" or not parts.hostname:
-            raise ValueError("must be the public https:// URL Telegram posts updates to")
+        try:
+            parts = urlsplit(value)
+            usable = parts.scheme in ("https", "http") and bool(parts.hostname) and parts.port != 0
+        except ValueError:  # a port that is not a number from 1 to 65535
+            usable = False
+        if not usable:
+            raise ValueError(
+                "must be the URL the Bot API server posts updates to, "
+                "e.g. https://bot.example.org/tg/hook"
+            )
         return value
 
     @field_validator("webhook_secret")
@@ -367,12 +415,27 @@ class Settings(BaseSettings):
                 "context_fold_at: needs CONTEXT_KEEP_RECENT < CONTEXT_FOLD_AT <= "
                 "CONTEXT_TOKEN_BUDGET"
             )
+        self._check_local_server()
         if self.webhook_url and self.webhook_secret is None:
             raise ValueError(
                 "webhook_secret: is not set and WEBHOOK_URL is; set it to 1 to 256 characters "
                 "A-Z, a-z, 0-9, _ and - so that only Telegram can post updates"
             )
         return self
+
+    def _check_local_server(self) -> None:
+        """What only a self-hosted Bot API server allows (telegram-bot-api --local)."""
+        if not is_official_api(self.telegram_api_url):
+            return
+        if self.webhook_url:
+            parts = urlsplit(self.webhook_url)
+            if parts.scheme != "https" or (parts.port or 443) not in OFFICIAL_WEBHOOK_PORTS:
+                raise ValueError(f"webhook_url: {webhook_rule(self.telegram_api_url)}")
+        if self.telegram_local_files:
+            raise ValueError(
+                "telegram_local_files: true needs TELEGRAM_API_URL to name a local Bot API "
+                "server (telegram-bot-api --local); Telegram's own server gives no disk paths"
+            )
 
     @property
     def redis_url_is_set(self) -> bool:

@@ -52,8 +52,18 @@ Good to know:
 * ``clock=`` replaces ``time.monotonic`` for retry_after/flood bookkeeping and ``Call.at``.
 * A bug inside the fake is answered with HTTP 500 and its traceback kept in ``server_errors``.
 * Media messages carry real files: ``getFile`` answers a ``file_path`` and
-  ``GET /file/bot<token>/<file_path>`` serves the bytes (``downloads`` lists them); a file
-  claimed over 20 MB gets Telegram's "file is too big". See ``send_user_message``.
+  ``GET /file/bot<token>/<file_path>`` serves the bytes (``downloads`` lists them,
+  ``download_requests`` every request with its status); a file claimed over 20 MB gets
+  Telegram's "file is too big". See ``send_user_message``.
+* ``local_mode=True`` is ``telegram-bot-api --local``: setWebhook takes http:// URLs and
+  any port (updates are POSTed to the URL itself unless ``webhook_target`` is set), and
+  getFile first writes the file under ``files_dir`` (``<token with ~ for :>/voice/
+  file_0.oga``, as the real server lays out its ``--dir``) and answers its absolute path,
+  for files of up to 2000 MB. ``server_dir`` names that directory as a server in
+  another container would (a path the bot cannot read). Like the real server it serves
+  no files (``/file/...`` is 404) unless ``serve_local_files=True`` (a web server in
+  front serving ``/file/bot<token>/<absolute path>``). ``local_paths`` maps file ids to
+  the paths answered; a test may change one to make the server answer another path.
 * ``stop()`` answers open long polls with ``[]``; ``start()`` again reuses the same port
   and keeps all state (a Telegram outage).
 """
@@ -76,6 +86,7 @@ import traceback
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
@@ -1257,8 +1268,13 @@ class FakeTelegram:
         unsupported_methods: Iterable[str] = (),
         unsupported_answer: Literal["not_found", "no_ok"] = "not_found",
         clock: Callable[[], float] = time.monotonic,
+        local_mode: bool = False,
+        files_dir: str | Path | None = None,
+        server_dir: str | Path | None = None,
+        serve_local_files: bool = False,
     ) -> None:
         self.token = token
+        self._set_up_files(local_mode, files_dir, server_dir, serve_local_files)
         self.bot_id = bot_id
         self.username = username
         self.first_name = first_name
@@ -1344,10 +1360,31 @@ class FakeTelegram:
             "getFile": self._get_file,
             "sendMessageDraft": self._send_message_draft,
         }
+
+    def _set_up_files(
+        self,
+        local_mode: bool,
+        files_dir: str | Path | None,
+        server_dir: str | Path | None,
+        serve_local_files: bool,
+    ) -> None:
+        if local_mode and files_dir is None:
+            raise ValueError("local_mode needs files_dir, the server's --dir")
         #: Files users sent: file_id -> (file_unique_id, bytes, reported file_size).
         self._files: dict[str, tuple[str, bytes, int]] = {}
         #: Every file download served (file paths), in order.
         self.downloads: list[str] = []
+        #: Every ``GET /file/...`` request: (file path, HTTP status), in order.
+        self.download_requests: list[tuple[str, int]] = []
+        #: ``telegram-bot-api --local`` (see the module docstring).
+        self.local_mode = local_mode
+        self.files_dir = Path(files_dir) if files_dir is not None else None
+        self.server_dir = Path(server_dir) if server_dir is not None else self.files_dir
+        self.serve_local_files = serve_local_files
+        #: Local mode: file_id -> the absolute path getFile answers for it.
+        self.local_paths: dict[str, str] = {}
+        #: file_id -> (the server's folder for its kind, file name extension).
+        self._file_kinds: dict[str, tuple[str, str]] = {}
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -1590,6 +1627,7 @@ class FakeTelegram:
                 body = _jpeg_bytes(f"{file_id}", max(200, w * h // 20))
                 claimed = file_size if file_size is not None and (w, h) == sizes[-1] else None
                 self._files[file_id] = (unique, body, claimed or len(body))
+                self._file_kinds[file_id] = ("photos", ".jpg")
                 photos.append(
                     {
                         "file_id": file_id,
@@ -1604,6 +1642,7 @@ class FakeTelegram:
         obj = extra[kind]
         if kind == "sticker":
             self._files[obj["file_id"]] = (obj["file_unique_id"], b"RIFF-webp", obj["file_size"])
+            self._file_kinds[obj["file_id"]] = ("stickers", ".webp")
             return
         body = data if data is not None else f"{kind} of {obj['file_id']}".encode()
         obj["file_size"] = file_size if file_size is not None else len(body)
@@ -1614,10 +1653,31 @@ class FakeTelegram:
         if duration is not None and kind in ("voice", "audio"):
             obj["duration"] = duration
         self._files[obj["file_id"]] = (obj["file_unique_id"], body, obj["file_size"])
+        folder = {"voice": "voice", "audio": "music"}.get(kind, "documents")
+        extension = {"voice": ".oga", "audio": ".mp3"}.get(kind, "")
+        extension = extension or Path(obj.get("file_name", "")).suffix
+        self._file_kinds[obj["file_id"]] = (folder, extension)
 
     def file_bytes(self, file_id: str) -> bytes:
         """The bytes of a file a user sent."""
         return self._files[file_id][1]
+
+    def local_file(self, file_id: str) -> Path:
+        """Local mode: where the file is on disk (written now, as getFile does, if not yet).
+
+        The real server keeps a downloaded file and answers its path again, so a test
+        may replace what is there (a FIFO, a directory) before the bot's getFile.
+        """
+        if self.files_dir is None or self.server_dir is None:
+            raise RuntimeError("only a local-mode server keeps files on disk")
+        folder, extension = self._file_kinds[file_id]
+        relative = Path(self.token.replace(":", "~"), folder, f"file_{file_id}{extension}")
+        path = self.files_dir / relative
+        if file_id not in self.local_paths:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(self._files[file_id][1])
+            self.local_paths[file_id] = str(self.server_dir / relative)
+        return path
 
     def edit_user_message(self, chat_id: int, message_id: int, text: str) -> dict[str, Any]:
         """The user edits their text message: queue an ``edited_message`` update."""
@@ -2142,28 +2202,16 @@ class FakeTelegram:
         if url is None:
             raise _ApiError(400, 'Bad Request: parameter "url" is required')
         url = str(url)
-        if url and not url.lower().startswith("https://"):
-            raise _ApiError(
-                400, "Bad Request: bad webhook: An HTTPS URL must be provided for webhook"
-            )
         if url:
-            try:
-                port = urlsplit(url).port or 443
-            except ValueError:
-                raise _ApiError(
-                    400, "Bad Request: bad webhook: Wrong port number specified"
-                ) from None
-            if port not in _WEBHOOK_PORTS:
-                raise _ApiError(
-                    400, "Bad Request: bad webhook: Webhook can be set up only on ports "
-                    "80, 88, 443 or 8443",
-                )  # fmt: skip
+            self._check_webhook_url(url)
         secret = params.get("secret_token")
         secret = "" if secret is None else str(secret)
         if secret and not _WEBHOOK_SECRET.fullmatch(secret):
             raise _ApiError(400, "Bad Request: secret token contains unallowed characters")
         connections = _opt_int(params, "max_connections")
-        if connections is not None and not 1 <= connections <= 100:
+        if connections is not None and not 1 <= connections <= (
+            100_000 if self.local_mode else 100
+        ):
             raise _ApiError(400, "Bad Request: bad webhook: invalid max_connections specified")
         self._set_allowed_updates(params.get("allowed_updates"))
         self.webhook_url = url
@@ -2174,6 +2222,32 @@ class FakeTelegram:
             self._updates.clear()
         self._notify()
         return True
+
+    def _check_webhook_url(self, url: str) -> None:
+        """Telegram's rules for a webhook URL; a local server takes http:// and any port."""
+        if self.local_mode:
+            try:
+                parts = urlsplit(url)
+                usable = parts.scheme.lower() in ("https", "http") and bool(parts.hostname)
+                usable = usable and parts.port != 0
+            except ValueError:
+                usable = False
+            if not usable:
+                raise _ApiError(400, "Bad Request: invalid webhook URL specified")
+            return
+        if not url.lower().startswith("https://"):
+            raise _ApiError(
+                400, "Bad Request: bad webhook: An HTTPS URL must be provided for webhook"
+            )
+        try:
+            port = urlsplit(url).port or 443
+        except ValueError:
+            raise _ApiError(400, "Bad Request: bad webhook: Wrong port number specified") from None
+        if port not in _WEBHOOK_PORTS:
+            raise _ApiError(
+                400, "Bad Request: bad webhook: Webhook can be set up only on ports "
+                "80, 88, 443 or 8443",
+            )  # fmt: skip
 
     def _get_webhook_info(self, _params: JSON) -> JSON:
         info: JSON = {
@@ -2205,6 +2279,8 @@ class FakeTelegram:
                 while True:
                     changed = self._changed
                     target = self.webhook_target
+                    if target is None and self.local_mode:  # the URL itself is reachable
+                        target = self.webhook_url
                     wait = 1.0
                     if self.webhook_url and target and not self._closing:
                         for update in self._deliverable(100):
@@ -2685,25 +2761,39 @@ class FakeTelegram:
         if found is None:
             raise _ApiError(400, "Bad Request: invalid file_id")
         unique, _, size = found
-        if size > _DOWNLOAD_LIMIT:
+        if size > (_LOCAL_FILE_LIMIT if self.local_mode else _DOWNLOAD_LIMIT):
             raise _ApiError(400, "Bad Request: file is too big")
-        return {
-            "file_id": file_id,
-            "file_unique_id": unique,
-            "file_size": size,
-            "file_path": f"files/{file_id}",
-        }
+        path = f"files/{file_id}"
+        if self.local_mode:  # the server downloads the file to its disk, then answers
+            self.local_file(file_id)
+            path = self.local_paths[file_id]
+        return {"file_id": file_id, "file_unique_id": unique, "file_size": size, "file_path": path}
 
     async def _download(self, request: web.Request) -> web.StreamResponse:
-        """``GET /file/bot<token>/<file_path>``: the file, as Telegram's file server."""
-        if request.match_info["token"] != self.token or self._closing:
-            return _error_response(_ApiError(401 if not self._closing else 502, "Unauthorized"))
+        """``GET /file/bot<token>/<file_path>``: the file, as Telegram's file server.
+
+        In local mode telegram-bot-api serves no files (404); with ``serve_local_files``
+        a web server in front serves the absolute paths getFile answered.
+        """
         path = request.match_info["path"]
-        found = self._files.get(path.removeprefix("files/"))
-        if not path.startswith("files/") or found is None or found[2] > _DOWNLOAD_LIMIT:
-            return _error_response(_ApiError(404, "Not Found"))
-        self.downloads.append(path)
+        response = self._file_response(request.match_info["token"], path)
+        self.download_requests.append((path, response.status))
+        if response.status == 200:
+            self.downloads.append(path)
         self._notify()
+        return response
+
+    def _file_response(self, token: str, path: str) -> web.Response:
+        if token != self.token or self._closing:
+            return _error_response(_ApiError(401 if not self._closing else 502, "Unauthorized"))
+        if self.local_mode:
+            by_path = {answered: file_id for file_id, answered in self.local_paths.items()}
+            file_id = by_path.get(path) if self.serve_local_files else None
+        else:
+            file_id = path.removeprefix("files/") if path.startswith("files/") else None
+        found = self._files.get(file_id or "")
+        if found is None or (not self.local_mode and found[2] > _DOWNLOAD_LIMIT):
+            return _error_response(_ApiError(404, "Not Found"))
         return web.Response(body=found[1], content_type="application/octet-stream")
 
     def _ensure_user(self, user_id: int) -> _User:
@@ -3036,6 +3126,8 @@ def _media_flags(
 
 #: Bots may download files of up to 20 MB (getFile answers "file is too big" above).
 _DOWNLOAD_LIMIT = 20 * 1024 * 1024
+#: A local server downloads files as big as Telegram keeps (2000 MB) for getFile.
+_LOCAL_FILE_LIMIT = 2000 * 1024 * 1024
 
 
 def _jpeg_bytes(seed: str, size: int) -> bytes:

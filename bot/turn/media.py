@@ -111,6 +111,12 @@ TEXT_MIME_TYPES = frozenset(
         "application/x-python", "application/x-ndjson",
     )
 )  # fmt: skip
+#: Largest photo read: Telegram's photos are far smaller (they are sent at most 10 MB).
+PHOTO_MAX_BYTES = BOT_API_DOWNLOAD_LIMIT
+#: Bytes read per second of AUDIO_MAX_SECONDS: uncompressed 48 kHz 16-bit stereo, more
+#: than any recording of that length needs. A local Bot API server passes files of up
+#: to 2 GB; this keeps a mislabelled one out of memory.
+AUDIO_BYTES_PER_SECOND = 192_000
 #: Seconds kept for a voice message that could not be transcribed (replying retries it).
 UNHEARD_TTL = 7 * 24 * 3600
 #: Longest quote of what was heard shown above the answer.
@@ -135,6 +141,10 @@ NOT_TEXT = (
     "but not {name}. Please send its text instead."
 )
 IMAGE_FILE = "To show me a picture, send it as a photo (not as a file): then I can see it."
+AUDIO_TOO_BIG = (
+    "This recording is too big for me ({size:.1f} MB; the limit is {limit:.0f} MB). Please "
+    "send a shorter one, or a compressed one (a voice note, MP3 or Ogg)."
+)
 AUDIO_TOO_LONG = (
     "This recording is too long for me ({duration}s; the limit is {limit}s). Please send a "
     "shorter one."
@@ -196,20 +206,29 @@ class MediaReader:
         content = "\n\n".join([caption, *texts] if caption else texts)
         return ChatMessage("user", content, images=tuple(images))
 
-    async def _fetch(self, ref: MediaRef, limit: int = BOT_API_DOWNLOAD_LIMIT) -> bytes:
-        if ref.size > BOT_API_DOWNLOAD_LIMIT:
-            raise MediaError(_too_big(ref.size))
+    async def _fetch(self, ref: MediaRef, limit: int) -> bytes:
+        """The file's bytes, within ``limit`` (the operator's) and the server's own limit.
+
+        A size Telegram gave that is over either is refused before getFile, which a
+        local Bot API server answers only once it has downloaded the whole file.
+        """
+        server = self.files.server_limit
+        if server is not None and server < limit and ref.size > server:
+            raise MediaError(_too_big(ref.size, server))
+        if ref.size > limit:
+            raise MediaError(_over_limit(ref, ref.size, limit))
         try:
             return await self.files.fetch(ref.file_id, limit=limit)
         except FileTooBigError as exc:
-            if exc.limit < BOT_API_DOWNLOAD_LIMIT:
-                raise MediaError(_text_too_big(exc.size, exc.limit)) from None
-            raise MediaError(_too_big(exc.size)) from None
+            size = max(exc.size, ref.size)
+            if exc.server:
+                raise MediaError(_too_big(size, exc.limit)) from None
+            raise MediaError(_over_limit(ref, size, exc.limit)) from None
         except FileUnreadableError as exc:
             raise MediaError(UNREADABLE_FILE.format(reason=str(exc) or "refused")) from None
 
     async def _image(self, inbound: Inbound, ref: MediaRef) -> Image:
-        data = await self._fetch(ref)
+        data = await self._fetch(ref, PHOTO_MAX_BYTES)
         digest = await self.store.put_blob(inbound.scope, data)
         return Image(digest, _image_mime(data), ref.width, ref.height)
 
@@ -217,7 +236,7 @@ class MediaReader:
         limit = self.limits.audio_max_seconds
         if ref.duration > limit:
             raise MediaError(AUDIO_TOO_LONG.format(duration=ref.duration, limit=limit))
-        data = await self._fetch(ref)
+        data = await self._fetch(ref, limit * AUDIO_BYTES_PER_SECOND)
         if self.transcriber is None:
             raise MediaError(UNHEARD.format(reason="no transcription is set up"))
         name = ref.name or ("voice.ogg" if ref.kind == "voice" else "audio.mp3")
@@ -244,10 +263,7 @@ class MediaReader:
             suffix not in TEXT_EXTENSIONS
         ):
             raise MediaError(NOT_TEXT.format(name=name))
-        limit = self.limits.text_file_max_bytes
-        if ref.size > limit:
-            raise MediaError(_text_too_big(ref.size, limit))
-        text = _decode_text(await self._fetch(ref, limit))
+        text = _decode_text(await self._fetch(ref, self.limits.text_file_max_bytes))
         if text is None:
             raise MediaError(UNREADABLE_TEXT.format(name=name))
         return f"File {name}:\n{text}"
@@ -290,11 +306,17 @@ def _reason(exc: ModelError) -> str:
     }.get(exc.kind, "the speech service rejected it")
 
 
-def _too_big(size: int) -> str:
-    return TOO_BIG.format(size=size / 1048576, limit=BOT_API_DOWNLOAD_LIMIT / 1048576)
+def _too_big(size: int, limit: int) -> str:
+    """Over the Bot API server's download limit (or a photo over PHOTO_MAX_BYTES)."""
+    return TOO_BIG.format(size=size / 1048576, limit=limit / 1048576)
 
 
-def _text_too_big(size: int, limit: int) -> str:
+def _over_limit(ref: MediaRef, size: int, limit: int) -> str:
+    """Over the operator's limit for this kind of file."""
+    if ref.kind in ("voice", "audio"):
+        return AUDIO_TOO_BIG.format(size=size / 1048576, limit=limit / 1048576)
+    if ref.kind == "photo":
+        return _too_big(size, limit)
     return TEXT_TOO_BIG.format(size=max(1, size // 1024), limit=limit // 1024)
 
 
