@@ -10,7 +10,7 @@ from typing import Any, Literal
 import msgpack
 
 #: Fields of an intake entry: chat, message, user, text, reply_to, thread, is_group,
-#: reply_to_bot, kind, media, group.
+#: reply_to_bot, kind, media, group (the layout's version is rc:layout, bot/data/layout.py).
 _FIELDS = 11
 
 #: A new message.

@@ -5,6 +5,12 @@ these are the bot's message bus, turn state and token accounting. Keys of one
 chat carry the store's hash tag ``{chat}`` (:func:`transcript.keys.scope_prefix`),
 so a turn's state lives in the same Redis Cluster slot as its transcript.
 
+The layout itself (bot/data/layout.py):
+
+    rc:layout          the version of this key layout, LAYOUT_VERSION ("1"): set by
+                         the first bot to start on a Redis (SET NX); a bot or an
+                         operator command refuses a Redis holding another version
+
 The message bus:
 
     rc:intake          stream of accepted user messages, consumer group "turns";
@@ -120,6 +126,13 @@ DEAD_LETTER_STREAM = f"{NAMESPACE}:deadletter"
 #: Stop buttons pressed under answers another process writes (bot/bus/stops.py).
 STOP_STREAM = f"{NAMESPACE}:stops"
 TEXT_ONLY_MODELS = f"{NAMESPACE}:text-only"
+
+#: The key holding the version of the key layout a Redis holds (bot/data/layout.py).
+LAYOUT_KEY = f"{NAMESPACE}:layout"
+#: The version of the key layout this module describes: every key shape above, the
+#: transcript store's (:mod:`transcript.keys`) and what each holds. A change that an
+#: older bot would misread takes the next number.
+LAYOUT_VERSION = "1"
 
 
 def intake_stream(shard: int) -> str:
