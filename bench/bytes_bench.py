@@ -6,8 +6,8 @@ key by family and divides by the turns; AOF bytes per turn come from
 ``aof_current_size``. Families: *transcript* (the store's tree hashes, aliases and
 tree counter), *turn state* (the turn journal, idempotency and the other
 per-chat keys of the bot: the done sets of finished turns), *usage detail* (per turn
-and per node: ``t:``, ``n:``, the pending ``p`` and the ``counted:`` (earlier ``ok:``)
-markers of the two-step record, and the old ``call:`` markers), *audit* (``a:``,
+and per node: ``t:``, ``n:``, the pending ``p`` and the ``counted:`` markers of the
+two-step record, and the baseline's ``call:`` markers), *audit* (``a:``,
 kept MODEL_AUDIT_DAYS) and *usage aggregates* (per user, day, chat, tree; the zsets).
 
 "before" is a copy of the usage script and key layout this repository used up to
@@ -30,7 +30,6 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from bot.bus.inbound import Inbound
-from bot.data import keys
 from bot.data.connection import Queued, connect, run_together
 from bot.model import Answer, Media, Usage
 from bot.usage.accounting import USER_DAY_TTL, Accounting, CallRecord, day_of, utc_now
@@ -74,6 +73,15 @@ class ScriptedModel:
 
 # ------------------------------------------------ baseline: the old usage script
 
+#: The tag of the old layout: every usage key in one slot.
+_OLD_TAG = f"{store_keys.NAMESPACE}:{{usage}}"
+
+
+def _old_key(*parts: object) -> str:
+    """A key of the old one-slot layout, e.g. ``_old_key("u", user, day)``."""
+    return ":".join([_OLD_TAG, *map(str, parts)])
+
+
 _OLD_CALL_MARKER_TTL = 90 * 24 * 3600
 _OLD_RECORD_LUA = """
 if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then return 0 end
@@ -104,9 +112,10 @@ return 1
 class BaselineAccounting(Accounting):
     """BASELINE ONLY: records with the usage script of commit d07732f (before issue 14).
 
-    Its reads are the current ones: ``last_call()`` falls back to the old per-chat node
-    hash this script writes (``turn()`` would not find its totals; the bench sets no
-    per-turn token limit, so the engine never asks).
+    ``last_call()`` reads the old per-chat node hash this script writes, so the
+    context window sizes requests as the bot's does; the other reads are the current
+    ones (``turn()`` would not find its totals; the bench sets no per-turn token
+    limit, so the engine never asks).
     """
 
     def __init__(self, redis: Redis) -> None:
@@ -116,16 +125,16 @@ class BaselineAccounting(Accounting):
         now = self.clock()
         day = day_of(now)
         chat, user = call.chat_id, call.user_id
-        user_day = keys.usage_key("u", user, day)
+        user_day = _old_key("u", user, day)
         counters = [
-            keys.usage_key("u", user),
+            _old_key("u", user),
             user_day,
-            keys.usage_key("c", chat),
-            keys.usage_key("r", chat, call.sent.tree),
-            keys.usage_key("t", chat, call.message_id),
-            keys.usage_key("d", day),
+            _old_key("c", chat),
+            _old_key("r", chat, call.sent.tree),
+            _old_key("t", chat, call.message_id),
+            _old_key("d", day),
         ]
-        audit_key = keys.usage_key("a", chat, call.call_id)
+        audit_key = _old_key("a", chat, call.call_id)
         audit_value = msgpack.packb(
             {
                 "at": now.timestamp(),
@@ -144,11 +153,11 @@ class BaselineAccounting(Accounting):
         )
         usage = call.usage
         old_keys = [
-            keys.usage_key("call", call.call_id),
+            _old_key("call", call.call_id),
             *counters,
-            keys.usage_key("users"),
-            keys.usage_key("days"),
-            keys.usage_key("n", chat),
+            _old_key("users"),
+            _old_key("days"),
+            _old_key("n", chat),
         ]
         args = [
             _OLD_CALL_MARKER_TTL, usage.prompt_tokens, usage.completion_tokens,
@@ -163,6 +172,14 @@ class BaselineAccounting(Accounting):
         replies = await run_together(self._redis, step, *([also] if also else []))
         return replies[1] if also else []
 
+    async def last_call(self, chat_id: int, sent: NodeId) -> tuple[int, int, str] | None:
+        fields = [f"{sent.ref}:{name}" for name in ("p", "c", "n", "v")]
+        values: list[Any] = await self._redis.hmget(_old_key("n", chat_id), fields)
+        p, c, n, view = values
+        if n is None or int(n) != 1:
+            return None
+        return int(p), int(c), view.decode() if view else ""
+
 
 VARIANTS: dict[str, Callable[[Redis], Accounting]] = {
     "before": BaselineAccounting,
@@ -175,14 +192,14 @@ FAMILIES = ("transcript", "turn state", "usage detail", "audit", "usage aggregat
 
 
 def _family(key: str) -> str:
-    if key.startswith(keys.USAGE_TAG + ":"):  # the one-slot layouts
-        kind = key[len(keys.USAGE_TAG) + 1 :].partition(":")[0]
+    if key.startswith(_OLD_TAG + ":"):  # the old one-slot layout
+        kind = key[len(_OLD_TAG) + 1 :].partition(":")[0]
         if kind in ("t", "n", "call"):  # per turn, per node, old call markers
             return "usage detail"
         return "audit" if kind == "a" else "usage aggregates"
     if key.startswith(f"{store_keys.NAMESPACE}:{{usage:"):  # a totals bucket
         kind = key.partition("}:")[2].partition(":")[0]
-        return "usage detail" if kind in ("ok", "counted") else "usage aggregates"  # per call
+        return "usage detail" if kind == "counted" else "usage aggregates"  # per call
     scope = key.partition("{")[2].partition("}")[0]
     if scope and key.startswith(store_keys.scope_prefix(scope) + "u:"):  # chat's usage
         kind = key[len(store_keys.scope_prefix(scope)) + 2 :].partition(":")[0]

@@ -32,8 +32,8 @@ Settings are read from the environment and from .env in the working directory
 EXIT_CODES = f"""\
 exit codes:
   {EXIT_OK}  stopped cleanly (SIGTERM or SIGINT), or a command finished
-  {EXIT_STARTUP}  start-up failed: Telegram, Redis or the model refused, or Telegram or Redis
-      stayed unreachable for 20 s
+  {EXIT_STARTUP}  start-up failed: Telegram, Redis or the model refused, Redis holds an
+      unknown key layout, or Telegram or Redis stayed unreachable for 20 s
   {EXIT_SETTINGS}  a setting is missing or invalid (one line names it), or bad usage"""
 
 
@@ -89,8 +89,8 @@ def _add_operator_commands(commands: argparse._SubParsersAction[argparse.Argumen
         help="check the set-up: settings, Telegram, Redis, the model endpoint",
         description="Check everything the bot needs, one line each with ✓ (fine), ⚠ (the bot "
         "runs, but fix this) or ✗ (the bot cannot run) and the fix: the settings; Telegram "
-        "(getMe with the token, the webhook state); Redis (reachable, version, persistence, "
-        "maxmemory-policy); the model endpoint (its model list holds OPENAI_MODEL). "
+        "(getMe with the token, the webhook state); Redis (reachable, version, key layout, "
+        "persistence, maxmemory-policy); the model endpoint (its model list holds OPENAI_MODEL). "
         "Exit 0 when the bot can run, 1 when not, 2 for a setting.",
     )
     doctor.add_argument(
@@ -180,10 +180,12 @@ def cmd_dead_letters(args: argparse.Namespace) -> int:
         return EXIT_SETTINGS
     from .bus.intake import Intake  # noqa: PLC0415
     from .data.connection import connect  # noqa: PLC0415
+    from .data.layout import UnknownLayoutError, check_layout  # noqa: PLC0415
 
     async def run() -> int:
         redis = connect(settings.redis_url, cluster=settings.redis_cluster)
         try:
+            await check_layout(redis, claim=False)
             intake = Intake(redis, settings.bot_instance, shards=settings.intake_shards)
             if args.replay:
                 moved = await intake.replay_parked()
@@ -209,6 +211,9 @@ def cmd_dead_letters(args: argparse.Namespace) -> int:
         return asyncio.run(run())
     except StoreUnavailableError as exc:
         print(f"replychain: {exc}; check REDIS_URL", file=sys.stderr)
+        return EXIT_STARTUP
+    except UnknownLayoutError as exc:
+        print(f"replychain: {exc}", file=sys.stderr)
         return EXIT_STARTUP
 
 

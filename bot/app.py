@@ -42,7 +42,8 @@ from .bus.leader import Lease
 from .bus.runner import LEASE_SHARE, InFlight, TurnRunner
 from .bus.stops import StopRelay
 from .data import keys
-from .data.connection import connect, guarded
+from .data.connection import connect
+from .data.layout import UnknownLayoutError, check_layout
 from .metrics import Health, Metrics, MetricsServer
 from .model import ModelClient, estimate_text
 from .model.transcribe import Transcriber
@@ -289,15 +290,19 @@ class App:
         )
 
     async def check(self) -> None:
-        """Reach Redis and Telegram before polling; one clear line when they are wrong."""
+        """Reach Redis (holding a key layout this bot knows) and Telegram before polling;
+        one clear line when they are wrong."""
         where = redis_location(self.settings.redis_url)
         server = self.settings.telegram_api_url
-        await self._startup_step(
-            f"cannot reach Redis at {where}: start it (`make run` starts a local one) "
-            "or set REDIS_URL",
-            lambda: guarded(self.redis.ping()),
-            (StoreUnavailableError,),
-        )
+        try:
+            await self._startup_step(
+                f"cannot reach Redis at {where}: start it (`make run` starts a local one) "
+                "or set REDIS_URL",
+                lambda: check_layout(self.redis, claim=True),  # its round trip reaches Redis
+                (StoreUnavailableError,),
+            )
+        except UnknownLayoutError as exc:
+            raise StartupError(str(exc)) from None
         try:
             await self._startup_step(
                 f"cannot reach the Telegram Bot API at {server}",

@@ -139,7 +139,6 @@ async def test_usage_keys_spread_over_the_masters_and_stats_sum_them(
         masters.append({kind(name) for name in names})
     assert sum("totals" in found for found in masters) > 1, masters
     assert sum("detail" in found for found in masters) > 1, masters
-    assert not any("{usage}" in found for found in masters)  # the earlier one-slot tag
 
 
 async def test_turn_states_and_done_marks_keep_each_script_in_its_chat_slot(
@@ -173,8 +172,6 @@ def _text(name: bytes | str) -> str:
 
 
 def kind(name: str) -> str:
-    if name.startswith("rc:{usage}"):
-        return "{usage}"
     return "totals" if name.startswith("rc:{usage:") else "detail"
 
 

@@ -28,6 +28,7 @@ from .fake_openai import FakeOpenAI
 from .fake_telegram import FakeTelegram
 from .harness import ROOT, USER, BotFactory, answers_to, ask, env_for
 from .redis_server import RedisServer, _ping, free_port
+from .test_layout import REFUSED, holding
 
 WRONG_TOKEN = "999:wrong-token-xyz123456"
 
@@ -100,6 +101,7 @@ async def test_doctor_passes_a_good_set_up(
     assert "@" in line_of(out, "✓ Telegram:")
     assert "none set" in line_of(out, "✓ Telegram webhook:")
     assert line_of(out, "✓ Redis: Redis ")
+    assert "none yet" in line_of(out, "✓ Redis key layout:")  # the bot never ran here
     assert "AOF on" in line_of(out, "✓ Redis persistence:")
     assert "noeviction" in line_of(out, "✓ Redis eviction:")
     assert "test-model" in line_of(out, "✓ model:")
@@ -413,3 +415,23 @@ async def test_a_read_without_redis_is_one_line(
         assert result.err.startswith("replychain: Redis is unreachable")
         assert result.err.rstrip().endswith("check REDIS_URL")
         assert result.err.count("\n") == 1
+
+
+async def test_every_command_reading_redis_refuses_an_unknown_layout(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, private_redis: RedisServer
+) -> None:
+    redis = await holding(private_redis, "99")
+    env = env_for(tg, llm, private_redis.url)
+    for command in (["export", str(USER), "1"], ["tree", str(USER), "1"], ["why", str(USER), "1"]):
+        result = await cli(tmp_path, env, *command)
+        assert (result.code, result.out, result.err) == (1, "", f"replychain: {REFUSED}\n")
+    for args in ([], ["--replay"]):
+        result = await cli(tmp_path, env, "dead-letters", *args)
+        assert (result.code, result.out, result.err) == (1, "", f"replychain: {REFUSED}\n")
+    doctor = await cli(tmp_path, env, "doctor")
+    assert doctor.code == 1, doctor
+    assert line_of(doctor.out, "✗ Redis key layout:") == f"✗ Redis key layout: {REFUSED}"
+    assert doctor.out.rstrip().endswith("✗ the bot cannot run: fix the lines marked ✗")
+    assert [k async for k in redis.scan_iter()] == [bot_keys.LAYOUT_KEY.encode()]
+    assert await redis.get(bot_keys.LAYOUT_KEY) == b"99"
+    await redis.aclose()

@@ -272,6 +272,22 @@ async def test_a_repeated_record_is_counted_once_everywhere(redis: Redis) -> Non
     assert await accounting.chain(5, [node(1)]) == once + Totals(1, 2, 0, 1)
 
 
+async def test_stats_rank_users_by_tokens_all_time_and_today(redis: Redis) -> None:
+    yesterday = Accounting(redis, clock=Clock(NOON - timedelta(days=1)))
+    await yesterday.record(CallRecord(5, 7, 11, node(1), "m", Usage(1000, 100), 0.1))
+    accounting = Accounting(redis, clock=Clock(NOON))
+    await accounting.record(CallRecord(5, 7, 13, node(3), "m", Usage(10, 1), 0.1))
+    await accounting.record(CallRecord(6, 9, 11, NodeId("6", 1, 0, 1), "m", Usage(500, 50), 0.1))
+    per_user, per_day = await accounting.stats(days=2)
+    assert per_user == [
+        (7, Totals(1010, 101, 0, 2), Totals(10, 1, 0, 1)),
+        (9, Totals(500, 50, 0, 1), Totals(500, 50, 0, 1)),
+    ]
+    assert per_day == [(DAY, Totals(510, 51, 0, 2)), ("20260228", Totals(1000, 100, 0, 1))]
+    top, _ = await accounting.stats(days=1, users=1)
+    assert [user for user, _, _ in top] == [7]
+
+
 async def test_zero_counts_are_not_written(redis: Redis) -> None:
     accounting = Accounting(redis, clock=Clock(NOON))
     bucket = keys.usage_bucket(7)
@@ -357,18 +373,6 @@ async def test_last_call_and_chain_across_branches(redis: Redis) -> None:
     assert await accounting.chain(5, [a, left]) == Totals(305, 35, 50, 3)
 
 
-async def test_nodes_recorded_in_the_old_per_chat_hash_are_still_read(redis: Redis) -> None:
-    accounting = Accounting(redis, clock=Clock(NOON))
-    old = {"0:0.1:p": 100, "0:0.1:c": 10, "0:0.1:k": 5, "0:0.1:n": 1, "0:0.1:v": ""}
-    await redis.hset(keys.usage_key("n", 5), mapping=old)  # type: ignore[arg-type]
-    await redis.zadd(keys.usage_key("users"), {"7": 110})  # written with every call then
-    a, b = NodeId("5", 0, 0, 1), NodeId("5", 0, 0, 3)
-    await accounting.record(CallRecord(5, 7, 13, b, "m", Usage(200, 20), 0.1))
-    assert await accounting.last_call(5, a) == (100, 10, "")
-    assert await accounting.last_call(5, b) == (200, 20, "")
-    assert await accounting.chain(5, [a, b]) == Totals(300, 30, 5, 2)
-
-
 def break_totals(monkeypatch: pytest.MonkeyPatch) -> None:
     """The totals step fails in Redis from now on, as if the process died between the
     two steps (the record's own step; finishing a stale entry is another)."""
@@ -441,36 +445,6 @@ async def test_a_call_left_pending_by_a_dead_process_is_finished_by_the_next_one
     assert await late.user_all_time(7) == Totals(103, 23, 0, 3)
 
 
-async def test_totals_and_audit_of_the_earlier_layout_are_still_read(redis: Redis) -> None:
-    accounting = Accounting(redis, clock=Clock(NOON))
-    old = {"p": 1000, "c": 100, "n": 10}
-    for parts in (("u", 7), ("u", 7, DAY), ("d", DAY)):
-        await redis.hset(keys.usage_key(*parts), mapping=old)  # type: ignore[arg-type]
-    await redis.zadd(keys.usage_key("users"), {"7": 1100, "9": 5000})
-    await redis.hset(keys.usage_key("u", 9), mapping={"p": 5000, "n": 1})
-    await redis.hset(keys.usage_key("t", 5, DAY), "11", "1000 100 0 10 0 0")
-    record = [
-        int(NOON.timestamp()) - 60, "m", 7, 11, "5/1:0.1", 1000, 100, 0, False, 0.5, None, "",
-    ]  # fmt: skip
-    await redis.set(keys.usage_key("a", 5, "old"), msgpack.packb(record))
-    await accounting.record(CallRecord(5, 7, 11, node(1), "m", Usage(10, 1), 0.25))
-    both = Totals(1010, 101, 0, 11)
-    assert await accounting.user_all_time(7) == both
-    assert await accounting.user_today(7) == both
-    assert await accounting.turn(5, 11) == both
-    per_user, per_day = await accounting.stats(days=1)
-    assert [user for user, _, _ in per_user] == [9, 7]
-    assert per_user[1] == (7, both, both)
-    assert per_day == [(DAY, both)]
-    audits = await audit_records(redis, 5)
-    assert [(a.prompt, a.message) for a in audits] == [(1000, 11), (10, 11)]
-    # per-node usage of the earlier per-tree hash
-    await redis.hset(keys.usage_key("n", 5, 1), "1:0.3", "7 3 0 1 #abcdefgh 1:0.1")
-    assert await accounting.last_call(5, node(3)) == (7, 3, "1:0.1")
-    assert await accounting.chain(5, [node(0), node(1), node(2), node(3)]) == Totals(17, 4, 0, 2)
-    assert audits[1].latency == pytest.approx(0.25)
-
-
 async def test_a_record_carries_other_writes_in_its_round_trip_even_without_scripts(
     redis: Redis,
 ) -> None:
@@ -504,30 +478,7 @@ async def test_last_call_of_this_process_is_answered_from_memory(redis: Redis) -
     assert await Accounting(redis, clock=Clock(NOON)).last_call(5, b) is None
 
 
-async def test_a_call_counted_under_the_earlier_ok_hash_is_not_counted_again(
-    redis: Redis,
-) -> None:
-    """Upgrade: a call whose totals an earlier version wrote (noted in the bucket's ok
-    hash of the day, not its counted set) and whose pending entry a crash left is
-    finished by the next record without counting it twice."""
-    accounting = Accounting(redis, clock=Clock(NOON))
-    await accounting.record(CallRecord(5, 7, 11, node(1), "m", Usage(100, 20), 0.1))
-    [(marker, _)] = (await redis.hgetall(keys.chat_usage_key(5, "p"))).items()
-    bucket = keys.usage_bucket(7)
-    counted = keys.usage_total_key(bucket, "counted", DAY)
-    # as an earlier version left it: noted in the ok hash only
-    await redis.delete(counted)
-    await redis.hset(keys.usage_total_key(bucket, "ok", DAY), marker, "1")
-    later = Accounting(redis, clock=Clock(NOON + timedelta(minutes=2)))
-    await later.record(CallRecord(5, 7, 13, node(3), "m", Usage(1, 1), 0.1))
-    await later.settled(5)
-    assert not await redis.exists(keys.chat_usage_key(5, "p"))
-    assert await later.user_all_time(7) == Totals(101, 21, 0, 2)
-    assert await redis.scard(counted) == 1  # the new call's mark only
-    assert await redis.object("encoding", counted) == b"intset"
-
-
-async def test_turn_entries_leave_zero_tails_out_and_read_either_form(redis: Redis) -> None:
+async def test_turn_entries_leave_zero_tails_out(redis: Redis) -> None:
     accounting = Accounting(redis, clock=Clock(NOON))
     turns = keys.chat_usage_key(5, "t", DAY)
     await accounting.record(CallRecord(5, 7, 11, node(1), "m", Usage(100, 20), 0.1))
@@ -535,11 +486,6 @@ async def test_turn_entries_leave_zero_tails_out_and_read_either_form(redis: Red
     await accounting.record(CallRecord(5, 7, 11, node(1), "m", Usage(1, 0), 0.1, error="x"))
     assert await redis.hget(turns, "11") == b"101 20 0 2 0 1"
     assert await accounting.turn(5, 11) == Totals(101, 20, 0, 2, 0, 1)
-    # an entry written in full by an earlier version is added to and read
-    await redis.hset(turns, "13", "5 5 0 1 0 0")
-    await accounting.record(CallRecord(5, 7, 13, node(3), "m", Usage(10, 1), 0.1))
-    assert await redis.hget(turns, "13") == b"15 6 0 2"
-    assert await accounting.turn(5, 13) == Totals(15, 6, 0, 2)
 
 
 async def test_audit_records_leave_out_what_their_key_tells(redis: Redis) -> None:

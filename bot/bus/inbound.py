@@ -9,14 +9,11 @@ from typing import Any, Literal
 
 import msgpack
 
-_VERSION = 2
-#: Entries of another kind than a new message (an edit, a /retry) carry the kind.
-_KIND_VERSION = 3
-#: Entries with files (photos, voice, documents) carry them and their album.
-_MEDIA_VERSION = 4
-_FIELDS_OF = {1: 8, 2: 9, 3: 10, 4: 12}  # entries of an older version are still read
+#: Fields of an intake entry: chat, message, user, text, reply_to, thread, is_group,
+#: reply_to_bot, kind, media, group (the layout's version is rc:layout, bot/data/layout.py).
+_FIELDS = 11
 
-#: A new message (the only kind before version 3).
+#: A new message.
 MESSAGE = ""
 #: The user edited message ``message_id``; ``text`` is its new wording.
 EDIT = "edit"
@@ -101,15 +98,9 @@ class Inbound:
         return str(self.chat_id)
 
     def encode(self) -> bytes:
-        """The msgpack form kept in the intake stream (versioned)."""
-        extra: list[Any] = [self.kind] if self.kind != MESSAGE else []
-        version = _KIND_VERSION if extra else _VERSION
-        if self.media or self.group is not None:
-            extra = [self.kind, [m.encode() for m in self.media], self.group]
-            version = _MEDIA_VERSION
+        """The msgpack form kept in the intake stream: an array of the fields in order."""
         data: bytes = msgpack.packb(
             [
-                version,
                 self.chat_id,
                 self.message_id,
                 self.user_id,
@@ -118,7 +109,9 @@ class Inbound:
                 self.thread_id,
                 self.is_group,
                 self.reply_to_bot,
-                *extra,
+                self.kind,
+                [m.encode() for m in self.media],
+                self.group,
             ]
         )
         return data
@@ -128,16 +121,12 @@ class Inbound:
         """The inverse of :meth:`encode`; ``None`` for bytes that do not decode."""
         try:
             fields = msgpack.unpackb(data)
-            if _FIELDS_OF.get(fields[0]) != len(fields):
+            if len(fields) != _FIELDS:
                 return None
-            _, chat, message, user, text, reply_to, thread, group, *rest = fields
-            to_bot = bool(rest[0]) if rest else False
-            kind = str(rest[1]) if len(rest) > 1 else MESSAGE
-            media = tuple(MediaRef.decode(m) for m in rest[2]) if len(rest) > 2 else ()
-            album = rest[3] if len(rest) > 3 else None
+            chat, message, user, text, reply_to, thread, group, to_bot, kind, media, album = fields
             return cls(
-                chat, message, user, text, reply_to, thread, bool(group), to_bot, kind, media,
-                album,
+                chat, message, user, text, reply_to, thread, bool(group), bool(to_bot),
+                str(kind), tuple(MediaRef.decode(m) for m in media), album,
             )  # fmt: skip
         except Exception:  # a damaged entry must not stop the bus
             return None

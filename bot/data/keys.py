@@ -5,6 +5,12 @@ these are the bot's message bus, turn state and token accounting. Keys of one
 chat carry the store's hash tag ``{chat}`` (:func:`transcript.keys.scope_prefix`),
 so a turn's state lives in the same Redis Cluster slot as its transcript.
 
+The layout itself (bot/data/layout.py):
+
+    rc:layout          the version of this key layout, LAYOUT_VERSION ("1"): set by
+                         the first bot to start on a Redis (SET NX); a bot or an
+                         operator command refuses a Redis holding another version
+
 The message bus:
 
     rc:intake          stream of accepted user messages, consumer group "turns";
@@ -32,9 +38,6 @@ The turn (bot/turn/state.py):
                                   before they run
                          q<k>.<i> msgpack message: the result of call i of round k
                          x        unexpected failures
-                         d        "1": the turn finished (written by earlier versions,
-                                  whose finished turns kept only this mark for two days;
-                                  still read)
                        A finished turn's hash is deleted: its nodes and parts are found
                        through their aliases, and its mark is in a done set:
     rc:{S}:done:<day>  set of the ids m of the chat's messages whose turns finished on
@@ -112,17 +115,6 @@ crc32(user id) % USAGE_BUCKETS, so no slot takes every call's write:
                                      8 bytes a call): calls whose totals are written
                                      (the second step is a no-op when repeated);
                                      expires after two days
-    rc:{usage:<k>}:ok:<day>        hash "<marker>" -> "1": the same, as earlier
-                                     versions wrote it (still checked, no longer
-                                     written; gone two days after an upgrade)
-
-Keys of the earlier layouts, all in the slot of the tag ``{usage}`` (``usage_key``):
-``rc:{usage}:u:<user>``, ``u:<user>:<day>``, ``d:<day>``, ``users``, ``t:<chat>:<day>``,
-``n:<chat>:<tree>``, ``n:<chat>`` (fields "<ref>:p|c|k|n|v"), ``a:<chat>:<id>``. They
-are no longer written; while ``rc:{usage}:users`` exists (asked once per process)
-reads add them in (totals, the top users, a turn's calls, per-node usage; audit
-records always) so nothing recorded before the change vanishes, and /forget erases a
-chat's detail in both layouts.
 """
 
 from __future__ import annotations
@@ -137,6 +129,13 @@ DEAD_LETTER_STREAM = f"{NAMESPACE}:deadletter"
 #: Stop buttons pressed under answers another process writes (bot/bus/stops.py).
 STOP_STREAM = f"{NAMESPACE}:stops"
 TEXT_ONLY_MODELS = f"{NAMESPACE}:text-only"
+
+#: The key holding the version of the key layout a Redis holds (bot/data/layout.py).
+LAYOUT_KEY = f"{NAMESPACE}:layout"
+#: The version of the key layout this module describes: every key shape above, the
+#: transcript store's (:mod:`transcript.keys`) and what each holds. A change that an
+#: older bot would misread takes the next number.
+LAYOUT_VERSION = "1"
 
 
 def intake_stream(shard: int) -> str:
@@ -213,12 +212,3 @@ def usage_total_key(bucket: int, *parts: object) -> str:
 def chat_usage_key(chat_id: int, *parts: object) -> str:
     """A usage detail key in the chat's slot, e.g. ``chat_usage_key(chat, "t", day)``."""
     return scope_prefix(str(chat_id)) + ":".join(["u", *map(str, parts)])
-
-
-#: The tag of the earlier layout (every usage key in one slot): read, never written.
-USAGE_TAG = f"{NAMESPACE}:{{usage}}"
-
-
-def usage_key(*parts: object) -> str:
-    """A key of the earlier layout, e.g. ``usage_key("u", user, day)`` (reads only)."""
-    return ":".join([USAGE_TAG, *map(str, parts)])

@@ -4,7 +4,8 @@ They read the same settings as the bot and never start polling. Each prints
 what it found on stdout and, when it cannot, one line on stderr with a
 non-zero exit code: never a traceback, never a secret. ``doctor`` checks a
 set-up (:mod:`bot.ops.doctor`); ``export``, ``tree`` and ``why`` read stored
-threads and audit records (:mod:`bot.ops.threads`).
+threads and audit records (:mod:`bot.ops.threads`), from a Redis whose key layout
+this bot knows (:mod:`bot.data.layout`).
 
 This package is imported lazily by :mod:`bot.__main__` (it pulls in redis,
 aiogram and openai).
@@ -21,6 +22,7 @@ from redis.exceptions import ConnectionError, TimeoutError
 
 from transcript import StoreUnavailableError, TranscriptError
 
+from ..data.layout import UnknownLayoutError, check_layout
 from ..settings import Settings
 from .threads import OpsError
 
@@ -43,6 +45,7 @@ def read_thread(command: str, settings: Settings, chat_id: int, message_id: int)
         redis = connect(settings.redis_url, retries=1, cluster=settings.redis_cluster)
         store = TranscriptStore(redis, cache_bytes=_CACHE_BYTES)
         try:
+            await check_layout(redis, claim=False)
             if command == "export":
                 return await threads.export(redis, store, chat_id, message_id)
             if command == "tree":
@@ -60,7 +63,7 @@ def run_read(name: str, work: Callable[[], Coroutine[Any, Any, str]]) -> int:
     """Run one reading command; its text goes to stdout, a failure is one line on stderr."""
     try:
         text = asyncio.run(work())
-    except OpsError as exc:
+    except (OpsError, UnknownLayoutError) as exc:
         return _fail(str(exc))
     except StoreUnavailableError as exc:
         return _fail(f"{exc}; check REDIS_URL")

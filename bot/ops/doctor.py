@@ -3,7 +3,7 @@
 Each line starts with ✓ (fine), ⚠ (the bot runs, but fix this) or ✗ (the bot
 cannot run), names the variable at fault and says how to fix it. The three
 edges are checked at once: Telegram (getMe with the token, the webhook state),
-Redis (reachable, version, persistence, eviction policy) and the model
+Redis (reachable, version, key layout, persistence, eviction policy) and the model
 endpoint (its model list, and with ``--call`` a one-token completion).
 Every line is scrubbed of the token, the model key and the Redis password
 before it is printed.
@@ -223,6 +223,7 @@ async def check_redis(settings: Settings, report: Report) -> None:
             report.fail("Redis", f"Redis {version} at {where} is too old: use Redis 6.2 or newer")
             return
         report.ok("Redis", f"Redis {version} at {where}")
+        await _check_layout(redis, report)
         await _check_persistence(redis, report)
         memory = await guarded(redis.info("memory"))
         policy = memory.get("maxmemory_policy") or await _config(redis, "maxmemory-policy")
@@ -238,6 +239,20 @@ async def check_redis(settings: Settings, report: Report) -> None:
             )
     finally:
         await redis.aclose()
+
+
+async def _check_layout(redis: Any, report: Report) -> None:
+    from ..data.layout import UnknownLayoutError, check_layout  # noqa: PLC0415
+
+    try:
+        found = await check_layout(redis, claim=False)
+    except UnknownLayoutError as exc:
+        report.fail("Redis key layout", str(exc))
+        return
+    if found is None:
+        report.ok("Redis key layout", "none yet: the bot writes its version at its first start")
+    else:
+        report.ok("Redis key layout", f"version {found}, the one this bot knows")
 
 
 async def _check_persistence(redis: Any, report: Report) -> None:

@@ -15,11 +15,9 @@ What a chat leaves in Redis, found by its key shapes (:mod:`transcript.keys`,
   reply to an erased answer starts a new conversation instead of a notice that the
   thread is unknown;
 * entries of that chat in the intake stream and the dead-letter stream (they hold
-  the message text);
-* the chat's usage detail and audit records of the earlier layout:
-  ``rc:{usage}:t:<chat>:*``, ``rc:{usage}:n:<chat>:*`` (and the older
-  ``rc:{usage}:n:<chat>``), ``rc:{usage}:a:<chat>:*``. The per-user and per-day
-  totals hold no text and no chat, and stay.
+  the message text).
+
+The per-user and per-day totals hold no text and no chat, and stay.
 
 Nothing of another chat is touched: every pattern ends at the chat id's colon or
 closing brace.
@@ -80,21 +78,10 @@ async def forget_chat(
     store.cache.forget_scope(scope)
     await store.unthreaded(scope, [_bytes(m).decode() for m in aliased])
 
-    usage: list[Any] = []
-    for kind in ("t", "n", "a"):
-        pattern = _glob(bot_keys.usage_key(kind, chat_id)) + ":*"
-        usage += [name async for name in redis.scan_iter(match=pattern)]
-    usage += (
-        [bot_keys.usage_key("n", chat_id)]
-        if await redis.exists(bot_keys.usage_key("n", chat_id))
-        else []
-    )
-    await _delete(redis, usage)
-
     intake = bot_keys.intake_stream(bot_keys.intake_shard(chat_id, intake_shards))
     queued = await _drop_entries(redis, intake, chat_id, ack=True)
     queued += await _drop_entries(redis, bot_keys.DEAD_LETTER_STREAM, chat_id, ack=False)
-    return Erased(trees, aliases, other, queued, usage_detail + len(usage))
+    return Erased(trees, aliases, other, queued, usage_detail)
 
 
 async def _drop_entries(redis: Redis, stream: str, chat_id: int, *, ack: bool) -> int:

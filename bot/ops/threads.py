@@ -12,8 +12,7 @@ reads the store has no API for are done here, from the key shapes in
   fold on a path, but a call may have been sent an older one.
 
 ``why`` finds a call's audit records by scanning ``rc:{<chat>}:u:a:*`` (one hash
-per chat and day, kept ``MODEL_AUDIT_DAYS`` days) and the earlier layout's
-``rc:{usage}:a:<chat>:*``: fine for a command run by hand.
+per chat and day, kept ``MODEL_AUDIT_DAYS`` days): fine for a command run by hand.
 """
 
 from __future__ import annotations
@@ -322,7 +321,7 @@ class AuditRecord:
     @classmethod
     def decode(cls, data: bytes, chat_id: int) -> AuditRecord | None:
         """A record of ``chat_id``'s audit (the chat's hash leaves out the chat: a nil
-        user is the chat, a ``sent`` without "/" a ref in the chat; see AUDIT_FIELDS)."""
+        user is the chat, ``sent`` is a ref in the chat; see AUDIT_FIELDS)."""
         try:
             values = msgpack.unpackb(data, raw=False)
             if not isinstance(values, list) or len(values) != len(AUDIT_FIELDS):
@@ -330,8 +329,7 @@ class AuditRecord:
             record: dict[str, Any] = dict(zip(AUDIT_FIELDS, values, strict=True))
             if record["user"] is None:
                 record["user"] = chat_id
-            if "/" not in record["sent"]:
-                record["sent"] = f"{chat_id}/{record['sent']}"
+            record["sent"] = f"{chat_id}/{record['sent']}"
             return cls(**record)
         except Exception:  # a record that does not decode is skipped, not fatal
             return None
@@ -344,17 +342,12 @@ class AuditRecord:
 async def audit_records(redis: Redis, chat_id: int) -> list[AuditRecord]:
     """Every audit record of one chat still kept.
 
-    The chat's audit hashes, one per day (``rc:{<chat>}:u:a:<day>``), found by a
-    SCAN, and the earlier layout's one key per call (``rc:{usage}:a:<chat>:*``).
+    The chat's audit hashes, one per day (``rc:{<chat>}:u:a:<day>``), found by a SCAN.
     """
     values: list[Any] = []
     days = bot_keys.chat_usage_key(chat_id, "a", "*")
     async for name in redis.scan_iter(match=days, count=1000):
         values += (await guarded(redis.hgetall(name))).values()
-    pattern = bot_keys.usage_key("a", chat_id, "*")
-    names = [name async for name in redis.scan_iter(match=pattern, count=1000)]
-    for start in range(0, len(names), 500):
-        values += await guarded(redis.mget(names[start : start + 500]))
     records: list[AuditRecord] = []
     for value in values:
         record = AuditRecord.decode(value, chat_id) if isinstance(value, bytes) else None

@@ -54,8 +54,7 @@ DETAIL_DAYS = 90
 _FIELDS = ("p", "c", "k", "n", "e", "x")
 #: The audit record's fields, in the order of its msgpack array. Records in a chat's
 #: audit hash leave out what its key tells: ``user`` is nil when the user is the chat
-#: (a private chat) and ``sent`` is the node's ref without the chat ("tree:seg.idx");
-#: the earlier layout's records hold both in full.
+#: (a private chat) and ``sent`` is the node's ref without the chat ("tree:seg.idx").
 AUDIT_FIELDS = (
     "at", "model", "user", "message", "sent", "prompt", "completion", "cached", "estimated",
     "latency", "error", "view",
@@ -115,13 +114,11 @@ end
 return {counted, stale}
 """
 
-# The second step, in the user's bucket: KEYS user, user-day, day, users, counted-of-day,
-# ok-of-day (the earlier versions' hash of "<marker>" -> "1", still read); ARGV marker
-# as a number, user, p, c, k, e, x, user-day TTL, counted TTL, marker. The counted set
-# (an intset: 8 bytes a call) makes a repeated second step (a crash before the
+# The second step, in the user's bucket: KEYS user, user-day, day, users, counted-of-day;
+# ARGV marker as a number, user, p, c, k, e, x, user-day TTL, counted TTL. The counted
+# set (an intset: 8 bytes a call) makes a repeated second step (a crash before the
 # pending entry was removed) a no-op.
 _TOTALS_LUA = """
-if redis.call('HEXISTS', KEYS[6], ARGV[10]) == 1 then return 0 end
 if redis.call('SADD', KEYS[5], ARGV[1]) == 0 then return 0 end
 if redis.call('TTL', KEYS[5]) < 0 then redis.call('EXPIRE', KEYS[5], ARGV[9]) end
 local names = {'p', 'c', 'k', 'n', 'e', 'x'}
@@ -347,9 +344,8 @@ def _queue_totals(pipe: Pipeline, marker: str, pending: str) -> None:
         keys.usage_total_key(bucket, "d", day),
         keys.usage_total_key(bucket, "users"),
         keys.usage_total_key(bucket, "counted", day),
-        keys.usage_total_key(bucket, "ok", day),
     ]
-    args: list[str | int] = [_marker_number(marker), user, *delta, USER_DAY_TTL, OK_TTL, marker]
+    args: list[str | int] = [_marker_number(marker), user, *delta, USER_DAY_TTL, OK_TTL]
     pipe.eval(_TOTALS_LUA, len(found), *found, *args)
 
 
@@ -358,10 +354,7 @@ def _text(value: Any) -> str:
 
 
 def _entry(value: Any) -> tuple[int, int, int, int, str]:
-    """A per-node entry "p c k n markers view" (or an earlier layout's tuple): tokens,
-    calls and the last call's view."""
-    if isinstance(value, tuple):
-        return value
+    """A per-node entry "p c k n markers view": tokens, calls and the last call's view."""
     p, c, k, n, _, view = _text(value).split(" ", 5)
     return int(p), int(c), int(k), int(n), view
 
@@ -390,7 +383,6 @@ class Accounting:
         self.prices = prices or Prices()
         #: Days the per-turn and per-node detail is kept after its last write.
         self.detail_days = detail_days
-        self._earlier_layout: bool | None = None
         #: Per chat, the pending entries whose totals this process wrote (removed with
         #: the turn's final write, or the chat's next record).
         self._done: dict[int, set[str]] = {}
@@ -503,49 +495,26 @@ class Accounting:
 
     # ----------------------------------------------------------------- reads
 
-    async def _sum(self, names: Sequence[str]) -> Totals:
-        """The totals hashes ``names`` summed, read in one pipeline."""
-        pipe = self._redis.pipeline(transaction=False)
-        for name in names:
-            pipe.hmget(name, _FIELDS)
-        total = Totals()
-        for values in await guarded(pipe.execute()):
-            total = total + Totals.from_hash(dict(zip(_FIELDS, values, strict=True)))
-        return total
+    async def _totals(self, name: str) -> Totals:
+        """The totals hash ``name``."""
+        return Totals.from_hash(await guarded(self._redis.hgetall(name)))
 
-    async def _earlier(self) -> bool:
-        """Whether the earlier one-slot layout holds data (asked once per process).
-
-        Its users ranking was written with every counted call; without it the
-        reads skip the earlier keys, so they never touch the ``{usage}`` slot.
-        """
-        if self._earlier_layout is None:
-            found = await guarded(self._redis.exists(keys.usage_key("users")))
-            self._earlier_layout = bool(found)
-        return self._earlier_layout
-
-    async def _user_keys(self, user_id: int, *day: str) -> list[str]:
-        """A user's totals hash (all time, or of one day) and the earlier layout's."""
-        found = [keys.usage_total_key(keys.usage_bucket(user_id), "u", user_id, *day)]
-        if await self._earlier():
-            found.append(keys.usage_key("u", user_id, *day))
-        return found
+    def _user_key(self, user_id: int, *day: str) -> str:
+        """A user's totals hash: all time, or of one day."""
+        return keys.usage_total_key(keys.usage_bucket(user_id), "u", user_id, *day)
 
     async def user_today(self, user_id: int) -> Totals:
-        return await self._sum(await self._user_keys(user_id, day_of(self.clock())))
+        return await self._totals(self._user_key(user_id, day_of(self.clock())))
 
     async def user_all_time(self, user_id: int) -> Totals:
-        return await self._sum(await self._user_keys(user_id))
+        return await self._totals(self._user_key(user_id))
 
     async def turn(self, chat_id: int, message_id: int) -> Totals:
         """The calls of the turn answering ``message_id`` (those of today and yesterday)."""
         now = self.clock()
-        earlier = await self._earlier()
         pipe = self._redis.pipeline(transaction=False)
         for day in (day_of(now), day_of(now - timedelta(days=1))):
             pipe.hget(keys.chat_usage_key(chat_id, "t", day), str(message_id))
-            if earlier:
-                pipe.hget(keys.usage_key("t", chat_id, day), str(message_id))
         total = Totals()
         for value in await guarded(pipe.execute()):
             if value is not None:
@@ -553,49 +522,17 @@ class Accounting:
         return total
 
     async def _nodes(self, chat_id: int, nodes: Sequence[NodeId]) -> dict[NodeId, Any]:
-        """Each node's entry "p c k n markers view", or None: the chat's per-tree
-        hashes, then (for the nodes not found, one more read) the earlier layouts'.
-
-        An entry of the earlier per-chat hash comes back as a tuple (p, c, k, n, view).
-        """
-        found = await self._per_tree(partial(keys.chat_usage_key, chat_id, "n"), nodes)
-        missing = [n for n in nodes if found[n] is None]
-        if not missing or not await self._earlier():
-            return found
-        old = partial(keys.usage_key, "n", chat_id)
-        fields = [f"{n.ref}:{f}" for n in missing for f in ("p", "c", "k", "n", "v")]
-        by_tree, pipe = self._queue_per_tree(old, missing)
-        pipe.hmget(keys.usage_key("n", chat_id), fields)  # before the per-tree layout
-        *per_tree, per_chat = await guarded(pipe.execute())
-        for group, values in zip(by_tree.values(), per_tree, strict=True):
-            found.update((n, v) for n, v in zip(group, values, strict=True) if v is not None)
-        for i, node in enumerate(missing):
-            raw = per_chat[5 * i : 5 * i + 5]
-            if found[node] is None and any(v is not None for v in raw[:4]):
-                counts = [int(_text(v)) if v is not None else 0 for v in raw[:4]]
-                found[node] = (*counts, _text(raw[4]) if raw[4] is not None else "")
-        return found
-
-    async def _per_tree(
-        self, name: Callable[[int], str], nodes: Sequence[NodeId]
-    ) -> dict[NodeId, Any]:
-        by_tree, pipe = self._queue_per_tree(name, nodes)
-        found: dict[NodeId, Any] = {}
-        for group, values in zip(by_tree.values(), await guarded(pipe.execute()), strict=True):
-            found.update(zip(group, values, strict=True))
-        return found
-
-    def _queue_per_tree(
-        self, name: Callable[[int], str], nodes: Sequence[NodeId]
-    ) -> tuple[dict[int, list[NodeId]], Pipeline]:
-        """A pipeline reading the nodes' entries, one HMGET per tree hash ``name(tree)``."""
+        """Each node's entry "p c k n markers view", or None: one HMGET per tree hash."""
         by_tree: dict[int, list[NodeId]] = {}
         for node in nodes:
             by_tree.setdefault(node.tree, []).append(node)
         pipe = self._redis.pipeline(transaction=False)
         for tree, group in by_tree.items():
-            pipe.hmget(name(tree), [n.ref for n in group])
-        return by_tree, pipe
+            pipe.hmget(keys.chat_usage_key(chat_id, "n", tree), [n.ref for n in group])
+        found: dict[NodeId, Any] = {}
+        for group, values in zip(by_tree.values(), await guarded(pipe.execute()), strict=True):
+            found.update(zip(group, values, strict=True))
+        return found
 
     async def chain(self, chat_id: int, path: Sequence[NodeId]) -> Totals:
         """Usage of the turns along one root → leaf path (a branch's own chain)."""
@@ -629,15 +566,13 @@ class Accounting:
     ) -> tuple[list[tuple[int, Totals, Totals]], list[tuple[str, Totals]]]:
         """Top users (all time and today) and the last ``days`` days, for owners.
 
-        Sums the buckets (and the earlier layout's keys): one pipelined read for
-        the top users, one for the days, one for those users' totals.
+        Sums the buckets: one pipelined read for the top users, one for the days
+        and those users' totals.
         """
         buckets = [partial(keys.usage_total_key, b) for b in range(keys.USAGE_BUCKETS)]
-        earlier: list[Callable[..., str]] = [keys.usage_key] if await self._earlier() else []
-        layouts: list[Callable[..., str]] = [*buckets, *earlier]
         pipe = self._redis.pipeline(transaction=False)
-        for layout in layouts:
-            pipe.zrevrange(layout("users"), 0, users - 1, withscores=True)
+        for bucket in buckets:
+            pipe.zrevrange(bucket("users"), 0, users - 1, withscores=True)
         scores: dict[int, float] = {}
         for found in await guarded(pipe.execute()):
             for raw, score in found:
@@ -648,12 +583,11 @@ class Accounting:
         day_names = [day_of(today - timedelta(days=back)) for back in range(days)]
         pipe = self._redis.pipeline(transaction=False)
         for day in day_names:
-            for layout in layouts:
-                pipe.hmget(layout("d", day), _FIELDS)
+            for bucket in buckets:
+                pipe.hmget(bucket("d", day), _FIELDS)
         for user in top:
-            names = [*await self._user_keys(user), *await self._user_keys(user, day_of(today))]
-            for name in names:
-                pipe.hmget(name, _FIELDS)
+            pipe.hmget(self._user_key(user), _FIELDS)
+            pipe.hmget(self._user_key(user, day_of(today)), _FIELDS)
         values = iter(await guarded(pipe.execute()))
 
         def summed(count: int) -> Totals:
@@ -662,6 +596,6 @@ class Accounting:
                 total = total + Totals.from_hash(dict(zip(_FIELDS, next(values), strict=True)))
             return total
 
-        per_day = [(day, summed(len(layouts))) for day in day_names]
-        per_user = [(user, summed(1 + len(earlier)), summed(1 + len(earlier))) for user in top]
+        per_day = [(day, summed(len(buckets))) for day in day_names]
+        per_user = [(user, summed(1), summed(1)) for user in top]
         return per_user, per_day
