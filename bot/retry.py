@@ -135,7 +135,13 @@ async def _sleep(until: asyncio.Event | None, seconds: float) -> None:
 
 
 class Outage:
-    """Logs one line when a service goes away and one when it is back, not one per failure."""
+    """Logs one line when a service goes away and one when it is back, not one per failure.
+
+    A call that fails once and gets through on its next try (a connection the
+    service closed just before it was used: a restart a moment ago) is no outage:
+    the first line is written when one call fails twice in a row. The service
+    counts as away (:attr:`since`, for health and metrics) from the first failure.
+    """
 
     def __init__(self, service: str, consequence: str) -> None:
         self.service = service
@@ -143,11 +149,15 @@ class Outage:
         self.since: float | None = None
         #: Times the service went away (for metrics).
         self.count = 0
+        self._logged = False
 
-    def failed(self, exc: BaseException) -> None:
+    def failed(self, exc: BaseException, *, again: bool = True) -> None:
+        """A call failed (``again``: not for the first time in a row)."""
         if self.since is None:
             self.since = time.monotonic()
             self.count += 1
+        if again and not self._logged:
+            self._logged = True
             cause = exc.__cause__ or exc
             log.error(
                 "%s is unreachable (%s); retrying with backoff. %s",
@@ -157,10 +167,22 @@ class Outage:
             )
 
     def ok(self) -> None:
-        if self.since is not None:
+        if self.since is not None and self._logged:
             took = time.monotonic() - self.since
             log.warning("%s is reachable again after %.1fs; resuming", self.service, took)
-            self.since = None
+        self.since = None
+        self._logged = False
+
+    def watcher(self) -> Callable[[BaseException], None]:
+        """An ``on_retry`` for one call's retries: its second failure in a row counts."""
+        failures = 0
+
+        def failed(exc: BaseException) -> None:
+            nonlocal failures
+            failures += 1
+            self.failed(exc, again=failures > 1)
+
+        return failed
 
     async def guard(
         self,
@@ -170,6 +192,6 @@ class Outage:
         until: asyncio.Event | None = None,
     ) -> T:
         """``call()`` retried while this service is away (forever, or until ``until``)."""
-        result = await retrying(call, on=on, until=until, on_retry=self.failed)
+        result = await retrying(call, on=on, until=until, on_retry=self.watcher())
         self.ok()
         return result

@@ -10,8 +10,6 @@ import hiredis
 import pytest
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.exceptions import AuthenticationError, BusyLoadingError, DataError, ResponseError
 
 from bot.data.connection import BotRedis, connect, run_together
@@ -85,13 +83,16 @@ async def test_a_value_redis_cannot_take_is_refused_before_sending(redis: Redis)
     assert pack([("CLIENT SETNAME", "x")]) == pack([("CLIENT", "SETNAME", "x")])
 
 
-async def test_a_redis_restart_is_retried_on_a_new_connection(private_redis: RedisServer) -> None:
+async def test_a_redis_restart_is_noticed_and_a_new_connection_taken(
+    private_redis: RedisServer,
+) -> None:
     client = connect(private_redis.url)
     try:
         await run_together(client, lambda pipe: pipe.set("k", 1))
         stale = list(_lane(client)._idle)
         private_redis.restart()
-        # the idle connection is dead: the lane notices, retries, and answers
+        assert await client.get("k") == b"1"  # redis-py's pool notices too
+        # the idle connection is dead: the lane notices when it takes it, and answers
         assert await run_together(client, lambda pipe: pipe.get("k")) == [[b"1"]]
         assert all(connection not in _lane(client)._open for connection in stale)
     finally:
@@ -100,7 +101,7 @@ async def test_a_redis_restart_is_retried_on_a_new_connection(private_redis: Red
 
 async def test_an_unreachable_redis_is_an_outage_without_secrets() -> None:
     url = f"redis://:hunter2secret@127.0.0.1:{free_port()}/0"
-    client = connect(url, socket_timeout=0.5, connect_timeout=0.5, retries=1)
+    client = connect(url, socket_timeout=0.5, connect_timeout=0.5)
     try:
         with pytest.raises(StoreUnavailableError) as info:
             await asyncio.wait_for(run_together(client, lambda pipe: pipe.get("k")), 10)
@@ -111,7 +112,7 @@ async def test_an_unreachable_redis_is_an_outage_without_secrets() -> None:
 
 
 async def test_a_silent_redis_times_out_as_an_outage(private_redis: RedisServer) -> None:
-    client = connect(private_redis.url, socket_timeout=0.3, retries=1)
+    client = connect(private_redis.url, socket_timeout=0.3)
     assert private_redis.proc is not None
     try:
         await run_together(client, lambda pipe: pipe.set("k", 1))
@@ -145,10 +146,11 @@ async def test_a_cancelled_round_trip_closes_its_connection(private_redis: Redis
         await client.aclose()
 
 
-async def test_loading_the_dataset_is_retried_on_the_wire() -> None:
-    """Redis answers -LOADING while it reads its data after a restart: the lane
-    retries, as redis-py does, and gets the answer once the data is in."""
-    answers = [b"-LOADING Redis is loading the dataset in memory\r\n"] * 2 + [b"+PONG\r\n"]
+async def test_loading_the_dataset_is_an_outage_until_the_data_is_in() -> None:
+    """Redis answers -LOADING while it reads its data after a restart: the lane raises
+    it at once (redis-py's BusyLoadingError, an outage to the caller, whose policy
+    retries), and the next round trip gets the answer once the data is in."""
+    answers = [b"-LOADING Redis is loading the dataset in memory\r\n", b"+PONG\r\n"]
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         requests = hiredis.Reader()
@@ -163,14 +165,13 @@ async def test_loading_the_dataset_is_retried_on_the_wire() -> None:
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    lane = lane_for(f"redis://127.0.0.1:{port}/0", retry=_retry(3), **_SETTINGS)
+    lane = lane_for(f"redis://127.0.0.1:{port}/0", **_SETTINGS)
     assert lane is not None
     try:
+        with pytest.raises(BusyLoadingError):
+            await lane.execute([(("PING",), {})])
         assert await lane.execute([(("PING",), {})]) == [b"PONG"]
         assert not answers
-        answers.extend([b"-LOADING Redis is loading the dataset in memory\r\n"] * 5)
-        with pytest.raises(BusyLoadingError):  # bounded: then the turn's outage handling
-            await lane.execute([(("PING",), {})])
     finally:
         await lane.aclose()
         server.close()
@@ -187,7 +188,7 @@ async def test_password_and_database_from_the_url(private_redis: RedisServer) ->
         assert await client.get("k") == b"in db 3"  # read by redis-py's own connection
     finally:
         await client.aclose()
-    wrong = connect(f"redis://:nope@127.0.0.1:{private_redis.port}/0", retries=0)
+    wrong = connect(f"redis://:nope@127.0.0.1:{private_redis.port}/0")
     try:
         # as with redis-py's own connections: an outage the operator sees, no secret in it
         with pytest.raises(StoreUnavailableError, match="AuthenticationError") as info:
@@ -206,10 +207,6 @@ _SETTINGS: dict[str, Any] = {
 }
 
 
-def _retry(times: int) -> Retry:
-    return Retry(NoBackoff(), times)
-
-
 def test_tls_keeps_redis_py_pipelines() -> None:
-    assert lane_for("rediss://127.0.0.1:1/0", retry=_retry(1), **_SETTINGS) is None
-    assert lane_for("unix:///tmp/redis.sock", retry=_retry(1), **_SETTINGS) is not None
+    assert lane_for("rediss://127.0.0.1:1/0", **_SETTINGS) is None
+    assert lane_for("unix:///tmp/redis.sock", **_SETTINGS) is not None

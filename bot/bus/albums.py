@@ -125,6 +125,7 @@ class Albums:
         deadline = time.monotonic() + self.wait * MAX_WAITS
         count = await guarded(self._redis.hlen(key))
         while time.monotonic() < deadline:
+            # a quiet period, not a retry: nothing failed (the retry policy is bot.retry's)
             await asyncio.sleep(self.wait)
             now = await guarded(self._redis.hlen(key))
             if now == count:

@@ -217,7 +217,7 @@ class TurnRunner:
         """Look for a dead process's entries (idle for the takeover time) and take them over."""
         claim_every = self.takeover_ms / 1000 / CLAIMS_PER_TAKEOVER
         while not self._stopping.is_set():
-            await asyncio.sleep(claim_every)
+            await asyncio.sleep(claim_every)  # a schedule, not a retry: nothing failed
             await self._slot()
             entries = await self._redis(
                 lambda: self.intake.claim_idle(self.takeover_ms, self._free())
@@ -234,7 +234,7 @@ class TurnRunner:
         """The heartbeat: keep this process's entries and turn leases from lapsing."""
         every = self.takeover_ms / 1000 / BEATS_PER_TAKEOVER
         while True:
-            await asyncio.sleep(every)
+            await asyncio.sleep(every)  # a schedule, not a retry: nothing failed
             try:
                 await self._renew()
             except StoreUnavailableError as exc:
@@ -343,12 +343,13 @@ class TurnRunner:
             self.completed += 1
 
     async def _run(self, entry: Entry, inbound: Inbound) -> None:
+        watchers = {kind: outage.watcher() for kind, outage in self.outages.items()}
         try:
             settled = await retrying(
                 lambda: self._attempt(entry, inbound),
                 on=self._retried_kinds,
                 until=self._stopping,
-                on_retry=self._note_retry,
+                on_retry=lambda exc: self._note_retry(exc, watchers),
             )
         except self._retried_kinds:
             return  # shutting down: the entry stays pending and is finished at the next start
@@ -386,13 +387,15 @@ class TurnRunner:
             self.metrics.turn("parked")
             return True
 
-    def _note_retry(self, exc: BaseException) -> None:
+    def _note_retry(
+        self, exc: BaseException, watchers: Mapping[type[BaseException], Callable[..., None]]
+    ) -> None:
         self.retried += 1
         cause = "error"
-        for kind, outage in self.outages.items():
+        for kind, watch in watchers.items():
             if isinstance(exc, kind):
-                outage.failed(exc)
-                cause = outage.service.lower()
+                watch(exc)
+                cause = self.outages[kind].service.lower()
         self.metrics.turn_retry(cause)
 
     async def _settle(self, call: Callable[[], Awaitable[None]]) -> None:

@@ -10,8 +10,9 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.client import Pipeline
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialWithJitterBackoff
-from redis.exceptions import BusyLoadingError, ConnectionError, TimeoutError
+from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
+from redis.exceptions import ConnectionError, TimeoutError
+from redis.maint_notifications import MaintNotificationsConfig
 
 from transcript import StoreUnavailableError
 
@@ -42,34 +43,38 @@ def connect(
     *,
     socket_timeout: float = 5.0,
     connect_timeout: float = 3.0,
-    retries: int = 3,
     max_connections: int = 64,
     cluster: bool = False,
 ) -> Redis:
     """A ``redis.asyncio`` client that fails with an error instead of hanging.
 
     Each command gets ``socket_timeout`` seconds, each connection attempt
-    ``connect_timeout``; connection errors, timeouts and "loading the dataset"
-    are retried ``retries`` times with jittered exponential backoff. At most
-    ``max_connections`` are open; more concurrent commands wait for one. The
-    client speaks bytes (records are msgpack). No connection is made until first use.
+    ``connect_timeout``. Nothing is retried here: a connection error, a timeout or
+    "loading the dataset" is raised at once (:func:`guarded` makes it an outage), and
+    the one Redis retry policy is the outage's (:class:`bot.retry.Outage`), applied by
+    the unit of work (a turn, the intake) where it happens. A pooled connection the
+    server closed meanwhile (a restart) is noticed when it is taken from the pool and
+    reconnected; that is not a retry. At most ``max_connections`` are open; more
+    concurrent commands wait for one. The client speaks bytes (records are msgpack).
+    No connection is made until first use.
 
     ``cluster``: ``url`` names any node of a Redis Cluster, and the client is
     redis-py's asyncio ``RedisCluster`` (it routes each command by its key's
     slot; every Lua script and transaction of the bot touches one slot). It
-    offers the same commands, so it is typed as :class:`Redis` here.
+    offers the same commands, so it is typed as :class:`Redis` here. It keeps
+    redis-py's cluster retries: they follow the cluster's topology (a MOVED slot, a
+    replica promoted after a failover), which is routing, not a retry policy.
 
     On a single server the client also has a :class:`~bot.data.lane.Lane` with the
     same limits, for :func:`run_together`.
     """
-    retry = Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.05), retries)
     if cluster:
         routed = RedisCluster.from_url(
             url,
             max_connections=max_connections,
             socket_timeout=socket_timeout,
             socket_connect_timeout=connect_timeout,
-            retry=retry,
+            retry=Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.05), 3),
             health_check_interval=30,
             decode_responses=False,
         )
@@ -82,16 +87,17 @@ def connect(
         timeout=socket_timeout,
         socket_timeout=socket_timeout,
         socket_connect_timeout=connect_timeout,
-        retry=retry,
-        retry_on_error=[ConnectionError, TimeoutError, BusyLoadingError],
+        retry=Retry(NoBackoff(), 0),
         health_check_interval=30,
+        # "auto" (redis-py's default) skips the check at checkout that notices a
+        # connection the server closed; the notifications are Redis Enterprise's
+        maint_notifications_config=MaintNotificationsConfig(enabled=False),
         decode_responses=False,
     )
     client = cast(BotRedis, BotRedis.from_pool(pool))  # from_pool builds a cls
     client.lane = lane_for(
         url,
         callbacks=client.response_callbacks,
-        retry=retry,
         max_connections=max_connections,
         timeout=socket_timeout,
         connect_timeout=connect_timeout,

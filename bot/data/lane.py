@@ -16,16 +16,16 @@ Semantics are redis-py's, so callers cannot tell the two apart:
 - replies go through the client's response callbacks; error replies become
   redis-py's typed errors (``BaseParser.parse_error``), and the first one is
   raised once every reply has been read;
-- a lost connection, a timeout or "loading the dataset" is retried with the
-  client's :class:`~redis.asyncio.retry.Retry` on a new connection, and then
-  raised as redis-py's ``ConnectionError`` / ``TimeoutError``
-  (:func:`~bot.data.connection.guarded` turns those into an outage);
-- the commands of a pipeline may be sent twice (a retry after a lost reply), as
-  with redis-py: every write the turn queues is idempotent.
+- a lost connection, a timeout or "loading the dataset" is raised as redis-py's
+  ``ConnectionError`` / ``TimeoutError`` (:func:`~bot.data.connection.guarded` turns
+  those into an outage, whose policy the caller applies: nothing is retried here);
+- the commands of a pipeline may be sent twice (the caller's retry after a lost
+  reply), as with redis-py: every write the turn queues is idempotent.
 
 A connection is returned to the lane only after all its replies were read; one
 that failed or was cancelled mid-way is closed, and so are the idle ones (after a
-Redis restart they are all dead, and each would cost a retry).
+Redis restart they are all dead). An idle connection the server closed meanwhile is
+noticed when it is taken (its end of stream arrived) and replaced.
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ import hiredis
 from redis import exceptions as rx
 from redis._parsers import BaseParser
 from redis.asyncio.connection import ConnectKwargs, UnixDomainSocketConnection, parse_url
-from redis.asyncio.retry import Retry
 
 #: One queued command as redis-py's pipeline keeps it: its arguments and options.
 Command = tuple[tuple[Any, ...], Mapping[str, Any]]
@@ -102,7 +101,6 @@ class Lane:
         found: ConnectKwargs,
         *,
         callbacks: Mapping[str, Callable[..., Any]],
-        retry: Retry,
         max_connections: int,
         timeout: float,
         connect_timeout: float,
@@ -120,7 +118,6 @@ class Lane:
         if int(found.get("db", 0) or 0):
             self._handshake.append(("SELECT", int(found.get("db", 0) or 0)))
         self._callbacks = callbacks
-        self._retry = retry
         self._timeout, self._connect_timeout = timeout, connect_timeout
         self._slots = asyncio.Semaphore(max_connections)
         self._idle: list[_Connection] = []
@@ -132,18 +129,16 @@ class Lane:
         if not commands:
             return []
         payload, count = pack([args for args, _ in commands]), len(commands)
-        try:  # the first try without the retry loop's setup (most round trips)
+        try:
             replies = await self._send(payload, count)
-        except (rx.ConnectionError, rx.TimeoutError) as exc:
-            await self._failed(exc)
-            replies = await self._retry.call_with_retry(
-                lambda: self._send(payload, count), self._failed
-            )
+        except (rx.ConnectionError, rx.TimeoutError):
+            self._drop_idle()
+            raise
         return await self._shaped(commands, replies)
 
     async def _send(self, payload: bytes, count: int) -> list[Any]:
         async with self._slots:
-            connection = self._idle.pop() if self._idle else None
+            connection = self._take_idle()
             try:
                 async with asyncio.timeout(self._timeout):
                     if connection is None:
@@ -152,7 +147,7 @@ class Lane:
             except BaseException as exc:
                 if connection is not None:
                     self._discard(connection)
-                # as redis-py's: retried, then an outage (bot.data.connection.guarded)
+                # as redis-py's: an outage (bot.data.connection.guarded)
                 if isinstance(exc, TimeoutError):  # asyncio.timeout's, a kind of OSError
                     raise rx.TimeoutError("Redis did not answer in time") from exc
                 if isinstance(exc, OSError):
@@ -187,7 +182,16 @@ class Lane:
         connection.close()
         self._open.discard(connection)
 
-    async def _failed(self, error: Exception) -> None:
+    def _take_idle(self) -> _Connection | None:
+        """An idle connection still open at the server's end, if any."""
+        while self._idle:
+            connection = self._idle.pop()
+            if not (connection.stream.at_eof() or connection.writer.is_closing()):
+                return connection
+            self._discard(connection)  # the server closed it (a restart)
+        return None
+
+    def _drop_idle(self) -> None:
         # the idle connections most likely share the failed one's fate (a restart)
         idle, self._idle = self._idle, []
         for connection in idle:

@@ -42,7 +42,7 @@ def read_thread(command: str, settings: Settings, chat_id: int, message_id: int)
     from . import threads  # noqa: PLC0415
 
     async def work() -> str:
-        redis = connect(settings.redis_url, retries=1, cluster=settings.redis_cluster)
+        redis = connect(settings.redis_url, cluster=settings.redis_cluster)
         store = TranscriptStore(redis, cache_bytes=_CACHE_BYTES)
         try:
             await check_layout(redis, claim=False)

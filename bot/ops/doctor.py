@@ -195,7 +195,6 @@ async def check_redis(settings: Settings, report: Report) -> None:
     where = _location(settings.redis_url)
     redis = connect(
         settings.redis_url,
-        retries=1,
         socket_timeout=CHECK_TIMEOUT / 3,
         cluster=settings.redis_cluster,
     )

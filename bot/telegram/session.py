@@ -19,7 +19,10 @@ update instead, so one odd update never stalls polling.
 :class:`FloodControl` is a request middleware: every call to a chat waits
 until that chat's ``retry_after`` window has passed; a 429 is waited out as
 Telegram asks, for up to ``max_wait`` seconds in all (then it counts as an
-outage); 5xx are retried briefly. A caller that noted a call before making it
+outage); a 5xx is tried again a few times, under the one outage policy
+(:data:`bot.retry.WHILE_AWAY`). That is the Telegram edge's one retry loop: after
+it gives up, the unit of work (a turn) waits out the outage. A caller that noted a
+call before making it
 (a part about to be sent) sets :data:`AFTER_FLOOD_WAIT` around it: after any
 such wait the hook runs again before the call goes out, so the note is fresh
 when it leaves, not several flood seconds old.
@@ -56,7 +59,7 @@ from aiogram.types import Update
 from pydantic import ValidationError
 
 from ..metrics import Metrics
-from ..retry import Backoff, retrying
+from ..retry import retrying
 
 #: Runs before a call that flood control held back goes out (see the module text).
 AFTER_FLOOD_WAIT: ContextVar[Callable[[], Awaitable[None]] | None] = ContextVar(
@@ -69,7 +72,6 @@ _RETRY_MARGIN = 0.1
 _PRUNE_AT = 10_000
 #: Tries of a call Telegram answered with a 5xx (it did not do it: safe to repeat).
 SERVER_ERROR_ATTEMPTS = 3
-SERVER_ERROR_BACKOFF = Backoff(1.0, 4.0, 0.2)
 
 
 class BadResponseError(TelegramAPIError):
@@ -224,24 +226,32 @@ class FloodControl(BaseRequestMiddleware):
                     )  # fmt: skip
                     raise
 
-        async def waited_out() -> Response[TelegramType]:
-            # the next attempt itself waits until the chat's window has passed
-            return await retrying(
-                attempt, on=(TelegramRetryAfter,), within=self.max_wait, wait_hint=lambda _: 0.0,
-                on_retry=lambda _exc: self.metrics.telegram_retry("flood_control"),
-            )  # fmt: skip
+        server_errors = 0
+
+        def note(exc: BaseException) -> None:
+            nonlocal server_errors
+            if isinstance(exc, TelegramRetryAfter):
+                self.metrics.telegram_retry("flood_control")
+                return
+            server_errors += 1
+            self.metrics.telegram_retry("server_error")
+            log.warning("Telegram server error on %s (%s); retrying", name, exc)
+
+        def count(exc: BaseException) -> bool:
+            """A 429 within ``max_wait`` (the next attempt waits out its window), or a 5xx
+            while it has tries left (after the outage policy's backoff)."""
+            if isinstance(exc, TelegramServerError):
+                return server_errors + 1 < SERVER_ERROR_ATTEMPTS
+            return True
 
         return await retrying(
-            waited_out,
-            on=(TelegramServerError,),
-            attempts=SERVER_ERROR_ATTEMPTS,
-            backoff=SERVER_ERROR_BACKOFF,
-            on_retry=lambda exc: self._server_error(name, exc),
+            attempt,
+            on=(TelegramRetryAfter, TelegramServerError),
+            when=count,
+            within=self.max_wait,
+            wait_hint=lambda exc: 0.0 if isinstance(exc, TelegramRetryAfter) else None,
+            on_retry=note,
         )
-
-    def _server_error(self, method: str, exc: BaseException) -> None:
-        self.metrics.telegram_retry("server_error")
-        log.warning("Telegram server error on %s (%s); retrying", method, exc)
 
     def _prune(self) -> None:
         if len(self._not_before) > _PRUNE_AT:

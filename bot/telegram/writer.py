@@ -235,7 +235,7 @@ class AnswerWriter:
         """Keep the final edit within the per-message edit rate, too."""
         wait = self._last_edit + self._interval - time.monotonic()
         if self.parts and wait > 0:
-            await asyncio.sleep(wait)
+            await asyncio.sleep(wait)  # a rate, not a retry
 
     async def _stop(self) -> None:
         """Stop streaming; a push in progress is finished, never cut mid-call, except a

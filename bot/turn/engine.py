@@ -160,7 +160,7 @@ class _Parts:
         try:
             await states.sending(self.inbound, self.state, count)
         except StoreUnavailableError as exc:
-            self.engine.redis_outage.failed(exc)
+            self.engine.redis_outage.failed(exc, again=False)  # the wait confirms it
             raise JournalUnavailableError from exc
 
     async def sent(self, parts: list[int], *, last: bool = False) -> None:
