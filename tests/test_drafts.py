@@ -148,15 +148,16 @@ async def test_draft_429_is_honoured_and_the_answer_completes(
     assert not tg.violations
 
 
-async def test_blocked_chat_gets_one_draft_and_nothing_more(
+async def test_blocked_chat_gets_one_refused_call_and_nothing_more(
     tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory
 ) -> None:
+    slow(llm, words(40))  # streamed for a while: a draft goes out first
     tg.block_chat(OTHER_USER)
     async with start_bot() as app:
         tg.send_user_message(OTHER_USER, OTHER_USER, "bye")
         await turns_done(tg, app, 1)
         _, text = await ask(tg, app, USER, "still there?")
-    assert text == "[depth:2] echo: still there?"
+    assert text == f"[depth:2] {words(40)}"
     refused = [(c.method, c.status) for c in tg.calls if c.params.get("chat_id") == OTHER_USER]
     # the final text may already be on its way when the draft's 403 arrives (the end
     # of the answer cuts a draft call short): at most that one message more
@@ -302,6 +303,7 @@ async def test_stop_before_any_text_ends_with_a_notice(
 async def test_a_stop_for_a_draft_nobody_writes_is_ignored(
     tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
+    slow(llm, words(20))  # streamed for a while: a draft with the stop button goes out
     async with start_bot() as app:
         first, _ = await ask(tg, app, USER, "done already")
         tg.stop_generation(USER, draft_id(first, 1))  # pressed after the answer was sent
@@ -310,7 +312,7 @@ async def test_a_stop_for_a_draft_nobody_writes_is_ignored(
              "first_name": "Ada"}, "draft_id": draft_id(999, 1)}}
         )  # fmt: skip
         _, text = await ask(tg, app, USER, "still fine?")
-    assert text == "[depth:2] echo: still fine?"
+    assert text == f"[depth:2] {words(20)}"
     assert not tg.pending_updates  # both stops were taken (confirmed) and ignored
     assert not tg.server_errors
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
@@ -549,3 +551,19 @@ async def test_fake_openai_streams_reasoning_and_records_an_early_close(
         assert llm.requests[0].usage.reasoning_tokens == 1
     finally:
         await client.close()
+
+
+async def test_an_instant_answer_goes_out_alone_without_a_draft_or_typing(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory
+) -> None:
+    """Calls that buy nothing: an answer complete as soon as it starts needs no draft
+    before its message in a private chat, and no "typing…" before it in a group."""
+    tg.add_group(GROUP, "Team")
+    async with start_bot() as app:
+        _, text = await ask(tg, app, USER, "quick")
+        _, group_text = await ask(tg, app, GROUP, "@replychain_bot quick too")
+    assert text == "[depth:2] echo: quick"
+    assert group_text == "[depth:2] echo: quick too"
+    assert tg.calls_to("sendMessageDraft") == []
+    assert tg.calls_to("sendChatAction") == []
+    assert len(tg.calls_to("sendMessage")) == 2

@@ -208,10 +208,9 @@ async def test_blocked_chat_is_given_up_after_one_attempt(
         tg.send_user_message(OTHER_USER, OTHER_USER, "bye forever")
         await turns_done(tg, app, 1)
         blocked = calls_to_chat(tg, OTHER_USER)
-        # the draft is refused as unknown before the chat is looked at, as Telegram does;
-        # typing starts only if no text came within half a second of that refusal
+        # an instant answer goes out as the message alone: no draft first, no typing
         shown = sorted((c.method, c.status) for c in blocked if c.method != "sendChatAction")
-        assert shown == [("sendMessage", 403), ("sendMessageDraft", 404)]
+        assert shown == [("sendMessage", 403)]
         assert [c.status for c in blocked if c.method == "sendChatAction"] in ([], [403])
         _, text = await ask(tg, app, USER, "still there?")
         assert text == "[depth:2] echo: still there?"

@@ -21,7 +21,7 @@ from bot.model import Answer, Media, ModelError, Usage
 from bot.retry import Outage
 from bot.telegram.format import Chunk
 from bot.telegram.out import TelegramOut
-from bot.telegram.writer import AnswerWriter
+from bot.telegram.writer import AnswerWriter, ChatBudget
 from bot.turn import notices
 from bot.turn.context import ContextWindow
 from bot.turn.engine import Engine, Rules, Turn
@@ -423,3 +423,24 @@ async def test_text_complete_before_the_first_draft_goes_out_as_the_message_alon
     [part] = await answer("while streaming", streamed=True)
     assert [text for _, text in telegram.shown_drafts] == ["while streaming"]
     assert telegram.shown[part] == "while streaming"
+
+
+def test_a_groups_budget_lets_a_burst_through_then_one_message_per_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [100.0]
+    monkeypatch.setattr("bot.telegram.writer.time.monotonic", lambda: now[0])
+    budget = ChatBudget(per_minute=20, burst=3)  # one message per 3 s
+    for _ in range(3):
+        assert budget.wait(-5) == 0.0
+        budget.take(-5)
+    assert budget.wait(-5) == pytest.approx(3.0)
+    assert budget.wait(-6) == 0.0  # another chat has its own
+    now[0] += 1.5
+    assert budget.wait(-5) == pytest.approx(1.5)
+    now[0] += 1.5
+    assert budget.wait(-5) == 0.0
+    now[0] += 60
+    for _ in range(3):  # refilled up to the burst, no further
+        budget.take(-5)
+    assert budget.wait(-5) > 0

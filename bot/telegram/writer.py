@@ -37,8 +37,13 @@ from .session import AFTER_FLOOD_WAIT
 log = logging.getLogger("replychain.answer")
 
 TYPING_EVERY = 4.5  # Telegram shows a chat action for about 5 s
-#: The first part waits this long for more text, so a short answer arrives whole.
+#: The first part waits this long for more text, so a short answer arrives whole; so
+#: does "typing…" (an answer on screen by then needs none) and, in a private chat,
+#: "Thinking…" (a model slower to start than this gets the placeholder draft).
 FIRST_SHOW_DELAY = 0.5
+#: A private chat's first draft waits this long after the first text for the rest:
+#: an answer complete by then goes out as the message alone, without a draft.
+FIRST_TEXT_WAIT = 0.1
 #: A draft shows for about 30 s: one not updated for this long is shown again.
 DRAFT_REFRESH = 20.0
 
@@ -83,6 +88,39 @@ class _NoJournal:
         return None
 
 
+#: The least time between two edits of one message (Telegram's per-message pace).
+EDIT_GAP = 1.0
+
+
+class ChatBudget:
+    """What a bot may still send to a chat now: Telegram allows about 20 messages a
+    minute in a group, edits included. A token bucket per chat, refilled one message
+    per ``60 / per_minute`` seconds and holding at most ``burst``: streaming edits
+    take from it at their pace, so the final text, which waits for a token, goes out
+    at once unless the chat is busy (one bucket per process, shared by its answers)."""
+
+    def __init__(self, per_minute: int = 20, burst: int = 3) -> None:
+        self.every = 60.0 / per_minute
+        self.burst = float(burst)
+        self._chats: dict[int, tuple[float, float]] = {}  # chat -> (tokens, when)
+
+    def _tokens(self, chat_id: int, now: float) -> float:
+        tokens, at = self._chats.get(chat_id, (self.burst, now))
+        return min(self.burst, tokens + (now - at) / self.every)
+
+    def wait(self, chat_id: int) -> float:
+        """Seconds until a message may go to the chat (0: now)."""
+        tokens = self._tokens(chat_id, time.monotonic())
+        return 0.0 if tokens >= 1 else (1 - tokens) * self.every
+
+    def take(self, chat_id: int) -> None:
+        """One message went to the chat."""
+        now = time.monotonic()
+        self._chats[chat_id] = (self._tokens(chat_id, now) - 1, now)
+        if len(self._chats) > 10_000:  # chats whose bucket is full again need no entry
+            self._chats = {c: v for c, v in self._chats.items() if self._tokens(c, now) < 1}
+
+
 class AnswerWriter:
     """One answer's Telegram messages, from the first token to the final text."""
 
@@ -96,10 +134,14 @@ class AnswerWriter:
         edit_interval: float,
         existing: Sequence[int] = (),
         draft_of: int | None = None,
+        budget: ChatBudget | None = None,
     ) -> None:
         """``draft_of``: stream drafts named after this message (the question; private
-        chats only) instead of editing messages, unless parts are already on screen."""
+        chats only) instead of editing messages, unless parts are already on screen.
+        ``budget``: the group's message budget (groups only), which the final text
+        waits for instead of the streaming interval."""
         self._out = out
+        self._budget = budget
         self._chat_id = chat_id
         self._reply_to = reply_to
         self._thread_id = thread_id
@@ -132,6 +174,10 @@ class AnswerWriter:
         #: The chat refused us while streaming: every later step raises this.
         self._fatal: ChatUnavailableError | None = None
         self._typing: AbstractAsyncContextManager[object] | None = None
+        #: "typing…" about to start (after FIRST_SHOW_DELAY, unless a part is out by then).
+        self._typing_soon: asyncio.Task[None] | None = None
+        #: When the model's first text came (monotonic).
+        self._first_text_at: float | None = None
         #: When the first text of this run went on screen (monotonic; a draft or a part).
         self.first_shown_at: float | None = None
         #: The last rendering, by its input: the final text often equals the last
@@ -161,10 +207,17 @@ class AnswerWriter:
         await self._start_typing()
 
     async def _start_typing(self) -> None:
-        """Typing, until the first part is sent."""
-        if not self.parts and self._typing is None:
-            self._typing = self._out.typing(self._chat_id, self._thread_id, TYPING_EVERY)
-            await self._typing.__aenter__()
+        """Typing, from a moment on until the first part is sent (an answer on screen
+        sooner shows none)."""
+        if not self.parts and self._typing is None and self._typing_soon is None:
+            self._typing_soon = asyncio.create_task(self._type_soon())
+
+    async def _type_soon(self) -> None:
+        await asyncio.sleep(FIRST_SHOW_DELAY)  # a moment, not a retry
+        if not self.parts and not self._closing and self._typing is None:
+            typing = self._out.typing(self._chat_id, self._thread_id, TYPING_EVERY)
+            await typing.__aenter__()
+            self._typing = typing
 
     def update(self, text: str) -> None:
         """The model's text so far; cheap, called for every streamed delta.
@@ -175,6 +228,8 @@ class AnswerWriter:
         if self._fatal is not None:
             raise self._fatal
         self._latest = text
+        if self._first_text_at is None and text:
+            self._first_text_at = time.monotonic()
         self._dirty.set()
         if self._pump_task is None and not self._closing:
             if not self.parts and not self.drafting:
@@ -222,6 +277,7 @@ class AnswerWriter:
         if self.parts:
             try:
                 self._last_edit = time.monotonic()
+                self._spend()
                 await self._out.edit(self._chat_id, self.parts[0].message_id, chunk)
             except MessageGoneError:
                 self.parts[0].message_id = await self._send_new(chunk, 1)
@@ -232,10 +288,20 @@ class AnswerWriter:
         await self.journal.sent(self.message_ids)
 
     async def _pace(self) -> None:
-        """Keep the final edit within the per-message edit rate, too."""
-        wait = self._last_edit + self._interval - time.monotonic()
-        if self.parts and wait > 0:
+        """The final text keeps the per-message edit pace and the group's budget, and
+        nothing else holds it (not the streaming interval)."""
+        if not self.parts:
+            return
+        wait = self._last_edit + EDIT_GAP - time.monotonic()
+        if self._budget is not None:
+            wait = max(wait, self._budget.wait(self._chat_id))
+        if wait > 0:
             await asyncio.sleep(wait)  # a rate, not a retry
+
+    def _spend(self) -> None:
+        """A message or an edit goes to the chat (the group's budget)."""
+        if self._budget is not None:
+            self._budget.take(self._chat_id)
 
     async def _stop(self) -> None:
         """Stop streaming; a push in progress is finished, never cut mid-call, except a
@@ -250,6 +316,10 @@ class AnswerWriter:
         await self._stop_typing()
 
     async def _stop_typing(self) -> None:
+        soon, self._typing_soon = self._typing_soon, None
+        if soon is not None:
+            soon.cancel()
+            await asyncio.wait([soon])  # (a cancellation of the caller still propagates)
         sender, self._typing = self._typing, None
         if sender is not None:
             # typing is cosmetic: a failed chat action never fails the answer
@@ -295,8 +365,12 @@ class AnswerWriter:
         elif self._drafted is _NO_DRAFT:
             if not self._latest:
                 # "Thinking…" only for a model slow to start: a quick first text goes out
-                # at once instead of a second after the placeholder
+                # soon instead of a second after the placeholder
                 await self._wait_dirty(self._started + FIRST_SHOW_DELAY - now)
+            if self._first_text_at is not None:
+                # the first text waits a moment for the rest: an answer complete by
+                # then goes out as the message alone (finish()), without a draft first
+                await self._wait_ended(self._first_text_at + FIRST_TEXT_WAIT - time.monotonic())
         else:
             # a draft shown 30 s ago is gone: show it again even without new text
             await self._wait_dirty(self._last_draft + DRAFT_REFRESH - now)
@@ -312,6 +386,14 @@ class AnswerWriter:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(max(timeout, 0.0)):
                 await self._dirty.wait()
+
+    async def _wait_ended(self, timeout: float) -> None:  # noqa: ASYNC109
+        """Wait (at most ``timeout`` s) until the text is complete or the writer closes."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(timeout, 0.0)):
+                while not (self._ended or self._closing):
+                    self._dirty.clear()
+                    await self._dirty.wait()
 
     async def _wait_closing(self) -> None:
         while not self._closing:
@@ -331,6 +413,7 @@ class AnswerWriter:
                 if part.chunk != chunk:
                     try:
                         self._last_edit = time.monotonic()
+                        self._spend()
                         await self._out.edit(self._chat_id, part.message_id, chunk)
                     except MessageGoneError:
                         # deleted by the user meanwhile: the part goes out anew
@@ -405,6 +488,7 @@ class AnswerWriter:
         await note()
         renote = AFTER_FLOOD_WAIT.set(note)  # a flood wait makes the note stale
         try:
+            self._spend()
             message_id = await self._out.send(
                 self._chat_id, chunk, reply_to=self._reply_to, thread_id=self._thread_id
             )

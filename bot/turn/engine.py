@@ -53,7 +53,7 @@ from ..model import Answer, Model, ModelError
 from ..retry import Outage, retrying
 from ..telegram.drafts import StopButtons
 from ..telegram.out import AnswerRejectedError, ChatUnavailableError, TelegramOut
-from ..telegram.writer import AnswerWriter, JournalUnavailableError
+from ..telegram.writer import AnswerWriter, ChatBudget, JournalUnavailableError
 from ..usage.accounting import Accounting, CallRecord
 from . import notices
 from .context import ContextWindow, MessageTooLargeError, Window
@@ -207,6 +207,8 @@ class Engine:
         self.albums = albums
         #: Answers being generated now, for Telegram's stop button.
         self.stops = StopButtons()
+        #: What this process may still send to each group (Telegram's per-minute limit).
+        self.group_budget = ChatBudget()
 
     # ------------------------------------------------------------------ the turn
 
@@ -239,6 +241,7 @@ class Engine:
             existing=state.parts,
             # drafts (with a stop button) exist in private chats only
             draft_of=None if inbound.is_group else inbound.message_id,
+            budget=self.group_budget if inbound.is_group else None,
         )
         turn = Turn(inbound, state, writer, ack, lost_a_part=state.sending > 0, album=tuple(album))
         writer.journal = _Parts(self, turn)
