@@ -65,8 +65,9 @@ class JournalUnavailableError(Exception):
 class PartJournal(Protocol):
     """Where an answer's parts are recorded (the turn's state)."""
 
-    async def sending(self, count: int, *, wait: bool) -> None:
-        """Part number ``count`` is about to be sent.
+    async def sending(self, count: int, *, wait: bool, again: bool = False) -> None:
+        """Part number ``count`` is about to be sent (``again``: after a wait, such as
+        flood control's, even if it was noted before).
 
         Raises :class:`JournalUnavailableError` when that cannot be recorded
         now, unless ``wait``, which waits until it can.
@@ -81,7 +82,7 @@ class PartJournal(Protocol):
 
 
 class _NoJournal:
-    async def sending(self, count: int, *, wait: bool) -> None:
+    async def sending(self, count: int, *, wait: bool, again: bool = False) -> None:
         return None
 
     async def sent(self, parts: list[int], *, last: bool = False) -> None:
@@ -441,6 +442,12 @@ class AnswerWriter:
         await self._drop_extra(len(chunks))
         self._shown = text
 
+    def next_new_part(self, text: str, reasoning: str = "") -> int:
+        """The number of the first part the final ``text`` adds to those on screen (0:
+        none): its renderings are kept, so :meth:`finish` does not render it again."""
+        chunks = self._render(text, reasoning)
+        return len(self.parts) + 1 if len(chunks) > len(self.parts) else 0
+
     def _render(self, text: str, reasoning: str) -> list[Chunk]:
         source = (text, self.prefix, reasoning)
         if self._rendered is None or self._rendered[0] != source:
@@ -482,10 +489,11 @@ class AnswerWriter:
         "not now"; the final text waits until it can.
         """
 
-        async def note() -> None:
-            await self.journal.sending(number, wait=self._closing)
+        await self.journal.sending(number, wait=self._closing)
 
-        await note()
+        async def note() -> None:
+            await self.journal.sending(number, wait=self._closing, again=True)
+
         renote = AFTER_FLOOD_WAIT.set(note)  # a flood wait makes the note stale
         try:
             self._spend()

@@ -34,6 +34,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
+from redis.asyncio.client import Pipeline
+
 from transcript import (
     ChatMessage,
     Node,
@@ -152,8 +154,10 @@ class _Parts:
         self.engine, self.turn = engine, turn
         self.inbound, self.state = turn.inbound, turn.state
 
-    async def sending(self, count: int, *, wait: bool) -> None:
+    async def sending(self, count: int, *, wait: bool, again: bool = False) -> None:
         states = self.engine.states
+        if count == self.state.sending and not again:
+            return  # announced already (with the answer): a persisted fact, not a clock
         if wait:
             await self.engine._durably(lambda: states.sending(self.inbound, self.state, count))
             return
@@ -303,9 +307,12 @@ class Engine:
                     break
                 leaf = await self._tool_round(turn, user, leaf, (window, answer))
         turn.writer.ended()
-        node = await self._store_answer(turn, leaf, window, answer)
         shown = f"{answer.text}\n\n{notices.STOPPED}" if answer.stopped else answer.text
         thoughts = answer.reasoning if self.rules.show_reasoning else ""
+        # the final text's first new part (if any) is announced with the answer
+        final = shown if shown.strip() else notices.EMPTY_ANSWER
+        first_new = turn.writer.next_new_part(final, thoughts)
+        node = await self._store_answer(turn, leaf, (window, answer), announce=first_new)
         return Reply(shown, node, reasoning=thoughts)
 
     async def _tool_round(
@@ -639,20 +646,32 @@ class Engine:
         self.context.learn(window.messages, answer.usage, tools=tools is not None)
         return answer
 
-    async def _store_answer(self, turn: Turn, user: Node, window: Window, answer: Answer) -> NodeId:
+    async def _store_answer(
+        self, turn: Turn, user: Node, asked: tuple[Window, Answer], *, announce: int
+    ) -> NodeId:
         """Store the answer node and the call's usage; both wait for Redis if it is away.
 
         ``user`` is the node the answer hangs below (the last tool step, if any).
+        ``announce``: the number of the part the final text sends first (0: none), noted
+        in the chat's part ledger on the same round trip, so that part needs no round
+        trip of its own before it is sent.
         """
+        window, answer = asked
         call = self._call(turn.inbound, user.id, window, answer)
-        state, parts = turn.state, turn.writer.message_ids
+        inbound, state, parts = turn.inbound, turn.state, turn.writer.message_ids
         placement = await self._durably(
             lambda: self.states.answer_placement(state, user.id, answer.text, parts)
         )
-        # the node and the call's usage: independent idempotent writes, one round trip
-        [reply] = await self.accounting.record(
-            call, also=lambda pipe: self.store.queue_place(pipe, placement)
-        )
+
+        def writes(pipe: Pipeline) -> None:
+            # independent idempotent writes, one round trip with the call's usage
+            self.store.queue_place(pipe, placement)
+            if announce:
+                TurnStates.queue_sending(pipe, inbound, state, announce)
+
+        [reply, *_] = await self.accounting.record(call, also=writes)
+        if announce:
+            state.sending = announce
         node = await self._durably(lambda: self.states.answer_placed(state, placement, reply))
         return node.id
 

@@ -425,10 +425,18 @@ class TurnStates:
         answers the send), and where a later run of this turn finds that a part may
         be on screen unrecorded.
         """
-        ledger = keys.pending_parts_key(inbound.scope)
-        after = max([inbound.message_id, *state.parts])  # its id will be higher
-        await guarded(self._redis.hset(ledger, _announced(inbound.turn), f"{count}:{after}"))
+        async with self._redis.pipeline(transaction=False) as pipe:
+            self.queue_sending(pipe, inbound, state, count)
+            await guarded(pipe.execute())
         state.sending = count
+
+    @staticmethod
+    def queue_sending(pipe: Pipeline, inbound: Inbound, state: TurnState, count: int) -> None:
+        """:meth:`sending` queued on a caller's round trip (set ``state.sending`` once it
+        went through)."""
+        after = max([inbound.message_id, *state.parts])  # the part's id will be higher
+        ledger = keys.pending_parts_key(inbound.scope)
+        pipe.hset(ledger, _announced(inbound.turn), f"{count}:{after}")
 
     async def add_part(self, inbound: Inbound, state: TurnState, parts: list[int]) -> None:
         """Record the parts sent so far (the last one is new): in the turn's state, and in
