@@ -231,18 +231,13 @@ class TelegramOut:
         thread_id: int | None,
     ) -> int:
         """An image (uploaded) with a plain-text caption, as a reply."""
-        reply = (
-            ReplyParameters(message_id=reply_to, allow_sending_without_reply=True)
-            if reply_to is not None
-            else None
-        )
         message = await self._call(
             self.bot.send_photo(
                 chat_id=chat_id,
                 photo=BufferedInputFile(png, filename="chart.png"),
                 caption=caption,
                 parse_mode=None,
-                reply_parameters=reply,
+                reply_parameters=_reply(reply_to),
                 message_thread_id=thread_id,
             )
         )
