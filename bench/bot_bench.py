@@ -30,7 +30,7 @@ from bot.data import keys
 from bot.data.connection import connect
 from bot.data.lane import Lane
 from bot.metrics import Metrics
-from bot.model import Answer, Media, Usage
+from bot.model import Usage
 from bot.retry import Outage
 from bot.telegram.format import Chunk, render_chunks
 from bot.telegram.out import TelegramOut
@@ -38,7 +38,8 @@ from bot.turn.context import ContextWindow
 from bot.turn.engine import Engine, Rules
 from bot.turn.state import TurnStates
 from bot.usage.accounting import Accounting, Prices, Totals, utc_now
-from transcript import ChatMessage, TranscriptStore
+from tests.stub_model import StubModel
+from transcript import TranscriptStore
 
 from .common import median, percentile, redis_server, script_time, sized, table
 
@@ -49,26 +50,6 @@ WARM_UP = 20
 CONCURRENT_CHATS = 50
 ANSWER = "Sure. Here is **the** answer with `code` and a list:\n\n- one\n- two\n\n" + "text " * 60
 QUESTION = "What about the next step? " * 4
-
-
-class InstantModel:
-    """Answers at once, as a provider with zero latency would."""
-
-    name = "instant"
-
-    async def complete(self, messages: Sequence[ChatMessage], *, max_tokens: int) -> Answer:
-        return Answer("summary", Usage(len(messages) * 50, 10), 0.0)
-
-    async def stream(
-        self,
-        messages: Sequence[ChatMessage],
-        on_text: Callable[[str], None],
-        *,
-        media: Media = None,
-        stop: asyncio.Event | None = None,
-    ) -> Answer:
-        on_text(ANSWER)
-        return Answer(ANSWER, Usage(len(messages) * 50, 40), 0.0)
 
 
 class InstantTelegram(TelegramOut):
@@ -107,7 +88,7 @@ class InstantTelegram(TelegramOut):
 
 
 def _engine(redis: Redis, telegram: InstantTelegram) -> Engine:
-    store, model = TranscriptStore(redis), InstantModel()
+    store, model = TranscriptStore(redis), StubModel(ANSWER)
     accounting = Accounting(redis, clock=utc_now)
     return Engine(
         store=store,

@@ -1,6 +1,6 @@
 """Redis bytes per turn, split into the transcript and the bookkeeping around it.
 
-Drives the engine (bench/bot_bench.py's instant model and Telegram) along one
+Drives the engine (tests/stub_model.py's model, bench/bot_bench.py's Telegram) along one
 growing reply chain on a fresh redis-server, then sums ``MEMORY USAGE`` of every
 key by family and divides by the turns; AOF bytes per turn come from
 ``aof_current_size``. Families: *transcript* (the store's tree hashes, aliases and
@@ -19,9 +19,8 @@ script alone (one call per turn of a chain) for its Redis time per call
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +30,10 @@ from redis.asyncio.client import Pipeline
 
 from bot.bus.inbound import Inbound
 from bot.data.connection import Queued, connect, run_together
-from bot.model import Answer, Media, Usage
+from bot.model import Usage
 from bot.usage.accounting import USER_DAY_TTL, Accounting, CallRecord, day_of, utc_now
-from transcript import ChatMessage, NodeId
+from tests.stub_model import StubModel
+from transcript import NodeId
 from transcript import keys as store_keys
 
 from .bot_bench import ANSWER, QUESTION, InstantTelegram, _engine, turn
@@ -46,29 +46,6 @@ RECORDS: int | None = None
 
 SHORT_QUESTION = "hi, how are you?"
 SHORT_ANSWER = "Fine, thanks! What can I do for you?"
-
-
-class ScriptedModel:
-    """Answers at once with a fixed text; usage grows with the request like a provider's."""
-
-    name = "instant"
-
-    def __init__(self, answer: str) -> None:
-        self.answer = answer
-
-    async def complete(self, messages: Sequence[ChatMessage], *, max_tokens: int) -> Answer:
-        return Answer("summary", Usage(len(messages) * 50, 10), 0.0)
-
-    async def stream(
-        self,
-        messages: Sequence[ChatMessage],
-        on_text: Callable[[str], None],
-        *,
-        media: Media = None,
-        stop: asyncio.Event | None = None,
-    ) -> Answer:
-        on_text(self.answer)
-        return Answer(self.answer, Usage(len(messages) * 50, 40), 0.0)
 
 
 # ------------------------------------------------ baseline: the old usage script
@@ -247,7 +224,7 @@ async def _chain(
     await redis.flushall()
     telegram = InstantTelegram()
     engine = _engine(redis, telegram)
-    accounting, model = make(redis), ScriptedModel(answer)
+    accounting, model = make(redis), StubModel(answer)
     engine.accounting = engine.context.accounting = accounting
     engine.model = engine.context.model = model
     chat = 40_000

@@ -14,9 +14,8 @@ returning ``RESULT_CHARS`` characters, once with the stubs of earlier results
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from redis.asyncio import Redis
 
@@ -27,6 +26,7 @@ from bot.tools.hub import Tool, ToolHub, ToolResult
 from bot.tools.loop import ToolLoop
 from bot.tools.retention import stub_old_results
 from bot.turn.engine import Engine
+from tests.stub_model import StubModel
 from transcript import ChatMessage, ToolCall
 
 from .bot_bench import InstantTelegram, _engine
@@ -52,27 +52,17 @@ class InstantTools(ToolHub):
         return ToolResult(("result " * (RESULT_CHARS // 7 + 1))[:RESULT_CHARS])
 
 
-class ToolModel:
+class ToolModel(StubModel):
     """Asks for ``rounds`` tool calls, one a round, then answers; counts request bytes."""
 
-    name = "instant"
-
     def __init__(self) -> None:
+        super().__init__(ANSWER)
         self.rounds = 0
         self.wire = WireCache()
         self.sent_bytes: list[int] = []
 
-    async def complete(self, messages: Sequence[ChatMessage], *, max_tokens: int) -> Answer:
-        return Answer("summary", Usage(len(messages) * 50, 10), 0.0)
-
-    async def stream(
-        self,
-        messages: Sequence[ChatMessage],
-        on_text: Callable[[str], None],
-        *,
-        tools: bytes | None = None,
-        media: Media = None,
-        stop: asyncio.Event | None = None,
+    def reply(
+        self, messages: Sequence[ChatMessage], *, tools: bytes | None, media: Media
     ) -> Answer:
         self.sent_bytes.append(len(self.wire.stream_body(self.name, messages, tools, media)))
         done = 0
@@ -84,7 +74,6 @@ class ToolModel:
         if done < self.rounds:
             call = ToolCall(f"call_{len(self.sent_bytes)}", "bench__lookup", '{"q": "x"}')
             return Answer("", usage, 0.0, (call,))
-        on_text(ANSWER)
         return Answer(ANSWER, usage, 0.0)
 
 

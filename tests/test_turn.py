@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 
 import pytest
@@ -29,6 +29,8 @@ from bot.turn.state import TurnState, TurnStates
 from bot.usage.accounting import Accounting, day_of, utc_now
 from transcript import ChatMessage, Node, TranscriptStore
 from transcript import keys as transcript_keys
+
+from .stub_model import StubModel
 
 CHAT = 77
 SYSTEM = "You are a test assistant."
@@ -71,28 +73,15 @@ class RecordingTelegram(TelegramOut):
         self.shown.pop(message_id, None)
 
 
-class ScriptedModel:
+class ScriptedModel(StubModel):
     """Answers "echo: <last message>", or fails as told; counts its calls."""
 
     name = "scripted"
 
-    def __init__(self) -> None:
-        self.calls = 0
-        self.fail: ModelError | None = None
-
-    async def stream(
-        self,
-        messages: Sequence[ChatMessage],
-        on_text: Callable[[str], None],
-        *,
-        media: Media = None,
-        stop: asyncio.Event | None = None,
+    def reply(
+        self, messages: Sequence[ChatMessage], *, tools: bytes | None, media: Media
     ) -> Answer:
-        self.calls += 1
-        if self.fail is not None:
-            raise self.fail
         text = f"echo: {messages[-1].content}"
-        on_text(text)
         return Answer(text, Usage(10 * len(messages), 5), 0.0)
 
     async def complete(self, messages: Sequence[ChatMessage], *, max_tokens: int) -> Answer:

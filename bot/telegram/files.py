@@ -49,6 +49,7 @@ from aiogram import Bot
 from aiogram.exceptions import TelegramBadRequest
 
 from ..settings import OFFICIAL_API_HOST
+from .errors import OversizeFileError
 from .out import TelegramOut, TelegramUnavailableError
 from .session import UnreadableResultError
 
@@ -97,12 +98,12 @@ class Files:
         limit = min(limit, self.server_limit or limit)
         try:
             file = await TelegramOut._call(self.bot.get_file(file_id))
+        except OversizeFileError:
+            self._learn(local=False)
+            raise FileTooBigError(
+                BOT_API_DOWNLOAD_LIMIT + 1, BOT_API_DOWNLOAD_LIMIT, server=True
+            ) from None
         except TelegramBadRequest as exc:
-            if "too big" in (exc.message or "").lower():
-                self._learn(local=False)
-                raise FileTooBigError(
-                    BOT_API_DOWNLOAD_LIMIT + 1, BOT_API_DOWNLOAD_LIMIT, server=True
-                ) from None
             raise FileUnreadableError(exc.message) from None
         except UnreadableResultError as exc:
             raise TelegramUnavailableError(exc.message) from None

@@ -1,8 +1,9 @@
 """Sending to Telegram: answer parts and notices, as typed outcomes the turn can act on.
 
 Every Telegram failure a turn may meet becomes one of five errors (the
-session, :mod:`bot.telegram.session`, has already classified odd answers and
-waited out flood control)::
+session, :mod:`bot.telegram.session`, has already classified odd answers,
+typed refusals by their description (:mod:`bot.telegram.errors`) and waited
+out flood control)::
 
     ChatUnavailableError      the bot may not write to this chat any more (403)
     AnswerRejectedError       a 400 that retrying will not fix
@@ -11,8 +12,9 @@ waited out flood control)::
     TelegramUnavailableError  5xx, network, flood control past its bound, an answer
                               that cannot be read: try the turn again later
 
-Messages go out as HTML (the bot's default parse mode) and fall back to the
-same text without formatting when Telegram still rejects the entities.
+Messages, edits and drafts go out as HTML (the bot's default parse mode) and fall
+back to the same text without formatting when Telegram still rejects the entities
+(:meth:`TelegramOut._formatted`, for all three).
 """
 
 from __future__ import annotations
@@ -34,10 +36,21 @@ from aiogram.exceptions import (
 )
 from aiogram.types import BufferedInputFile, InlineKeyboardMarkup, Message, ReplyParameters
 
+from .errors import (
+    DraftPeerInvalidError,
+    EditTargetGoneError,
+    EntitiesRejectedError,
+    NotModifiedError,
+    ThreadGoneError,
+    UnknownMethodError,
+)
 from .format import Chunk
-from .session import BadResponseError, UnknownMethodError, UnreadableResultError
+from .session import BadResponseError, UnreadableResultError
 
 log = logging.getLogger("replychain.telegram")
+
+#: The empty draft Telegram shows as "Thinking…" (no entities: never refused as HTML).
+_THINKING = Chunk("", "")
 
 
 class ChatUnavailableError(Exception):
@@ -58,31 +71,6 @@ class DraftsUnavailableError(Exception):
 
 class TelegramUnavailableError(Exception):
     """Telegram failed, could not be reached or answered unreadably: try the turn later."""
-
-
-def _text(exc: TelegramAPIError) -> str:
-    return (exc.message or "").lower()
-
-
-def _is_parse_error(exc: TelegramBadRequest) -> bool:
-    return "can't parse entities" in _text(exc) or "unsupported start tag" in _text(exc)
-
-
-def _is_not_modified(exc: TelegramBadRequest) -> bool:
-    return "message is not modified" in _text(exc)
-
-
-def _is_gone(exc: TelegramBadRequest) -> bool:
-    return "message to edit not found" in _text(exc) or "message_id_invalid" in _text(exc)
-
-
-def _is_draft_peer(exc: TelegramBadRequest) -> bool:
-    """Telegram's answer to a draft for a chat that is not a private one."""
-    return "textdraft_peer_invalid" in _text(exc)
-
-
-def _is_thread_gone(exc: TelegramBadRequest) -> bool:
-    return "message thread not found" in _text(exc)
 
 
 def _sent_id(exc: UnreadableResultError) -> int | None:
@@ -140,27 +128,20 @@ class TelegramOut:
         self, chat_id: int, chunk: Chunk, *, reply_to: int | None, thread_id: int | None
     ) -> int:
         """Send one part as a reply (kept even if the replied message is gone)."""
-        common: dict[str, Any] = {
-            "chat_id": chat_id,
-            "reply_parameters": _reply(reply_to),
-            "message_thread_id": thread_id,
-        }
         try:
-            try:
-                message = await self._call(self.bot.send_message(text=chunk.html, **common))
-            except TelegramBadRequest as exc:
-                if _is_thread_gone(exc) and thread_id is not None:
-                    # the forum topic was deleted meanwhile: answer in the chat instead
-                    log.info(
-                        "topic %s of chat %s is gone; answering outside it", thread_id, chat_id
-                    )
-                    return await self.send(chat_id, chunk, reply_to=None, thread_id=None)
-                if not _is_parse_error(exc):
-                    raise
-                log.warning("Telegram rejected formatting (%s); sending plain text", exc.message)
-                message = await self._call(
-                    self.bot.send_message(text=chunk.plain, parse_mode=None, **common)
-                )
+            message = await self._formatted(
+                self.bot.send_message,
+                chunk,
+                chat_id=chat_id,
+                reply_parameters=_reply(reply_to),
+                message_thread_id=thread_id,
+            )
+        except ThreadGoneError as exc:
+            if thread_id is None:
+                raise AnswerRejectedError(exc.message) from exc
+            # the forum topic was deleted meanwhile: answer in the chat instead
+            log.info("topic %s of chat %s is gone; answering outside it", thread_id, chat_id)
+            return await self.send(chat_id, chunk, reply_to=None, thread_id=None)
         except TelegramBadRequest as exc:
             raise AnswerRejectedError(exc.message) from exc
         except UnreadableResultError as exc:
@@ -179,22 +160,16 @@ class TelegramOut:
 
         Raises :class:`MessageGoneError` when the message was deleted.
         """
-        common: dict[str, Any] = {"chat_id": chat_id, "message_id": message_id}
         try:
-            try:
-                await self._call(self.bot.edit_message_text(text=chunk.html, **common))
-            except TelegramBadRequest as exc:
-                if not _is_parse_error(exc):
-                    raise
-                log.warning("Telegram rejected formatting (%s); editing as plain text", exc.message)
-                await self._call(
-                    self.bot.edit_message_text(text=chunk.plain, parse_mode=None, **common)
-                )
+            await self._formatted(
+                self.bot.edit_message_text, chunk, chat_id=chat_id, message_id=message_id
+            )
+        except NotModifiedError:
+            pass
+        except EditTargetGoneError as exc:
+            raise MessageGoneError(exc.message) from exc
         except TelegramBadRequest as exc:
-            if _is_gone(exc):
-                raise MessageGoneError(exc.message) from exc
-            if not _is_not_modified(exc):
-                raise AnswerRejectedError(exc.message) from exc
+            raise AnswerRejectedError(exc.message) from exc
         except UnreadableResultError as exc:
             log.info("chat %s: %s; the edit counts as done", chat_id, exc.message)
 
@@ -206,24 +181,17 @@ class TelegramOut:
         Raises :class:`DraftsUnavailableError` when the chat takes no drafts or the
         server does not know the method; the latter also turns drafts off for good.
         """
-        common: dict[str, Any] = {
-            "chat_id": chat_id,
-            "draft_id": draft_id,
-            "message_thread_id": thread_id,
-            # the stop button; the partial text stays until the final message replaces it
-            "can_stop": True,
-            "keep_on_stop": True,
-        }
         try:
-            try:
-                text = chunk.html if chunk is not None else ""
-                await self._call(self.bot.send_message_draft(text=text, **common))
-            except TelegramBadRequest as exc:
-                if chunk is None or not _is_parse_error(exc):
-                    raise
-                await self._call(
-                    self.bot.send_message_draft(text=chunk.plain, parse_mode=None, **common)
-                )
+            await self._formatted(
+                self.bot.send_message_draft,
+                chunk or _THINKING,
+                chat_id=chat_id,
+                draft_id=draft_id,
+                message_thread_id=thread_id,
+                # the stop button; the partial text stays until the final message replaces it
+                can_stop=True,
+                keep_on_stop=True,
+            )
         except UnknownMethodError as exc:
             if self.drafts:  # one line, however many answers were drafting
                 log.warning(
@@ -233,10 +201,10 @@ class TelegramOut:
                 )
             self.drafts = False
             raise DraftsUnavailableError(exc.message) from exc
+        except (DraftPeerInvalidError, ThreadGoneError) as exc:
+            # the answer goes on by sending messages, which handle both cases
+            raise DraftsUnavailableError(exc.message) from exc
         except TelegramBadRequest as exc:
-            if _is_draft_peer(exc) or _is_thread_gone(exc):
-                # the answer goes on by sending messages, which handle both cases
-                raise DraftsUnavailableError(exc.message) from exc
             raise AnswerRejectedError(exc.message) from exc
         except UnreadableResultError as exc:
             log.info("chat %s: %s; the draft counts as shown", chat_id, exc.message)
@@ -263,18 +231,13 @@ class TelegramOut:
         thread_id: int | None,
     ) -> int:
         """An image (uploaded) with a plain-text caption, as a reply."""
-        reply = (
-            ReplyParameters(message_id=reply_to, allow_sending_without_reply=True)
-            if reply_to is not None
-            else None
-        )
         message = await self._call(
             self.bot.send_photo(
                 chat_id=chat_id,
                 photo=BufferedInputFile(png, filename="chart.png"),
                 caption=caption,
                 parse_mode=None,
-                reply_parameters=reply,
+                reply_parameters=_reply(reply_to),
                 message_thread_id=thread_id,
             )
         )
@@ -347,6 +310,18 @@ class TelegramOut:
             await self._call(self.bot.delete_message(chat_id=chat_id, message_id=message_id))
         except (TelegramBadRequest, UnreadableResultError) as exc:
             log.info("could not delete message %s: %s", message_id, exc.message)
+
+    @classmethod
+    async def _formatted(
+        cls, method: Callable[..., Awaitable[Any]], chunk: Chunk, **fields: Any
+    ) -> Any:
+        """``method`` with the chunk's HTML (the bot's default parse mode) and ``fields``;
+        when Telegram rejects the HTML's entities, once more with the same text unformatted."""
+        try:
+            return await cls._call(method(text=chunk.html, **fields))
+        except EntitiesRejectedError as exc:
+            log.warning("Telegram rejected formatting (%s); sending plain text", exc.message)
+            return await cls._call(method(text=chunk.plain, parse_mode=None, **fields))
 
     @staticmethod
     async def _call(request: Any) -> Any:

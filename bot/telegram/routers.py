@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -25,12 +24,24 @@ from aiogram.types.update import UpdateTypeLookupError
 from transcript import StoreUnavailableError, TranscriptStore
 
 from ..bus.albums import Albums
-from ..bus.inbound import EDIT, MESSAGE, Inbound, MediaRef
+from ..bus.inbound import EDIT, MESSAGE, MediaRef
 from ..bus.intake import Intake
 from ..bus.stops import StopRelay
 from ..settings import Settings
 from ..usage.accounting import Accounting
 from ..usage.reports import OWNER_ONLY_TEXT, stats_chart, stats_report, usage_report
+from .messages import (
+    command_target,
+    inbound_of,
+    is_group,
+    media_of,
+    mentions,
+    notice,
+    replied_id,
+    sent_by,
+    strip_mention,
+    thread_of,
+)
 from .out import Notifier
 from .steering import steering_router, topic_router
 
@@ -83,49 +94,6 @@ UNSUPPORTED = {
 }  # fmt: skip
 
 
-def is_group(message: Message) -> bool:
-    return message.chat.type in (ChatType.GROUP, ChatType.SUPERGROUP)
-
-
-def thread_of(message: Message) -> int | None:
-    """The forum topic to answer in (None in the General topic and outside forums)."""
-    return message.message_thread_id if message.is_topic_message else None
-
-
-def replied_id(message: Message) -> int | None:
-    """The message explicitly replied to (not a forum topic's implicit root)."""
-    target = message.reply_to_message
-    if target is None or target.forum_topic_created is not None:
-        return None
-    return target.message_id
-
-
-def _mentions(message: Message, username: str) -> bool:
-    text = message.text or message.caption or ""
-    entities = message.entities or message.caption_entities or []
-    for entity in entities:
-        if entity.type == "mention":
-            mention = entity.extract_from(text)
-            if mention.lower() == f"@{username.lower()}":
-                return True
-    return False
-
-
-def _command_for(message: Message, username: str) -> bool:
-    """``/command@thisbot`` (a bare ``/command`` in a group may be for any bot)."""
-    text = message.text or ""
-    if not text.startswith("/"):
-        return False
-    _, _, target = text.split(maxsplit=1)[0].partition("@")
-    return target.lower() == username.lower()
-
-
-def _from(message: Message | None, user_id: int) -> bool:
-    return (
-        message is not None and message.from_user is not None and (message.from_user.id == user_id)
-    )
-
-
 class Addressed(Filter):
     """Private chats: always. Groups: replies to the bot, @mentions and commands."""
 
@@ -135,10 +103,13 @@ class Addressed(Filter):
         if not is_group(message):
             return False  # channels
         me = await bot.me()
-        if _from(message.reply_to_message, me.id):
+        if sent_by(message.reply_to_message, me.id):
             return replied_id(message) is not None
         username = me.username or ""
-        return bool(username) and (_mentions(message, username) or _command_for(message, username))
+        if not username:
+            return False
+        target = command_target(message)
+        return mentions(message, username) or (target or "").lower() == username.lower()
 
 
 class InAddressedAlbum(Filter):
@@ -175,7 +146,7 @@ class AccessControl(BaseMiddleware):
         if now - self._refused.get(key, -REFUSAL_EVERY) >= REFUSAL_EVERY:
             self._refused[key] = now
             log.info("refused user %s (not in ALLOWED_USER_IDS)", key)
-            _notice(data["notifier"], event, REFUSAL_TEXT)
+            notice(data["notifier"], event, REFUSAL_TEXT)
         return None
 
 
@@ -195,40 +166,6 @@ class SkipUnknownUpdates(BaseMiddleware):
                 log.info("ignored update %s of a type this bot does not know", event.update_id)
                 return None
         return await handler(event, data)
-
-
-def media_of(message: Message, max_pixels: int) -> tuple[MediaRef, ...]:
-    """The message's file: a photo's largest size within ``max_pixels`` on its long
-    side (the smallest when none is), a voice note, an audio file or a document."""
-    if message.photo:
-        sizes = sorted(message.photo, key=lambda p: p.width * p.height)
-        fitting = [p for p in sizes if max(p.width, p.height) <= max_pixels]
-        best = fitting[-1] if fitting else sizes[0]
-        return (MediaRef("photo", best.file_id, best.file_size or 0, best.width, best.height),)
-    if message.voice:
-        v = message.voice
-        return (MediaRef("voice", v.file_id, v.file_size or 0, duration=v.duration,
-                         mime=v.mime_type or ""),)  # fmt: skip
-    if message.audio:
-        a = message.audio
-        return (MediaRef("audio", a.file_id, a.file_size or 0, duration=a.duration,
-                         mime=a.mime_type or "", name=a.file_name or ""),)  # fmt: skip
-    if message.document:
-        d = message.document
-        return (MediaRef("document", d.file_id, d.file_size or 0, mime=d.mime_type or "",
-                         name=d.file_name or ""),)  # fmt: skip
-    return ()
-
-
-def _strip_mention(text: str, username: str | None) -> str:
-    if not username:
-        return text.strip()
-    return re.sub(rf"@{re.escape(username)}\b", "", text, flags=re.IGNORECASE).strip()
-
-
-def _notice(notifier: Notifier, message: Message, text: str) -> None:
-    """Answer locally, in the background: the update handler never waits on Telegram."""
-    notifier.say(message.chat.id, text, reply_to=message.message_id, thread_id=thread_of(message))
 
 
 def build_router(allowed_user_ids: frozenset[int]) -> Router:
@@ -266,16 +203,15 @@ def _conversation_router() -> Router:
     @router.message(CommandStart())
     @router.message(Command("help"))
     async def on_help(message: Message, notifier: Notifier) -> None:
-        _notice(notifier, message, HELP_TEXT)
+        notice(notifier, message, HELP_TEXT)
 
     @router.message(F.text.startswith("/"), Addressed())
     async def on_unknown_command(message: Message, notifier: Notifier, bot: Bot) -> None:
-        command = (message.text or "").split()[0]
-        _, _, target = command.partition("@")
+        target = command_target(message)
         me = await bot.me()
         if target and target.lower() != (me.username or "").lower():
             return  # a command for another bot in this group
-        _notice(notifier, message, UNKNOWN_COMMAND_TEXT)
+        notice(notifier, message, UNKNOWN_COMMAND_TEXT)
 
     @router.message(F.photo | F.document | F.audio, InAddressedAlbum())
     @router.message(F.photo | F.voice | F.audio | F.document, Addressed())
@@ -307,7 +243,7 @@ def _conversation_router() -> Router:
 
     @router.message(F.content_type.in_(UNSUPPORTED), Addressed())
     async def on_unsupported(message: Message, notifier: Notifier) -> None:
-        _notice(notifier, message, UNSUPPORTED_TEXT)
+        notice(notifier, message, UNSUPPORTED_TEXT)
 
     return router
 
@@ -327,25 +263,12 @@ async def _take_in(
     me = await bot.me()
     text = message.text or message.caption or ""
     if is_group(message):
-        text = _strip_mention(text, me.username)
+        text = strip_mention(text, me.username)
     if not text.strip() and not media:
         if kind == MESSAGE:
-            _notice(notifier, message, EMPTY_MENTION_TEXT)
+            notice(notifier, message, EMPTY_MENTION_TEXT)
         return
-    sender = message.from_user.id if message.from_user else 0
-    inbound = Inbound(
-        chat_id=message.chat.id,
-        message_id=message.message_id,
-        user_id=sender,
-        text=text,
-        reply_to=replied_id(message),
-        reply_to_bot=_from(message.reply_to_message, me.id),
-        thread_id=thread_of(message),
-        is_group=is_group(message),
-        kind=kind,
-        media=media,
-        group=message.media_group_id if media else None,
-    )
+    inbound = inbound_of(message, kind, text=text, bot_id=me.id, media=media)
     # an album's photo is noted in its album before it enters the intake
     noted = inbound.group is None or albums is None or await albums.note(inbound, stopping)
     if not noted or not await intake.record(inbound, stopping):
@@ -367,8 +290,7 @@ def _usage_router() -> Router:
         settings: Settings,
     ) -> None:
         user = message.from_user.id if message.from_user else 0
-        target = message.reply_to_message
-        replied = target.message_id if target and target.forum_topic_created is None else None
+        replied = replied_id(message)
 
         async def reply() -> None:
             text = await usage_report(
@@ -379,7 +301,7 @@ def _usage_router() -> Router:
                 replied_to=replied,
                 daily_limit=settings.user_daily_token_limit,
             )
-            _notice(notifier, message, text)
+            notice(notifier, message, text)
 
         notifier.run(reply, name=f"usage-{message.chat.id}")
 
@@ -389,7 +311,7 @@ def _usage_router() -> Router:
     ) -> None:
         user = message.from_user.id if message.from_user else 0
         if user not in settings.owner_user_ids:
-            _notice(notifier, message, OWNER_ONLY_TEXT)
+            notice(notifier, message, OWNER_ONLY_TEXT)
             return
 
         async def reply() -> list[int]:

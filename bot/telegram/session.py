@@ -6,8 +6,8 @@ of aiogram's ``ClientDecodeError`` (or worse), so callers handle it like any
 other Telegram error::
 
     HTTP 5xx, whatever the body                  -> TelegramServerError (retried)
-    404 "method not found" (an older or          -> UnknownMethodError (a TelegramNotFound)
-      self-hosted server lacks the method)
+    a 400 or 404 whose description names a       -> its typed error (bot.telegram.errors:
+      known refusal ("method not found", ...)         UnknownMethodError, ThreadGoneError, ...)
     {"ok": true} with a result that does not     -> UnreadableResultError (the server
       decode (fields missing or malformed)            did it; ``result`` holds the raw JSON)
     anything else that is not a Bot API answer   -> BadResponseError
@@ -49,6 +49,7 @@ from aiogram.client.session.middlewares.base import (
 from aiogram.exceptions import (
     ClientDecodeError,
     TelegramAPIError,
+    TelegramBadRequest,
     TelegramNotFound,
     TelegramRetryAfter,
     TelegramServerError,
@@ -60,6 +61,7 @@ from pydantic import ValidationError
 
 from ..metrics import Metrics
 from ..retry import retrying
+from .errors import classify
 
 #: Runs before a call that flood control held back goes out (see the module text).
 AFTER_FLOOD_WAIT: ContextVar[Callable[[], Awaitable[None]] | None] = ContextVar(
@@ -76,10 +78,6 @@ SERVER_ERROR_ATTEMPTS = 3
 
 class BadResponseError(TelegramAPIError):
     """The Bot API server answered something that is not a Bot API response."""
-
-
-class UnknownMethodError(TelegramNotFound):
-    """The Bot API server does not know the method (an older or self-hosted server)."""
 
 
 class UnreadableResultError(TelegramAPIError):
@@ -113,10 +111,8 @@ class BotApiSession(AiohttpSession):
         name = type(method).__name__
         try:
             return super().check_response(bot, method, status_code, content)
-        except TelegramNotFound as exc:
-            if "method not found" in (exc.message or "").lower():
-                raise UnknownMethodError(method=method, message=exc.message) from None
-            raise
+        except (TelegramBadRequest, TelegramNotFound) as exc:
+            raise classify(exc) from None
         except ClientDecodeError as exc:
             if isinstance(method, GetUpdates) and (cleaned := _without_undecodable(bot, content)):
                 same = cast("TelegramMethod[TelegramType]", method)

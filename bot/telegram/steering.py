@@ -21,7 +21,7 @@ import time
 from collections.abc import Awaitable
 from typing import Protocol
 
-from aiogram import F, Router
+from aiogram import Bot, F, Router
 from aiogram.enums import ChatType
 from aiogram.filters import Command
 from aiogram.types import CallbackQuery, InlineKeyboardButton, InlineKeyboardMarkup, Message
@@ -29,12 +29,13 @@ from redis.asyncio import Redis
 
 from transcript import StoreUnavailableError, TranscriptError, TranscriptStore
 
-from ..bus.inbound import RETRY, Inbound
+from ..bus.inbound import RETRY
 from ..bus.intake import Intake
 from ..ops import threads
 from ..ops.forget import forget_chat
 from ..settings import Settings
 from .format import TELEGRAM_LIMIT, Chunk, escape_html
+from .messages import inbound_of, notice, replied_id, thread_of
 from .out import Notifier
 
 log = logging.getLogger("replychain.handlers")
@@ -61,23 +62,6 @@ FORGET_CONFIRM_SECONDS = 600
 _FORGET = "forget"
 #: Characters of a /tree answer (Telegram's limit, less the margin <pre> needs none of).
 TREE_LIMIT = TELEGRAM_LIMIT
-
-
-def replied(message: Message) -> int | None:
-    """The message explicitly replied to (not a forum topic's implicit root)."""
-    target = message.reply_to_message
-    if target is None or target.forum_topic_created is not None:
-        return None
-    return target.message_id
-
-
-def thread_of(message: Message) -> int | None:
-    """The topic to answer in (None in the General topic and outside topics)."""
-    return message.message_thread_id if message.is_topic_message else None
-
-
-def notice(notifier: Notifier, message: Message, text: str) -> None:
-    notifier.say(message.chat.id, text, reply_to=message.message_id, thread_id=thread_of(message))
 
 
 def steering_router() -> Router:
@@ -120,7 +104,7 @@ async def on_topic_created(message: Message, *, topics: TopicNotes) -> None:
 async def on_tree(
     message: Message, *, notifier: Notifier, store: TranscriptStore, redis: Redis
 ) -> None:
-    target = replied(message)
+    target = replied_id(message)
     if target is None:
         notice(notifier, message, TREE_HINT)
         return
@@ -141,24 +125,13 @@ async def on_tree(
 
 
 async def on_retry(
-    message: Message, *, notifier: Notifier, intake: Intake, stopping: asyncio.Event
+    message: Message, *, notifier: Notifier, intake: Intake, stopping: asyncio.Event, bot: Bot
 ) -> None:
-    target = replied(message)
-    if target is None:
+    if replied_id(message) is None:
         notice(notifier, message, RETRY_USAGE)
         return
-    reply_to = message.reply_to_message
-    inbound = Inbound(
-        chat_id=message.chat.id,
-        message_id=message.message_id,
-        user_id=message.from_user.id if message.from_user else 0,
-        text="",
-        reply_to=target,
-        reply_to_bot=bool(reply_to and reply_to.from_user and reply_to.from_user.is_bot),
-        thread_id=thread_of(message),
-        is_group=message.chat.type in ("group", "supergroup"),
-        kind=RETRY,
-    )
+    me = await bot.me()
+    inbound = inbound_of(message, RETRY, text="", bot_id=me.id)
     if not await intake.record(inbound, stopping):
         await asyncio.Event().wait()  # stopping before it was stored: never confirm it
 
@@ -166,7 +139,7 @@ async def on_retry(
 async def on_export(
     message: Message, *, notifier: Notifier, store: TranscriptStore, redis: Redis
 ) -> None:
-    target = replied(message)
+    target = replied_id(message)
     if target is None:
         notice(notifier, message, EXPORT_HINT)
         return

@@ -1,0 +1,116 @@
+"""What the bot reads off a Telegram message, in one place for every handler.
+
+The message replied to, the topic to answer in, whether the chat is a group, who
+is mentioned or commanded, the files it carries, and the :class:`Inbound` the
+intake stores for it; plus :func:`notice`, the one way a handler answers locally.
+"""
+
+from __future__ import annotations
+
+import re
+
+from aiogram.enums import ChatType
+from aiogram.types import Message
+
+from ..bus.inbound import Inbound, MediaRef
+from .out import Notifier
+
+
+def is_group(message: Message) -> bool:
+    """Whether the message was sent in a group or supergroup (not a channel, not a DM)."""
+    return message.chat.type in (ChatType.GROUP, ChatType.SUPERGROUP)
+
+
+def thread_of(message: Message) -> int | None:
+    """The topic to answer in (None in a forum's General topic and outside topics)."""
+    return message.message_thread_id if message.is_topic_message else None
+
+
+def replied_id(message: Message) -> int | None:
+    """The message explicitly replied to (not a forum topic's implicit root)."""
+    target = message.reply_to_message
+    if target is None or target.forum_topic_created is not None:
+        return None
+    return target.message_id
+
+
+def sent_by(message: Message | None, user_id: int) -> bool:
+    """Whether ``message`` exists and user ``user_id`` sent it."""
+    return message is not None and message.from_user is not None and message.from_user.id == user_id
+
+
+def mentions(message: Message, username: str) -> bool:
+    """Whether the text or caption @mentions ``username``."""
+    text = message.text or message.caption or ""
+    entities = message.entities or message.caption_entities or []
+    for entity in entities:
+        if entity.type == "mention":
+            mention = entity.extract_from(text)
+            if mention.lower() == f"@{username.lower()}":
+                return True
+    return False
+
+
+def command_target(message: Message) -> str | None:
+    """The bot a command names (``/cmd@bot``: "bot"; a bare ``/cmd``: ""); None for no command."""
+    text = message.text or ""
+    if not text.startswith("/"):
+        return None
+    return text.split(maxsplit=1)[0].partition("@")[2]
+
+
+def strip_mention(text: str, username: str | None) -> str:
+    """``text`` without @``username`` (any case), trimmed."""
+    if not username:
+        return text.strip()
+    return re.sub(rf"@{re.escape(username)}\b", "", text, flags=re.IGNORECASE).strip()
+
+
+def media_of(message: Message, max_pixels: int) -> tuple[MediaRef, ...]:
+    """The message's file: a photo's largest size within ``max_pixels`` on its long
+    side (the smallest when none is), a voice note, an audio file or a document."""
+    if message.photo:
+        sizes = sorted(message.photo, key=lambda p: p.width * p.height)
+        fitting = [p for p in sizes if max(p.width, p.height) <= max_pixels]
+        best = fitting[-1] if fitting else sizes[0]
+        return (MediaRef("photo", best.file_id, best.file_size or 0, best.width, best.height),)
+    if message.voice:
+        v = message.voice
+        return (MediaRef("voice", v.file_id, v.file_size or 0, duration=v.duration,
+                         mime=v.mime_type or ""),)  # fmt: skip
+    if message.audio:
+        a = message.audio
+        return (MediaRef("audio", a.file_id, a.file_size or 0, duration=a.duration,
+                         mime=a.mime_type or "", name=a.file_name or ""),)  # fmt: skip
+    if message.document:
+        d = message.document
+        return (MediaRef("document", d.file_id, d.file_size or 0, mime=d.mime_type or "",
+                         name=d.file_name or ""),)  # fmt: skip
+    return ()
+
+
+def inbound_of(
+    message: Message, kind: str, *, text: str, bot_id: int, media: tuple[MediaRef, ...] = ()
+) -> Inbound:
+    """The message as the intake stores it: ``kind`` (new, edited, /retry), ``text`` as the
+    model reads it, ``media`` its files (an album's carry its ``media_group_id``);
+    ``bot_id`` tells a reply to this bot from others."""
+    return Inbound(
+        chat_id=message.chat.id,
+        message_id=message.message_id,
+        user_id=message.from_user.id if message.from_user else 0,
+        text=text,
+        reply_to=replied_id(message),
+        reply_to_bot=sent_by(message.reply_to_message, bot_id),
+        thread_id=thread_of(message),
+        is_group=is_group(message),
+        kind=kind,
+        media=media,
+        group=message.media_group_id if media else None,
+    )
+
+
+def notice(notifier: Notifier, message: Message, text: str) -> None:
+    """Answer ``message`` locally with ``text``, in its topic, in the background: the
+    update handler never waits on Telegram (the answer belongs to no conversation)."""
+    notifier.say(message.chat.id, text, reply_to=message.message_id, thread_id=thread_of(message))
