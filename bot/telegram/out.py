@@ -137,13 +137,20 @@ class TelegramOut:
         self.bot = bot
 
     async def send(
-        self, chat_id: int, chunk: Chunk, *, reply_to: int | None, thread_id: int | None
+        self,
+        chat_id: int,
+        chunk: Chunk,
+        *,
+        reply_to: int | None,
+        thread_id: int | None,
+        markup: InlineKeyboardMarkup | None = None,
     ) -> int:
         """Send one part as a reply (kept even if the replied message is gone)."""
         common: dict[str, Any] = {
             "chat_id": chat_id,
             "reply_parameters": _reply(reply_to),
             "message_thread_id": thread_id,
+            "reply_markup": markup,
         }
         try:
             try:
@@ -154,7 +161,9 @@ class TelegramOut:
                     log.info(
                         "topic %s of chat %s is gone; answering outside it", thread_id, chat_id
                     )
-                    return await self.send(chat_id, chunk, reply_to=None, thread_id=None)
+                    return await self.send(
+                        chat_id, chunk, reply_to=None, thread_id=None, markup=markup
+                    )
                 if not _is_parse_error(exc):
                     raise
                 log.warning("Telegram rejected formatting (%s); sending plain text", exc.message)
@@ -322,6 +331,7 @@ class TelegramOut:
         caption: str,
         reply_to: int | None,
         thread_id: int | None,
+        markup: InlineKeyboardMarkup | None = None,
     ) -> int:
         """Upload ``data`` as a file called ``name`` (multipart), with a plain caption."""
         try:
@@ -333,6 +343,7 @@ class TelegramOut:
                     parse_mode=None,
                     reply_parameters=_reply(reply_to),
                     message_thread_id=thread_id,
+                    reply_markup=markup,
                 )
             )
         except TelegramBadRequest as exc:

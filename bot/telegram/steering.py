@@ -36,6 +36,7 @@ from ..ops.forget import forget_chat
 from ..settings import Settings
 from .format import TELEGRAM_LIMIT, Chunk, escape_html
 from .out import Notifier
+from .viewer import open_tree_markup
 
 log = logging.getLogger("replychain.handlers")
 
@@ -118,7 +119,12 @@ async def on_topic_created(message: Message, *, topics: TopicNotes) -> None:
 
 
 async def on_tree(
-    message: Message, *, notifier: Notifier, store: TranscriptStore, redis: Redis
+    message: Message,
+    *,
+    notifier: Notifier,
+    store: TranscriptStore,
+    redis: Redis,
+    settings: Settings,
 ) -> None:
     target = replied(message)
     if target is None:
@@ -133,8 +139,9 @@ async def on_tree(
         if text is None:
             return None
         chunk = Chunk(f"<pre>{escape_html(text.rstrip())}</pre>", text.rstrip())
+        markup = await open_tree_markup(notifier.out.bot, settings, message, target)
         return await notifier.out.send(
-            chat, chunk, reply_to=message.message_id, thread_id=thread_of(message)
+            chat, chunk, reply_to=message.message_id, thread_id=thread_of(message), markup=markup
         )
 
     notifier.run(reply, name=f"tree-{chat}", chat_id=chat)
@@ -164,7 +171,12 @@ async def on_retry(
 
 
 async def on_export(
-    message: Message, *, notifier: Notifier, store: TranscriptStore, redis: Redis
+    message: Message,
+    *,
+    notifier: Notifier,
+    store: TranscriptStore,
+    redis: Redis,
+    settings: Settings,
 ) -> None:
     target = replied(message)
     if target is None:
@@ -183,6 +195,7 @@ async def on_export(
             caption="This branch of the conversation, from its root to that message.",
             reply_to=message.message_id,
             thread_id=thread_of(message),
+            markup=await open_tree_markup(notifier.out.bot, settings, message, target),
         )
 
     notifier.run(reply, name=f"export-{chat}", chat_id=chat)
