@@ -393,7 +393,8 @@ class Settings(BaseSettings):
     @classmethod
     def _check_webhook_listen(cls, value: str, info: ValidationInfo) -> str:
         host, _, port = value.strip().rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        lowest = 0 if info.field_name == "webapp_listen" else 1  # 0: any free port
+        if not host or not port.isdigit() or not lowest <= int(port) < 65536:
             example = "8081" if info.field_name == "webapp_listen" else "8080"
             raise ValueError(f"must be host:port, e.g. 127.0.0.1:{example}")
         return value.strip()
