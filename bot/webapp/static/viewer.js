@@ -4,6 +4,7 @@
 
 (() => {
   const $ = (id) => document.getElementById(id);
+  const TELEGRAM_SCRIPT = "https://telegram.org/js/telegram-web-app.js";
   let T = {}; // the page's texts, from the server (bot/webapp/texts.py)
   let initData = "";
   let tree = null; // the skeleton: {chat, tree, selected, nodes, links}
@@ -22,14 +23,17 @@
     return window.Telegram && window.Telegram.WebApp ? window.Telegram.WebApp : null;
   }
 
-  /** Resolves once telegram-web-app.js has loaded or failed (the page needs neither). */
-  function telegramSettled() {
-    const script = $("telegram-script");
-    if (telegram() || !script) return Promise.resolve();
+  /** Loads Telegram's own script (themes, links, closing); resolves once it has
+   *  loaded or failed, or after three seconds: the page needs none of it. */
+  function loadTelegram() {
     return new Promise((resolve) => {
+      const script = document.createElement("script");
+      script.src = TELEGRAM_SCRIPT;
+      script.async = true;
       script.addEventListener("load", resolve, { once: true });
       script.addEventListener("error", resolve, { once: true });
       setTimeout(resolve, 3000);
+      document.head.appendChild(script);
     });
   }
 
@@ -137,7 +141,7 @@
 
   // ---------------------------------------------------------- Markdown, as DOM
 
-  const INLINE = /(`+)([\s\S]*?[^`])\1(?!`)|\*\*(.+?)\*\*|__(.+?)__|\*([^*\s][^*]*?)\*|_([^_\s][^_]*?)_|\[([^\]]+)\]\((https?:\/\/[^\s)]+)\)|(https?:\/\/[^\s<>()]+)/g;
+  const INLINE = /(`+)([\s\S]*?[^`])\1(?!`)|\*\*(.+?)\*\*|(?<!\w)__(.+?)__(?!\w)|\*([^*\s][^*]*?)\*|(?<!\w)_([^_\s][^_]*?)_(?!\w)|\[([^\]]+)\]\((https?:\/\/[^\s)]+)\)|(https?:\/\/[^\s<>()]+)/g;
 
   /** Inline Markdown of one line into ``parent``: code, bold, italics, http(s) links. */
   function inline(parent, text) {
@@ -490,9 +494,11 @@
   async function start() {
     themeFromFragment();
     initData = fragment().get("tgWebAppData") || "";
-    if (!initData || !telegram()) await telegramSettled();
-    useTelegram();
-    if (!initData && telegram()) initData = telegram().initData || "";
+    const telegramLoaded = loadTelegram().then(useTelegram);
+    if (!initData) {
+      await telegramLoaded; // launched without the fragment: only the script knows initData
+      initData = (telegram() && telegram().initData) || "";
+    }
     const match = startParam().match(/^(-?\d{1,20})_(\d{1,12})$/);
     try {
       tree = await api("tree", match ? { chat: match[1], message: match[2] } : {});
