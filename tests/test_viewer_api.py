@@ -167,11 +167,12 @@ async def test_initdata_from_the_future_or_without_user_is_401(
 async def test_another_users_private_chat_is_403_and_shows_nothing(
     viewer: Viewer, seeded: Seeded
 ) -> None:
-    for path, query in [
+    queries: list[tuple[str, dict[str, Any]]] = [
         ("api/tree", {"message": 6}),
         ("api/nodes", {"tree": seeded.tree, "ids": seeded.refs["md"]}),
         ("api/export", {"tree": seeded.tree, "node": seeded.refs["xss"]}),
-    ]:
+    ]
+    for path, query in queries:
         status, body, _ = await viewer.get(path, viewer.init_data(OTHER_USER), chat=USER, **query)
         assert (status, body) == (403, {"error": ERRORS["forbidden"]}), path
 
@@ -300,7 +301,7 @@ def test_the_viewer_shares_the_webhook_or_metrics_address_when_told(
 ) -> None:
     bot = Bot(tg.token)
     sources = Sources(bot, Redis(), TranscriptStore(Redis()), Prices(), audit_days=7)
-    base = {"telegram_bot_token": tg.token, "openai_api_key": "k",
+    base: dict[str, Any] = {"telegram_bot_token": tg.token, "openai_api_key": "k",
             "webapp_url": "https://v.example/view/"}  # fmt: skip
     shared = web.Application()
     settings = Settings(_env_file=None, webapp_listen="127.0.0.1:8080", **base)  # type: ignore[call-arg]

@@ -111,7 +111,10 @@ async def test_continue_here_quotes_the_message_to_reply_to(
         hello, _ = await ask(tg, app, USER, "hello there")
         answer = answers_to(tg, USER, hello)[-1].message_id
         sent = tg.send_user_message(USER, USER, f"/start reply-{answer}")["message_id"]
-        note = lambda: [m for m in tg.bot_messages(USER) if m.text == CONTINUE_HERE]  # noqa: E731
+
+        def note() -> list[StoredMessage]:
+            return [m for m in tg.bot_messages(USER) if m.text == CONTINUE_HERE]
+
         await tg.wait_for(lambda: bool(note()), TIMEOUT)
         [quoting] = note()
         assert quoting.reply_to == answer and quoting.message_id > sent

@@ -26,7 +26,7 @@ from urllib.parse import urlencode
 import pytest
 from aiogram import Bot
 from aiogram.client.telegram import TelegramAPIServer
-from playwright.sync_api import Browser, Page, Playwright, Route, sync_playwright
+from playwright.sync_api import Browser, Page, Playwright, Route, ViewportSize, sync_playwright
 
 from bot.data.connection import connect
 from bot.telegram.session import BotApiSession
@@ -42,7 +42,7 @@ from .redis_server import RedisServer
 from .viewer_data import SUMMARY, XSS, Seeded, seed_tree, sign_init_data
 
 ARTIFACTS = ROOT / "tests" / "artifacts" / "viewer"
-PHONE = {"width": 390, "height": 844}
+PHONE: ViewportSize = {"width": 390, "height": 844}
 #: Chromium flags that work in a container as root without a GPU or a network.
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 from bot.model import Usage
 from bot.usage.accounting import Accounting, CallRecord
 from transcript import ChatMessage, NodeId, ToolCall, TranscriptStore
+from transcript.model import Role
 
 XSS = '<script>window.__xss = 1</script><img src=x onerror="window.__xss = 2"> **still text**'
 MARKDOWN = "Here is **bold**, *italic* and `code`.\n\n```\nprint('hi')\n```\n\n- one\n- two"
@@ -109,7 +110,7 @@ async def seed_chain(store: TranscriptStore, chat: int, count: int, *, text_char
     message = leaf = 0
     made = 1
     while made < count:
-        role = "user" if made % 2 else "assistant"
+        role: Role = "user" if made % 2 else "assistant"
         message += 1
         child = await store.append(
             node, [ChatMessage(role, f"{message}: {body}")], aliases=[message]

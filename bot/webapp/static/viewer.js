@@ -297,11 +297,14 @@
     return block;
   }
 
-  /** A run's rows (folds in place of what they summarise), then its branches. */
+  /** A run's rows (folds in place of what they summarise), then its branches. The
+   *  branch on the highlighted path goes on below them at the same level, so a long
+   *  path stays flat; the others open nested, built on their first opening. */
   function buildRun(start) {
     const box = el("div", "run");
+    const run = runFrom(start);
     let pending = []; // rows since the run's start or its last fold
-    for (const index of runFrom(start)) {
+    for (const index of run) {
       const node = tree.nodes[index];
       const row = nodeRow(index);
       if (index === 0) {
@@ -315,32 +318,37 @@
       }
     }
     for (const row of pending) box.appendChild(row);
-    const last = runFrom(start).pop();
-    if (kids[last].length > 1) box.appendChild(branches(last));
+    const last = run[run.length - 1];
+    if (kids[last].length > 1) {
+      const next = kids[last].find((child) => onPath.has(child));
+      const continuation = next === undefined ? null : buildRun(next);
+      box.appendChild(branches(last, next, continuation));
+      if (continuation) box.appendChild(continuation);
+    }
     return box;
   }
 
-  function branches(parent) {
+  function branches(parent, next, continuation) {
     const box = el("div", "branches");
     box.setAttribute("aria-label", fill(T.branches, { count: kids[parent].length }));
     for (const child of kids[parent]) {
       const node = tree.nodes[child];
       const branch = box.appendChild(el("div", "branch"));
-      if (onPath.has(child)) branch.classList.add("on-path");
       const toggle = branch.appendChild(el("button", "toggle"));
       toggle.type = "button";
+      const below = fill(T.below, { count: countBelow(child) + 1 });
+      const body = () => (child === next ? continuation : branch.querySelector(":scope > .run"));
       const label = () => {
-        const open = branch.querySelector(":scope > .run") && !branch.querySelector(":scope > .run").hidden;
-        toggle.textContent = (open ? "▾ " : "▸ ") + roleName(node) + ": " + node.t + " — " + fill(T.below, { count: countBelow(child) + 1 });
+        const open = Boolean(body()) && !body().hidden;
+        toggle.textContent = (open ? "▾ " : "▸ ") + roleName(node) + ": " + node.t + " — " + below;
         toggle.setAttribute("aria-expanded", open ? "true" : "false");
       };
+      if (child === next) branch.classList.add("on-path");
       toggle.addEventListener("click", () => {
-        let run = branch.querySelector(":scope > .run");
-        if (!run) run = branch.appendChild(buildRun(child)); // built on first opening
-        else run.hidden = !run.hidden;
+        if (!body()) branch.appendChild(buildRun(child)); // built on first opening
+        else body().hidden = !body().hidden;
         label();
       });
-      if (onPath.has(child)) branch.appendChild(buildRun(child));
       label();
     }
     return box;
@@ -488,6 +496,7 @@
     main.setAttribute("aria-busy", "false");
     const selected = main.querySelector(".node.selected");
     if (selected) selected.scrollIntoView({ block: "center" });
+    performance.mark("tree-ready"); // bench/viewer_bench.py reads it
     document.documentElement.dataset.ready = "true";
   }
 
@@ -502,6 +511,7 @@
     const match = startParam().match(/^(-?\d{1,20})_(\d{1,12})$/);
     try {
       tree = await api("tree", match ? { chat: match[1], message: match[2] } : {});
+      performance.mark("tree-fetched");
     } catch (error) {
       showError(error.message);
       document.documentElement.dataset.ready = "error";
