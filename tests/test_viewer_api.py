@@ -22,7 +22,7 @@ from redis.asyncio import Redis
 
 from bot.metrics import Health, Metrics, MetricsServer
 from bot.ops import threads
-from bot.settings import Settings
+from bot.settings import Settings, SettingsError, load_settings
 from bot.telegram.session import BotApiSession
 from bot.usage.accounting import Prices
 from bot.webapp.auth import MEMBER_TTL, Access
@@ -319,3 +319,31 @@ def test_the_viewer_shares_the_webhook_or_metrics_address_when_told(
     settings = Settings(_env_file=None, **base)  # type: ignore[call-arg]
     own = serve(settings, sources, webhook=shared, metrics=metrics)
     assert own is not None and (own.host, own.port) == ("127.0.0.1", 8081)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        (
+            "WEBAPP_URL",
+            "http://viewer.example/",
+            "WEBAPP_URL is invalid: must be the public https://",
+        ),
+        ("WEBAPP_URL", "https://viewer.example/?a=1", "without ?query or #fragment"),
+        (
+            "WEBAPP_LISTEN",
+            "8081",
+            "WEBAPP_LISTEN is invalid: must be host:port, e.g. 127.0.0.1:8081",
+        ),
+        ("WEBAPP_AUTH_MAX_AGE", "0", "WEBAPP_AUTH_MAX_AGE is invalid"),
+    ],
+)
+def test_bad_viewer_settings_get_one_line(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, says: str
+) -> None:
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123:abc")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError) as raised:
+        load_settings(env_file=None)
+    assert says in str(raised.value) and "\n" not in str(raised.value)
