@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+from aiogram.types import InlineKeyboardMarkup
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
@@ -66,7 +67,13 @@ class InstantTelegram(TelegramOut):
         return next(self.ids.setdefault(chat_id, itertools.count(1)))
 
     async def send(
-        self, chat_id: int, chunk: Chunk, *, reply_to: int | None, thread_id: int | None
+        self,
+        chat_id: int,
+        chunk: Chunk,
+        *,
+        reply_to: int | None,
+        thread_id: int | None,
+        markup: InlineKeyboardMarkup | None = None,
     ) -> int:
         message_id = self.next_id(chat_id)
         depth = chunk.plain.removeprefix("[depth:").partition("]")[0]

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from aiogram import Bot, Dispatcher
+from aiogram import Bot, Dispatcher, Router
 from aiogram.client.default import DefaultBotProperties
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.enums import ParseMode
@@ -53,8 +53,9 @@ from .settings import Settings, webhook_rule
 from .telegram.files import Files
 from .telegram.out import Notifier, TelegramOut, TelegramUnavailableError
 from .telegram.polling import Poller
-from .telegram.routers import COMMANDS, SkipUnknownUpdates, build_router
+from .telegram.routers import COMMANDS, AccessControl, SkipUnknownUpdates, build_router
 from .telegram.session import BadResponseError, BotApiSession, FloodControl, UnreadableResultError
+from .telegram.viewer import continue_router
 from .telegram.webhook import WebhookServer
 from .tools.config import load_config
 from .tools.retention import stub_old_results
@@ -68,6 +69,7 @@ from .usage.accounting import Accounting, Clock, Prices, utc_now
 if TYPE_CHECKING:
     from .tools.hub import ToolHub
     from .tools.loop import ToolLoop
+    from .webapp.server import ViewerServer
 
 log = logging.getLogger("replychain")
 
@@ -249,7 +251,7 @@ class App:
         self.stopping = asyncio.Event()
         self.dispatcher = Dispatcher()
         self.dispatcher.update.outer_middleware(SkipUnknownUpdates())
-        self.dispatcher.include_router(build_router(settings.allowed_user_ids))
+        self.dispatcher.include_routers(*self._routers(settings))
         self.dispatcher["notifier"] = self.notifier
         self.dispatcher["intake"] = self.intake
         self.dispatcher["albums"] = self.albums
@@ -262,8 +264,27 @@ class App:
         self.dispatcher.workflow_data.update(
             settings=settings, stops=self.stops, topics=self.topics
         )
-        self.webhook = self._webhook_server(settings)
+        self.webhook, self.viewer = self._servers(settings)
         self.poller = self._poller(settings)
+
+    @staticmethod
+    def _routers(settings: Settings) -> list[Router]:
+        """The bot's routers; the viewer's "continue here" link before /start's own handler."""
+        first = [continue_router(AccessControl(settings.allowed_user_ids))]
+        return [*(first if settings.webapp_url else []), build_router(settings.allowed_user_ids)]
+
+    def _servers(self, settings: Settings) -> tuple[WebhookServer | None, ViewerServer | None]:
+        """The webhook's server (webhook mode) and the thread viewer's (WEBAPP_URL set)
+        when it has one of its own (it may share the webhook's or the metrics' address)."""
+        webhook = self._webhook_server(settings)
+        if not settings.webapp_url:
+            return webhook, None
+        from .webapp.server import Sources, serve  # noqa: PLC0415 (aiohttp's server: only when on)
+
+        sources = Sources(self.bot, self.redis, self.store, self.accounting.prices,
+                          settings.model_audit_days)  # fmt: skip
+        shared = webhook.app if webhook else None
+        return webhook, serve(settings, sources, webhook=shared, metrics=self.metrics_server)
 
     def _poller(self, settings: Settings) -> Poller:
         """Polls Telegram while this process holds the poller lease (polling mode)."""
@@ -347,6 +368,7 @@ class App:
         relaying: asyncio.Task[None] | None = None
         try:
             await self._serve_metrics()
+            await self._serve_viewer()
             await self.check()
             if self.tools is not None:
                 await self.tools.start()  # a server that fails is logged and skipped
@@ -386,6 +408,16 @@ class App:
             except OSError as exc:
                 raise StartupError(
                     f"METRICS_LISTEN: cannot listen on {self.settings.metrics_listen} "
+                    f"({exc.strerror or type(exc).__name__}); choose a free host:port"
+                ) from None
+
+    async def _serve_viewer(self) -> None:
+        if self.viewer is not None:
+            try:
+                await self.viewer.start()
+            except OSError as exc:
+                raise StartupError(
+                    f"WEBAPP_LISTEN: cannot listen on {self.settings.webapp_listen} "
                     f"({exc.strerror or type(exc).__name__}); choose a free host:port"
                 ) from None
 
@@ -467,6 +499,8 @@ class App:
     async def close(self) -> None:
         if self.metrics_server is not None:
             await self.metrics_server.stop()
+        if self.viewer is not None:
+            await self.viewer.stop()
         if self.tools is not None:
             await self.tools.close()
         if self.webhook is not None:

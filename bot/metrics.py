@@ -318,6 +318,8 @@ class MetricsServer:
         self.host, self.port = split_listen(listen)
         self._runner: web.AppRunner | None = None
         self._export: Callable[[web.Request], Awaitable[web.StreamResponse]] | None = None
+        #: More routes served on this address (the thread viewer sharing it).
+        self.mounts: list[Callable[[web.Application], None]] = []
 
     async def start(self) -> None:
         # imported here: the server (aiohttp.web) costs start-up time only when it is on
@@ -328,6 +330,8 @@ class MetricsServer:
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
+        for mount in self.mounts:
+            mount(app)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
         try:
