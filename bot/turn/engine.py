@@ -311,7 +311,10 @@ class Engine:
         thoughts = answer.reasoning if self.rules.show_reasoning else ""
         # the final text's first new part (if any) is announced with the answer
         final = shown if shown.strip() else notices.EMPTY_ANSWER
-        first_new = turn.writer.next_new_part(final, thoughts)
+        try:
+            first_new = turn.writer.next_new_part(final, thoughts)
+        except Exception:  # met again when it is shown, once the answer is stored
+            first_new = 0  # (failing here would ask the model again on the next try)
         node = await self._store_answer(turn, leaf, (window, answer), announce=first_new)
         return Reply(shown, node, reasoning=thoughts)
 
