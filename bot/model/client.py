@@ -17,6 +17,12 @@ exactly what ``create()`` would have sent (same keys in the same order, the
 same ``json.dumps`` settings as the SDK's ``openapi_dumps``), so the same chain
 is the same request bytes every turn and prompt caches keep hitting.
 
+Streamed chunks are read as the JSON objects they are (``AsyncStream[object]``): the
+SDK's typed ``ChatCompletionChunk`` is built field by field for each of the dozens of
+chunks of an answer, which cost a fifth of the bot's CPU per turn. The SDK still
+decodes the SSE stream and turns an ``error`` event or a broken connection into its
+typed errors.
+
 Reasoning models think before they answer, either in ``reasoning_content`` /
 ``reasoning`` deltas or inside ``<think>…</think>`` at the start of the content
 (DeepSeek-R1, QwQ, Qwen3 served by Ollama or vLLM). Both are kept apart from the
@@ -47,8 +53,7 @@ from typing import Any, Literal, Protocol, TypeVar, cast
 import openai
 from cachetools import LRUCache
 from openai.types import CompletionUsage
-from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageParam
-from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
+from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
 from transcript import ChatMessage, ToolCall
 
@@ -174,6 +179,19 @@ def _usage(reported: CompletionUsage) -> Usage:
     details = reported.prompt_tokens_details
     cached = (details.cached_tokens or 0) if details else 0
     return Usage(reported.prompt_tokens, reported.completion_tokens, cached)
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) else 0
+
+
+def _chunk_usage(reported: dict[str, Any]) -> Usage:
+    """A streamed chunk's ``usage`` object as a :class:`Usage` (missing counts are 0)."""
+    details = reported.get("prompt_tokens_details")
+    cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else 0
+    return Usage(
+        _count(reported.get("prompt_tokens")), _count(reported.get("completion_tokens")), cached
+    )
 
 
 def _estimated(messages: Sequence[ChatMessage], text: str) -> Usage:
@@ -609,17 +627,58 @@ def _add_call_deltas(calls: dict[int, list[str]], deltas: object) -> None:
     Some OpenAI-compatible servers send each call whole in one delta, or leave out
     ``index``: a delta with a new id then starts the next call.
     """
-    for delta in cast("list[ChoiceDeltaToolCall]", deltas or []):
-        index = getattr(delta, "index", None)
+    if not isinstance(deltas, list):
+        return
+    for delta in deltas:
+        if not isinstance(delta, dict):
+            continue
+        index = delta.get("index")
+        call_id = delta.get("id") if isinstance(delta.get("id"), str) else ""
         if not isinstance(index, int):
             known = calls.get(len(calls) - 1)
-            fresh = known is None or bool(delta.id and delta.id != known[0])
+            fresh = known is None or bool(call_id and call_id != known[0])
             index = len(calls) if fresh else len(calls) - 1
         call = calls.setdefault(index, ["", "", ""])
-        call[0] = delta.id or call[0]
-        if delta.function is not None:
-            call[1] += delta.function.name or ""
-            call[2] += delta.function.arguments or ""
+        call[0] = call_id or call[0]
+        function = delta.get("function")
+        if isinstance(function, dict):
+            call[1] += _text(function.get("name"))
+            call[2] += _text(function.get("arguments"))
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _read_chunk(
+    chunk: dict[str, Any], progress: _Progress, calls: dict[int, list[str]], usage: Usage | None
+) -> tuple[Usage | None, bool]:
+    """Take one streamed chunk in: (the usage reported so far, whether the text grew)."""
+    reported = chunk.get("usage")
+    if isinstance(reported, dict):
+        usage = _chunk_usage(reported)
+    grew = False
+    for choice in chunk.get("choices") or ():
+        delta = choice.get("delta") if isinstance(choice, dict) else None
+        if not isinstance(delta, dict):
+            continue
+        _add_call_deltas(calls, delta.get("tool_calls"))
+        thought = delta.get("reasoning_content") or delta.get("reasoning")
+        if isinstance(thought, str):
+            progress.thought += thought
+        content = delta.get("content")
+        if isinstance(content, str) and content and progress.add(content):
+            grew = True
+    return usage, grew
+
+
+def _as_json(chunk: object) -> dict[str, Any]:
+    """A streamed chunk as its JSON object (``create()``'s typed chunks are dumped)."""
+    if isinstance(chunk, dict):
+        return chunk
+    if isinstance(chunk, openai.BaseModel):
+        return chunk.model_dump(exclude_unset=True)
+    return {}
 
 
 class _ReaderFailedError(Exception):
@@ -771,7 +830,7 @@ class ModelClient:
 
     async def _open_stream(
         self, body: bytes | list[dict[str, Any]], tools: bytes | None
-    ) -> openai.AsyncStream[ChatCompletionChunk]:
+    ) -> openai.AsyncStream[Any]:
         if isinstance(body, bytes):
             # post() sends ``content`` as it is (no transform, no copy; bytes are
             # replayed on the SDK's retries) with the same auth and SSE parsing
@@ -782,7 +841,7 @@ class ModelClient:
                 content=body,
                 options={"security": {"bearer_auth": True}},
                 stream=True,
-                stream_cls=openai.AsyncStream[ChatCompletionChunk],
+                stream_cls=openai.AsyncStream[object],  # chunks as JSON (module docstring)
             )
         if tools:
             return await self._client.chat.completions.create(
@@ -816,21 +875,13 @@ class ModelClient:
         usage: Usage | None = None
         calls: dict[int, list[str]] = {}  # index -> [id, name, arguments]
         try:
-            async for chunk in stream:
-                if chunk.usage is not None:
-                    usage = _usage(chunk.usage)
-                for choice in chunk.choices:
-                    _add_call_deltas(calls, choice.delta.tool_calls)
-                    delta = choice.delta
-                    extra = delta.model_extra or {}
-                    thought = extra.get("reasoning_content") or extra.get("reasoning")
-                    if isinstance(thought, str):
-                        progress.thought += thought
-                    if delta.content and progress.add(delta.content):
-                        try:
-                            on_text(progress.text)
-                        except Exception as exc:
-                            raise _ReaderFailedError(exc) from exc
+            async for raw in stream:
+                usage, grew = _read_chunk(_as_json(raw), progress, calls, usage)
+                if grew:
+                    try:
+                        on_text(progress.text)
+                    except Exception as exc:
+                        raise _ReaderFailedError(exc) from exc
         except _ReaderFailedError as wrapped:
             raise wrapped.error from None  # the reader's own failure, not the model's
         except openai.OpenAIError as exc:
