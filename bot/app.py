@@ -75,6 +75,8 @@ log = logging.getLogger("replychain")
 STARTUP_PATIENCE = 20.0
 #: The poller lease: a dead poller is replaced within about this long.
 POLLER_LEASE_MS = 8000
+#: Longest one set-up call beside polling (deleteWebhook, setMyCommands) is waited for.
+SETUP_TIMEOUT = 30.0
 
 
 class StartupError(Exception):
@@ -339,20 +341,24 @@ class App:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop, sig.name)
         relaying: asyncio.Task[None] | None = None
+        setting_up: asyncio.Task[None] | None = None
         try:
             await self._serve_metrics()
             await self.check()
-            if self.tools is not None:
-                await self.tools.start()  # a server that fails is logged and skipped
-                if self.tools.spec_bytes:
-                    self.context.reserve(estimate_text(self.tools.spec_bytes.decode()))
             if self.webhook is None:
-                await self._prepare_polling()
+                # beside polling, never before it: neither call is needed to take updates
+                setting_up = asyncio.create_task(self._prepare_polling(), name="set-up")
             else:
                 await self._prepare_webhook(self.webhook)
+            receiving = asyncio.create_task(self._receive())
+            if self.tools is not None:
+                # updates are taken in meanwhile; turns wait for the tools (a server that
+                # fails is logged and skipped)
+                await self.tools.start()
+                if self.tools.spec_bytes:
+                    self.context.reserve(estimate_text(self.tools.spec_bytes.decode()))
             self.runner.start()
             relaying = asyncio.create_task(self.stops.run(self.stopping), name="stop-relay")
-            receiving = asyncio.create_task(self._receive())
             stop = asyncio.create_task(self.stopping.wait())
             done, _ = await asyncio.wait({receiving, stop}, return_when=asyncio.FIRST_COMPLETED)
             if receiving in done:
@@ -367,10 +373,11 @@ class App:
             if install_signals:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(sig)
-            if relaying is not None:
-                relaying.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await relaying
+            for task in (relaying, setting_up):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             await self.close()
 
     async def _serve_metrics(self) -> None:
@@ -438,9 +445,12 @@ class App:
         )
 
     async def _prepare_polling(self) -> None:
-        """Drop a webhook (polling needs none) and register the commands menu.
+        """Drop a webhook (polling needs none) and register the commands menu, beside
+        polling: a partial or failing Bot API server never delays it.
 
-        Neither is needed to answer messages, so any failure is only logged.
+        Neither is needed to answer messages, so a failure is one warning line; each
+        call is waited for SETUP_TIMEOUT seconds at most. The webhook goes first: while
+        one is set, Telegram answers getUpdates 409, which aiogram's polling retries.
         """
         steps: list[tuple[str, Callable[[], Awaitable[object]]]] = [
             ("delete the webhook", lambda: self.bot.delete_webhook(drop_pending_updates=False)),
@@ -448,7 +458,10 @@ class App:
         ]
         for what, call in steps:
             try:
-                await call()
+                async with asyncio.timeout(SETUP_TIMEOUT):
+                    await call()
+            except TimeoutError:
+                log.warning("could not %s: no answer within %.0f s", what, SETUP_TIMEOUT)
             except Exception as exc:
                 detail = getattr(exc, "message", None) or type(exc).__name__
                 log.warning("could not %s: %s", what, detail)
