@@ -29,8 +29,8 @@ from bot.bus.runner import InFlight
 from bot.data import keys
 from bot.data.connection import connect
 from bot.data.lane import Lane
-from bot.metrics import Metrics
 from bot.model import Answer, Media, Usage
+from bot.prometheus import PrometheusMetrics
 from bot.retry import Outage
 from bot.telegram.format import Chunk, render_chunks
 from bot.telegram.out import TelegramOut
@@ -432,7 +432,7 @@ def _metrics_cost() -> tuple[float, float, float]:
     writer, accounting), per scrape of a busy registry (ms), and the scrape's size (KB)."""
     from prometheus_client import generate_latest  # noqa: PLC0415
 
-    metrics = Metrics()
+    metrics = PrometheusMetrics()
     usage = Usage(1200, 80, 1024)
     runs = 20_000
     started = time.perf_counter()

@@ -99,7 +99,7 @@ class App:
 
     def __init__(self, settings: Settings, *, clock: Clock = utc_now) -> None:
         self.settings = settings
-        self.metrics = Metrics()
+        self.metrics = self._metrics(settings)
         session = BotApiSession(api=TelegramAPIServer.from_base(settings.telegram_api_url))
         session.middleware(FloodControl(max_wait=settings.flood_wait_max, metrics=self.metrics))
         self.bot = Bot(
@@ -237,15 +237,7 @@ class App:
             outages=outages,
             backlog=self.intake.backlog,
         )
-        self.metrics_server = (
-            MetricsServer(
-                self.metrics,
-                Health(redis_ping=self.redis.ping, telegram_ping=self.bot.get_me, outages=outages),
-                settings.metrics_listen,
-            )
-            if settings.metrics_listen
-            else None
-        )
+        self.metrics_server = self._metrics_server(settings, outages)
         self.stopping = asyncio.Event()
         self.dispatcher = Dispatcher()
         self.dispatcher.update.outer_middleware(SkipUnknownUpdates())
@@ -264,6 +256,28 @@ class App:
         )
         self.webhook = self._webhook_server(settings)
         self.poller = self._poller(settings)
+
+    @staticmethod
+    def _metrics(settings: Settings) -> Metrics:
+        """Prometheus metrics with METRICS_LISTEN; else nothing is recorded (and the
+        client library is not imported)."""
+        if not settings.metrics_listen:
+            return Metrics()
+        from .prometheus import PrometheusMetrics  # noqa: PLC0415
+
+        return PrometheusMetrics()
+
+    def _metrics_server(
+        self, settings: Settings, outages: dict[str, Outage]
+    ) -> MetricsServer | None:
+        """``/metrics`` and ``/healthz`` on METRICS_LISTEN, else None."""
+        if not settings.metrics_listen:
+            return None
+        from .prometheus import PrometheusMetrics  # noqa: PLC0415
+
+        assert isinstance(self.metrics, PrometheusMetrics)  # see _metrics
+        health = Health(redis_ping=self.redis.ping, telegram_ping=self.bot.get_me, outages=outages)
+        return MetricsServer(self.metrics, health, settings.metrics_listen)
 
     def _poller(self, settings: Settings) -> Poller:
         """Polls Telegram while this process holds the poller lease (polling mode)."""
