@@ -15,7 +15,6 @@ exits 0: whatever is in flight, shutdown never takes much longer than that.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Coroutine
@@ -45,9 +44,10 @@ from .data import keys
 from .data.connection import connect, guarded
 from .metrics import Health, Metrics, MetricsServer
 from .model import ModelClient, estimate_text
+from .model.client import load_sdk
 from .model.transcribe import Transcriber
 from .model.vision import Vision
-from .retry import Outage, retrying
+from .retry import Outage, cancel_until_done, retrying
 from .settings import Settings
 from .telegram.files import Files
 from .telegram.out import Notifier, TelegramOut, TelegramUnavailableError
@@ -356,6 +356,7 @@ class App:
                 loop.add_signal_handler(sig, self.stop, sig.name)
         relaying: asyncio.Task[None] | None = None
         setting_up: asyncio.Task[None] | None = None
+        loading: asyncio.Task[None] | None = None
         try:
             await self._serve_metrics()
             await self.check()
@@ -365,6 +366,8 @@ class App:
             else:
                 await self._prepare_webhook(self.webhook)
             receiving = asyncio.create_task(self._receive())
+            # the model SDK's import, off the event loop, once updates are being taken in
+            loading = asyncio.create_task(asyncio.to_thread(load_sdk), name="load-sdk")
             if self.tools is not None:
                 # updates are taken in meanwhile; turns wait for the tools (a server that
                 # fails is logged and skipped)
@@ -387,11 +390,9 @@ class App:
             if install_signals:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(sig)
-            for task in (relaying, setting_up):
+            for task in (relaying, setting_up, loading):
                 if task is not None:
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+                    await cancel_until_done(task)
             await self.close()
 
     async def _serve_metrics(self) -> None:
