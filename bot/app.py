@@ -54,7 +54,6 @@ from .telegram.out import Notifier, TelegramOut, TelegramUnavailableError
 from .telegram.polling import Poller
 from .telegram.routers import COMMANDS, SkipUnknownUpdates, build_router
 from .telegram.session import BadResponseError, BotApiSession, FloodControl, UnreadableResultError
-from .telegram.webhook import WebhookServer
 from .tools.config import load_config
 from .tools.retention import stub_old_results
 from .turn.context import ContextWindow
@@ -65,6 +64,7 @@ from .turn.topics import TopicTitles
 from .usage.accounting import Accounting, Clock, Prices, utc_now
 
 if TYPE_CHECKING:
+    from .telegram.webhook import WebhookServer
     from .tools.hub import ToolHub
     from .tools.loop import ToolLoop
 
@@ -295,6 +295,9 @@ class App:
         """The webhook's HTTP server in webhook mode (WEBHOOK_URL set), else None."""
         if not (settings.webhook_url and settings.webhook_secret):
             return None
+        # aiohttp's server and aiogram's webhook handler: imported only in webhook mode
+        from .telegram.webhook import WebhookServer  # noqa: PLC0415
+
         return WebhookServer(
             self.dispatcher,
             self.bot,
