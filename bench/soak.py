@@ -832,6 +832,10 @@ class Soak:
             ),
             ("never answered (lost)", result.lost),
             ("answers on the wrong chain ([depth:N])", result.wrong_depth),
+            (
+                "  of which first mistakes (replied to a message on its chain)",
+                result.wrong_depth_first,
+            ),
             ("lost-track notices outside a failover (failures)", result.lost_track),
             ("model requests with the wrong history (messages)", result.wrong_history),
             ("answers with the wrong content", result.wrong_content),

@@ -220,6 +220,9 @@ class Result:
     crash_window_duplicates: int = 0
     lost: int = 0
     wrong_depth: int = 0
+    #: Of them, those whose parent message was on its right chain (the others inherit
+    #: a mistake by continuing a wrong chain).
+    wrong_depth_first: int = 0
     wrong_history: int = 0
     wrong_content: int = 0
     wrong_chat_messages: int = 0
@@ -301,6 +304,7 @@ class Checker:
                 if message.reply_to is not None:
                     self.replies.setdefault((chat_id, message.reply_to), []).append(message)
         self.result = Result(sent=len(sent))
+        self._wrong: set[str] = set()  # markers of messages answered on a wrong chain
 
     def _killed_after(self, chat_id: int, found: list[Copy]) -> float | None:
         """How long before a SIGKILL the first copy was accepted (negative: after it, a
@@ -488,6 +492,8 @@ class Checker:
         result.deepest = max(result.deepest, depth)
         if depth != expected:
             result.wrong_depth += 1
+            self._wrong.add(s.key)
+            result.wrong_depth_first += not chain or chain[-1][0] not in self._wrong
             live = " (replied while the target was still being written)" if s.target_live else ""
             if s.target_unrecorded:
                 live = " (replied before the bot had Telegram's answer naming the part)"
