@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 from redis.asyncio import Redis
@@ -20,13 +21,13 @@ from redis.asyncio.client import Pipeline
 from bot.bus.inbound import EDIT, Inbound
 from bot.bus.intake import Intake
 from bot.data import keys
-from bot.data.connection import connect
+from bot.data.connection import connect, guarded
 from bot.data.keys import turn_key
 from bot.model import Usage
 from bot.model.vision import Vision
 from bot.turn.state import TurnStates
 from bot.usage.accounting import Accounting, CallRecord, Totals, utc_now
-from transcript import NodeId
+from transcript import NodeId, StoreUnavailableError, TranscriptStore
 
 from .fake_openai import FakeOpenAI
 from .fake_telegram import FakeTelegram
@@ -283,3 +284,55 @@ async def test_a_cluster_without_replicas_and_a_single_server_send_no_wait(
     assert await waits_sent(cluster.ports) == 0
     assert sum([int(await cluster_redis.xlen(stream)) for stream in intake.streams]) == 8
     assert Intake(redis, "a").replicas is None
+
+
+async def cluster_state(port: int, state: str) -> None:
+    """Wait until the node at ``port`` sees the cluster in ``state`` (ok or fail)."""
+    node = connect(f"redis://127.0.0.1:{port}/0")
+    try:
+        async with asyncio.timeout(30):
+            while (await node.cluster("INFO")).get("cluster_state") != state:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)  # the cluster's own view: nothing to wait on
+    finally:
+        await node.aclose()
+
+
+async def test_a_cluster_that_is_down_is_an_outage_the_intake_and_the_store_wait_out(
+    tmp_path: Path,
+) -> None:
+    """While a master fails and no replica takes over, every node answers CLUSTERDOWN
+    (and a client that knows no live node cannot connect at all). That is Redis being
+    away: the intake keeps the message and retries until the cluster serves again,
+    the store says unavailable; before, the error escaped the update handler and the
+    message was lost (soak seed 3, --cluster)."""
+    reason = cluster_supported()
+    if reason is not None:
+        pytest.skip(f"no Redis Cluster: {reason}")
+    down = RedisCluster(tmp_path / "down", masters=3, node_timeout_ms=500)
+    down.start()
+    client = connect(down.url, cluster=True)
+    try:
+        intake = Intake(client, "a")
+        await intake.ensure_group()
+        store = TranscriptStore(client)
+        killed = down.nodes[1]  # not the intake's master (slot 3120 is node 0's)
+        killed.kill()
+        await cluster_state(down.ports[0], "fail")
+        with pytest.raises(StoreUnavailableError):
+            await store.resolve(str(USER), 1)
+        appending = asyncio.create_task(
+            intake.record(Inbound(USER, 1, USER, "hi"), asyncio.Event())
+        )
+        done, _ = await asyncio.wait({appending}, timeout=1.0)
+        assert not done  # waiting the outage out, not failed
+        stranger = connect(f"redis://127.0.0.1:{killed.port}/0", cluster=True)
+        with pytest.raises(StoreUnavailableError):  # start-up while REDIS_URL's node is down
+            await guarded(stranger.ping())
+        await stranger.aclose()
+        killed.start_same_port()
+        await cluster_state(down.ports[0], "ok")
+        assert await asyncio.wait_for(appending, 30)
+        assert await client.xlen(keys.INTAKE_STREAM) == 1
+    finally:
+        await client.aclose()
+        down.stop()

@@ -13,9 +13,11 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import (
     BusyLoadingError,
+    ClusterDownError,
     ConnectionError,
     RedisClusterException,
     TimeoutError,
+    TryAgainError,
 )
 
 from transcript import StoreUnavailableError
@@ -26,7 +28,9 @@ T = TypeVar("T")
 #: Queues writes on a pipeline (scripts with ``Pipeline.eval``); what it returns is
 #: not used.
 Queued = Callable[[Pipeline], object]
-_UNAVAILABLE = (ConnectionError, TimeoutError, OSError)
+#: Redis cannot serve now: unreachable, too slow, or a Redis Cluster with slots not
+#: served (CLUSTERDOWN while a replica is promoted; TRYAGAIN while a slot migrates).
+_UNAVAILABLE = (ConnectionError, TimeoutError, OSError, ClusterDownError, TryAgainError)
 
 
 class BotRedis(Redis):
@@ -110,10 +114,17 @@ async def guarded(awaitable: Awaitable[T]) -> T:
     try:
         return await awaitable
     except _UNAVAILABLE as exc:
-        waited = time.monotonic() - started
-        raise StoreUnavailableError(
-            f"Redis is unreachable ({type(exc).__name__} after {waited:.1f}s)"
-        ) from exc
+        raise _unavailable(exc, started) from exc
+    except RedisClusterException as exc:
+        if not isinstance(exc.__cause__, _UNAVAILABLE):
+            raise  # a misuse of the cluster client, not an outage
+        # none of the cluster nodes the client knows answers (e.g. at start-up)
+        raise _unavailable(exc, started) from exc
+
+
+def _unavailable(exc: Exception, started: float) -> StoreUnavailableError:
+    waited = time.monotonic() - started
+    return StoreUnavailableError(f"Redis is unreachable ({type(exc).__name__} after {waited:.1f}s)")
 
 
 async def run_together(redis: Redis, *queues: Queued) -> list[list[Any]]:
