@@ -8,6 +8,7 @@ runs one soak per seed with those options)::
     .venv/bin/python -m bench.soak --seed 1 --processes 3            # 3 pollers, one Redis
     .venv/bin/python -m bench.soak --seed 1 --processes 3 --webhook  # 3 behind a proxy
     .venv/bin/python -m bench.soak --seed 1 --cluster                # on a failing cluster
+    .venv/bin/python -m bench.soak --seed 1 --cluster --lossy        # failovers lose writes
     .venv/bin/python -m bench.soak --seed 2 --minutes 1 --chats 8    # a smoke run
 
 Everything runs on loopback: the Bot API test server (``tests.fake_telegram``) and the
@@ -33,7 +34,8 @@ Deployments (bench/soak_deploy.py)
   healed from the last one: every master has a replica in sync); its replica is
   promoted, and the killed node is started again 3-10 s later and rejoins as a replica.
   What a failover can lose is measured at each kill (the module docstring of
-  ``bench/soak_deploy.py``).
+  ``bench/soak_deploy.py``). ``--lossy`` makes every failover lose writes: the master
+  drops its replica's link 0.2-0.8 s before it is killed.
 
 What happens (all times and counts drawn from ``--seed``; choices that depend on the bot's
 progress, such as which visible answer is replied to, follow the run)
@@ -76,8 +78,10 @@ What is checked (bench/soak_check.py)
   its answer); the further parts of a split answer follow it. Exactly one answer: answered
   once (notices counted apart: acceptable, the user can retry); more: *duplicated*; none:
   *lost*. Bot replies of other shapes are counted as unexpected. The one tolerated
-  duplicate is the window the README names: its first copy was accepted by Telegram less
-  than 250 ms before a SIGKILL of a bot process (counted on its own line).
+  duplicate is the window the README names: the bot got Telegram's answer naming its
+  first copy less than 250 ms before a SIGKILL of a bot process, or never (killed while
+  that answer was on its way: the soak may hold it, see the replies above); counted on
+  its own line.
 * *Wrong chain*: the expected chain of a message is known from what it replied to. A new
   message starts one (``[depth:2]``). A reply to a part of an answer continues that
   answer's message: +2 if that answer was a model answer, +1 if it was a notice (notices
@@ -249,7 +253,7 @@ class Soak:
             self.kill_times.append(t)
             t += self.sched.uniform(30, 60)
         self.store: SingleRedis | ClusterRedis = (
-            ClusterRedis(run_dir, self.sched, self.chaos)
+            ClusterRedis(run_dir, self.sched, self.chaos, lossy=args.lossy)
             if args.cluster
             else SingleRedis(run_dir, self.sched, self.chaos)
         )
@@ -268,7 +272,9 @@ class Soak:
         self.observed: list[Observed] = []
         self.model_calls = 0
         self.tg_calls_dropped = 0
-        #: (chat, bot message id) -> when Telegram accepted it (the soak's clock)
+        #: (chat, bot message id) -> when the bot's request to send it arrived, and when
+        #: Telegram's answer naming it went back to the bot (the soak's clock)
+        self.requested_at: dict[tuple[int, int], float] = {}
         self.accepted_at: dict[tuple[int, int], float] = {}
         #: The highest update_id handed out by getUpdates.
         self.polled_through = 0
@@ -433,17 +439,21 @@ class Soak:
 
     async def new_part(self, message: dict[str, Any], at: float) -> None:
         chat, part = int(message["chat"]["id"]), int(message["message_id"])
-        self.accepted_at[(chat, part)] = at
-        spec = self.by_chat.get(chat)
-        replied = (message.get("reply_to_message") or {}).get("message_id")
-        if self.chaos_over or spec is None or (chat, replied) not in self.by_id:
-            return
-        roll = self.live_rng.random()
-        if roll < REPLY_AT_ONCE:
-            s = self.send(spec, "part", part, unrecorded=True)
-            await self.handed_over(s)
-        elif roll < REPLY_AT_ONCE + REPLY_SOON:
-            self.spawn(self.reply_soon(spec, part, self.live_rng.uniform(0.1, 3.0)))
+        self.requested_at[(chat, part)] = at
+        try:
+            spec = self.by_chat.get(chat)
+            replied = (message.get("reply_to_message") or {}).get("message_id")
+            if self.chaos_over or spec is None or (chat, replied) not in self.by_id:
+                return
+            roll = self.live_rng.random()
+            if roll < REPLY_AT_ONCE:
+                s = self.send(spec, "part", part, unrecorded=True)
+                await self.handed_over(s)
+            elif roll < REPLY_AT_ONCE + REPLY_SOON:
+                self.spawn(self.reply_soon(spec, part, self.live_rng.uniform(0.1, 3.0)))
+        finally:
+            # the bot learns the part's id now (a held answer is a slow network's)
+            self.accepted_at[(chat, part)] = self.now()
 
     async def handed_over(self, s: Sent) -> None:
         """Wait (bounded) until the update carrying ``s`` reached a bot process, and a
@@ -795,7 +805,8 @@ class Soak:
         bot_messages = {s.chat_id: self.tg.bot_messages(s.chat_id) for s in self.specs}
         result = Checker(
             self.sent, bot_messages, self.observed, self.seed,
-            sent_at=self.accepted_at, kill_times=self.killed_at,
+            sent_at=self.accepted_at, requested_at=self.requested_at,
+            kill_times=self.killed_at,
             failovers=self.store.failovers,
         ).run()  # fmt: skip
         late = self.report(result, drained)
@@ -889,7 +900,7 @@ class Soak:
         failed = result.failed or late
         print(f"verdict: {'FAIL' if failed else 'ok'}; bot log {self.log_path}")
         for orphans in self.orphans:
-            slow = {k: t for k, t in orphans.finished.items() if t > bound}
+            slow = {k: t for k, t in orphans.finished.items() if t > bound and orphans.taken_over}
             if slow or orphans.waiting:
                 print(
                     f"late takeover: {orphans.worker} killed at {orphans.killed_at:.1f}s: "
@@ -998,6 +1009,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--cluster", action="store_true", help="a Redis Cluster with replicas, failing over"
     )
     parser.add_argument(
+        "--lossy",
+        action="store_true",
+        help="with --cluster: cut each killed master's replica link first (writes lost)",
+    )
+    parser.add_argument(
         "--takeover", type=float, default=8.0, help="TAKEOVER_SECONDS of the bots (8)"
     )
     parser.add_argument("--drain", type=float, default=180.0, help="longest quiet drain, s")
@@ -1008,6 +1024,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
         parser.error("--chats must be >= 1 and --minutes > 0")
     if args.processes < 1:
         parser.error("--processes must be >= 1")
+    if args.lossy and not args.cluster:
+        parser.error("--lossy needs --cluster")
     if args.takeover < 2:
         parser.error("--takeover must be >= 2 (TAKEOVER_SECONDS's least value)")
     return args

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from redis.crc import key_slot
 
+from bot.data.keys import INTAKE_STREAM
 from bot.turn import notices
 from tests.fake_telegram import StoredMessage
 from transcript.keys import scope_prefix
@@ -184,8 +185,14 @@ class Failover:
 
     def covers(self, chat_id: int) -> bool:
         """Whether the killed master served the chat's keys (they share one slot)."""
-        slot = slot_of(chat_id)
+        return self.serves(slot_of(chat_id))
+
+    def serves(self, slot: int) -> bool:
         return any(low <= slot <= high for low, high in self.slots)
+
+
+#: The Redis Cluster slot of the intake stream (INTAKE_SHARDS=1).
+INTAKE_SLOT = key_slot(INTAKE_STREAM.encode())
 
 
 def slot_of(chat_id: int) -> int:
@@ -282,13 +289,16 @@ class Checker:
         seed: int,
         *,
         sent_at: dict[tuple[int, int], float] | None = None,
+        requested_at: dict[tuple[int, int], float] | None = None,
         kill_times: Sequence[float] = (),
         failovers: Sequence[Failover] = (),
     ) -> None:
         self.sent = sent
-        #: When Telegram accepted each bot message, and when the bot was SIGKILLed
-        #: (both on the soak's clock).
+        #: When the bot got Telegram's answer to each of its messages (the soak may hold
+        #: it, as a slow network would), when that request arrived, and when a bot
+        #: process was SIGKILLed (all on the soak's clock).
         self.sent_at = sent_at or {}
+        self.requested_at = requested_at or {}
         self.kill_times = sorted(kill_times)
         self.failovers = failovers
         self.seed = seed
@@ -307,15 +317,18 @@ class Checker:
         self._wrong: set[str] = set()  # markers of messages answered on a wrong chain
 
     def _killed_after(self, chat_id: int, found: list[Copy]) -> float | None:
-        """How long before a SIGKILL the first copy was accepted (negative: after it, a
-        request the killed bot had sent), if the next copy came after that kill and
-        the gap is within :data:`CRASH_WINDOW` (else None)."""
-        first = self.sent_at.get((chat_id, found[0].parts[-1].message_id))
+        """How long before a SIGKILL the bot got Telegram's answer to the first copy's
+        last part (negative: after it, a request the killed bot had sent: it never got
+        the answer), if that is within :data:`CRASH_WINDOW` and the next copy came after
+        that kill (else None)."""
+        last = (chat_id, found[0].parts[-1].message_id)
+        first, asked = self.sent_at.get(last), self.requested_at.get(last)
         second = self.sent_at.get((chat_id, found[1].parts[0].message_id))
         if first is None or second is None:
             return None
         for kill in self.kill_times:
-            if abs(kill - first) <= CRASH_WINDOW and kill < second:
+            sent_before = asked < kill if asked is not None else first <= kill + CRASH_WINDOW
+            if sent_before and kill - CRASH_WINDOW <= first and kill < second:
                 return kill - first
         return None
 
@@ -334,6 +347,14 @@ class Checker:
             self.sent_at.get((chat_id, copy.parts[0].message_id)),
             self.sent_at.get((chat_id, copy.parts[-1].message_id)),
         )
+
+    def _intake_failover(self, s: Sent) -> str:
+        """A note when the intake's master failed over, losing writes, just after ``s``
+        was sent (its entry may be among them)."""
+        for f in self.failovers:
+            if f.lost_bytes and f.serves(INTAKE_SLOT) and s.at - 1 <= f.at <= s.at + 5:
+                return f" (the intake's master failed over {f.at - s.at:.1f}s later, losing writes)"
+        return ""
 
     def _lost_by_failover(self, s: Sent) -> bool:
         """A reply answered with the lost-track notice: the part it replied to was
@@ -429,7 +450,7 @@ class Checker:
         result.unexpected_replies += len(other)
         if not found:
             result.lost += 1
-            self._problem(s, "lost: never answered")
+            self._problem(s, "lost: never answered" + self._intake_failover(s))
             return
         if len(found) > 1:
             self._check_copies(s, found)

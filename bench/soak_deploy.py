@@ -7,7 +7,9 @@
 * :class:`SingleRedis`: one redis-server, restarted gracefully once and SIGKILLed once.
 * :class:`ClusterRedis`: a Redis Cluster, 3 masters with a replica each and a short
   ``cluster-node-timeout``; a master is SIGKILLed (its replica is promoted) and
-  started again later, when it rejoins as a replica.
+  started again later, when it rejoins as a replica. ``lossy``: before the kill the
+  master drops its replica's link (``CLIENT KILL TYPE replica``), and dies 0.2-0.8 s
+  later, before the replica is back: what it acknowledged meanwhile is lost.
 
 What a failover can lose, and how it is measured: a master acknowledges a write
 before its replica has it (asynchronous replication). Killed, its promoted replica
@@ -256,8 +258,17 @@ class ClusterRedis:
     cluster = True
 
     def __init__(
-        self, run_dir: Path, sched: random.Random, chaos: float, *, node_timeout_ms: int = 1500
+        self,
+        run_dir: Path,
+        sched: random.Random,
+        chaos: float,
+        *,
+        node_timeout_ms: int = 1500,
+        lossy: bool = False,
     ) -> None:
+        #: Cut the master's link to its replica 0.2-0.8 s before each kill (the replica
+        #: reconnects within a second): the writes of that moment are lost for sure.
+        self.lossy = lossy
         self.nodes = RedisCluster(
             run_dir / "cluster", masters=3, replicas=1, node_timeout_ms=node_timeout_ms
         )
@@ -329,6 +340,9 @@ class ClusterRedis:
         server = next(n for n in self.nodes.nodes if n.port == port)
         with redis.Redis(port=port, socket_timeout=2) as client:
             client.ping()  # connected before: the offset is read right before the kill
+            if self.lossy:
+                client.execute_command("CLIENT", "KILL", "TYPE", "replica")
+                time.sleep(self.rng.uniform(0.2, 0.8))
             offset = int(client.info("replication")["master_repl_offset"])
             server.kill()
         killed_at = now()
