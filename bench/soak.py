@@ -18,7 +18,7 @@ OpenAI test server (``tests.fake_openai``) in this process, real redis-servers
 output (each line prefixed ``p<process>g<generation>``) and the soak's own events (every
 message sent, every fault, kill and restart, with the same clock) go to
 ``<run dir>/bot.log``; the run dir (``--out``, default under /tmp) also holds Redis's data
-and logs.
+and logs, and every bot message as the run left it (``messages.jsonl``).
 
 Deployments (bench/soak_deploy.py)
 ----------------------------------
@@ -116,6 +116,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import random
 import re
 import statistics
@@ -803,6 +804,7 @@ class Soak:
                 self.sigterm_notes = await self.fleet.stop(timeout=40)
         self.absorb()
         bot_messages = {s.chat_id: self.tg.bot_messages(s.chat_id) for s in self.specs}
+        self.dump(bot_messages)
         result = Checker(
             self.sent, bot_messages, self.observed, self.seed,
             sent_at=self.accepted_at, requested_at=self.requested_at,
@@ -811,6 +813,16 @@ class Soak:
         ).run()  # fmt: skip
         late = self.report(result, drained)
         return 1 if result.failed or late else 0
+
+    def dump(self, bot_messages: dict[int, list[StoredMessage]]) -> None:
+        """Every bot message as the run left it (``<run dir>/messages.jsonl``), for the
+        post-mortem of a problem."""
+        with (self.run_dir / "messages.jsonl").open("w", encoding="utf-8") as out:
+            for chat, messages in bot_messages.items():
+                for m in messages:
+                    row: dict[str, object] = {"chat": chat, "id": m.message_id}
+                    row |= {"reply_to": m.reply_to, "deleted": m.deleted, "text": m.text}
+                    out.write(json.dumps(row) + "\n")
 
     @property
     def mode(self) -> str:
