@@ -853,6 +853,7 @@ class Soak:
                 "  twice, first copy accepted within 250 ms of a SIGKILL (README)",
                 result.crash_window_duplicates,
             ),
+            ("  a later part shown twice, the same window", result.crash_window_parts),
             ("never answered (lost)", result.lost),
             ("answers on the wrong chain ([depth:N])", result.wrong_depth),
             (

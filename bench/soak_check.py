@@ -99,9 +99,22 @@ class Copy:
                 return kind
         return "other"
 
+    @property
+    def repeats(self) -> list[StoredMessage]:
+        """Parts after the first shown again later: a part sent again because a crash
+        left the first one unrecorded (what it shows begins a later part's text)."""
+        found = []
+        for i, part in enumerate(self.parts[1:], start=1):
+            mine = squash(part.text or "")
+            if mine and any(squash(p.text or "").startswith(mine) for p in self.parts[i + 1 :]):
+                found.append(part)
+        return found
+
     def complete(self, reply: str) -> bool:
-        """Finished: a notice, or the whole reply is shown."""
-        return self.notice or squash(self.text).endswith(squash(reply))
+        """Finished: a notice, or the whole reply is shown (a repeated part once)."""
+        repeated = {p.message_id for p in self.repeats}
+        shown = "".join(squash(p.text or "") for p in self.parts if p.message_id not in repeated)
+        return self.notice or shown.endswith(squash(reply))
 
 
 _LOST_TRACK = notices.LOST_TRACK[:60]
@@ -225,6 +238,8 @@ class Result:
     #: Duplicates whose first copy Telegram accepted just before a SIGKILL: the one
     #: window the README names (a part accepted, the bot killed before recording it).
     crash_window_duplicates: int = 0
+    #: Answers showing one of their later parts twice, its first copy in that window.
+    crash_window_parts: int = 0
     lost: int = 0
     wrong_depth: int = 0
     #: Of them, those whose parent message was on its right chain (the others inherit
@@ -456,6 +471,8 @@ class Checker:
             self._check_copies(s, found)
             return
         [copy] = found
+        if copy.repeats and not self._check_repeats(s, copy):
+            return
         result.once += 1
         result.once_notice += copy.notice
         if copy.notice:
@@ -500,6 +517,30 @@ class Checker:
             return
         result.duplicated += 1
         self._problem(s, f"duplicated: {len(found)} answers (accepted at {when}) {texts}")
+
+    def _check_repeats(self, s: Sent, copy: Copy) -> bool:
+        """A part shown twice within one answer: the crash window (``True``: the answer
+        counts as once, the part on its own line), else a duplicate."""
+        for part in copy.repeats:
+            again = next(
+                p
+                for p in copy.parts
+                if p.message_id > part.message_id
+                and squash(p.text or "").startswith(squash(part.text or ""))
+            )
+            gap = self._killed_after(s.chat_id, [Copy([part]), Copy([again])])
+            if gap is None:
+                self.result.duplicated += 1
+                self._problem(
+                    s, f"duplicated: part {part.message_id} shown again as {again.message_id}"
+                )
+                return False
+            self.result.crash_window_parts += 1
+            self._problem(
+                s, f"(crash window: part {part.message_id} accepted {gap * 1000:.0f} ms before "
+                f"a SIGKILL, sent again as {again.message_id})",
+            )  # fmt: skip
+        return True
 
     def _check_depth(self, s: Sent, depth: int) -> None:
         result = self.result
