@@ -34,8 +34,8 @@ Deployments (bench/soak_deploy.py)
   healed from the last one: every master has a replica in sync); its replica is
   promoted, and the killed node is started again 3-10 s later and rejoins as a replica.
   What a failover can lose is measured at each kill (the module docstring of
-  ``bench/soak_deploy.py``). ``--lossy`` makes every failover lose writes: the master
-  drops its replica's link 0.2-0.8 s before it is killed.
+  ``bench/soak_deploy.py``). ``--lossy`` makes every failover lose writes: the replica
+  is stopped and cut off 0.2-0.8 s before its master is killed.
 
 What happens (all times and counts drawn from ``--seed``; choices that depend on the bot's
 progress, such as which visible answer is replied to, follow the run)
@@ -1024,7 +1024,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--lossy",
         action="store_true",
-        help="with --cluster: cut each killed master's replica link first (writes lost)",
+        help="with --cluster: cut each killed master's replica off first (writes lost)",
     )
     parser.add_argument(
         "--takeover", type=float, default=8.0, help="TAKEOVER_SECONDS of the bots (8)"

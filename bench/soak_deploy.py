@@ -8,8 +8,9 @@
 * :class:`ClusterRedis`: a Redis Cluster, 3 masters with a replica each and a short
   ``cluster-node-timeout``; a master is SIGKILLed (its replica is promoted) and
   started again later, when it rejoins as a replica. ``lossy``: before the kill the
-  master drops its replica's link (``CLIENT KILL TYPE replica``), and dies 0.2-0.8 s
-  later, before the replica is back: what it acknowledged meanwhile is lost.
+  replica is stopped (SIGSTOP) and the master drops its link (``CLIENT KILL TYPE
+  replica``); the master dies 0.2-0.8 s later and the replica goes on: what the master
+  acknowledged meanwhile is lost.
 
 What a failover can lose, and how it is measured: a master acknowledges a write
 before its replica has it (asynchronous replication). Killed, its promoted replica
@@ -25,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -338,13 +340,19 @@ class ClusterRedis:
             return None
         slots = tuple((int(low), int(high)) for low, high in nodes[port]["slots"])
         server = next(n for n in self.nodes.nodes if n.port == port)
+        stopped = next(n for n in self.nodes.nodes if n.port == replicas[0]).proc
         with redis.Redis(port=port, socket_timeout=2) as client:
             client.ping()  # connected before: the offset is read right before the kill
-            if self.lossy:
+            if self.lossy and stopped is not None:
+                # the replica stopped and cut off: what the master acknowledges now is
+                # on the master alone (a stopped process still gets what was already sent)
+                stopped.send_signal(signal.SIGSTOP)
                 client.execute_command("CLIENT", "KILL", "TYPE", "replica")
                 time.sleep(self.rng.uniform(0.2, 0.8))
             offset = int(client.info("replication")["master_repl_offset"])
             server.kill()
+        if self.lossy and stopped is not None:
+            stopped.send_signal(signal.SIGCONT)
         killed_at = now()
         had: int | None = None
         while had is None and now() < killed_at + PROMOTION_TIMEOUT:
