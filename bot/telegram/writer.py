@@ -277,9 +277,7 @@ class AnswerWriter:
         chunk = Chunk(text, text)
         if self.parts:
             try:
-                self._last_edit = time.monotonic()
-                self._spend()
-                await self._out.edit(self._chat_id, self.parts[0].message_id, chunk)
+                await self._edit(self.parts[0].message_id, chunk)
             except MessageGoneError:
                 self.parts[0].message_id = await self._send_new(chunk, 1)
             self.parts[0].chunk = chunk
@@ -287,6 +285,17 @@ class AnswerWriter:
             return
         self.parts.append(Part(await self._send_new(chunk, 1), chunk))
         await self.journal.sent(self.message_ids)
+
+    async def _edit(self, message_id: int, chunk: Chunk) -> None:
+        """Edit one part. Its pace counts from when Telegram answered (and from the
+        attempt, for a call that fails): a request slowed on its way must not bring
+        the next edit of the message within :data:`EDIT_GAP` of it at Telegram."""
+        self._last_edit = time.monotonic()
+        self._spend()
+        try:
+            await self._out.edit(self._chat_id, message_id, chunk)
+        finally:
+            self._last_edit = time.monotonic()
 
     async def _pace(self) -> None:
         """The final text keeps the per-message edit pace and the group's budget, and
@@ -375,8 +384,10 @@ class AnswerWriter:
         else:
             # a draft shown 30 s ago is gone: show it again even without new text
             await self._wait_dirty(self._last_draft + DRAFT_REFRESH - now)
-        # drafts are paced from when the last one was done: a chat's rate counts arrivals
-        wait = max(self._last_push, self._last_draft) + self._interval - time.monotonic()
+        # drafts and edits are paced from when the last one was done: a chat's rate
+        # counts arrivals
+        last = max(self._last_push, self._last_draft, self._last_edit)
+        wait = last + self._interval - time.monotonic()
         if wait > 0 and not self._closing:
             # rate limit: at most one round of edits per interval
             with contextlib.suppress(TimeoutError):
@@ -416,9 +427,7 @@ class AnswerWriter:
                 part = self.parts[i]
                 if part.chunk != chunk:
                     try:
-                        self._last_edit = time.monotonic()
-                        self._spend()
-                        await self._out.edit(self._chat_id, part.message_id, chunk)
+                        await self._edit(part.message_id, chunk)
                     except MessageGoneError:
                         # deleted by the user meanwhile: the part goes out anew
                         part.message_id = await self._send_new(chunk, i + 1)
