@@ -13,7 +13,7 @@ LOCAL_REDIS_PIDFILE := data/redis.pid
 PIP_COMPILE := CUSTOM_COMPILE_COMMAND="make upgrade" $(BIN)/pip-compile --quiet --strip-extras \
 	--no-emit-index-url --no-emit-find-links
 
-.PHONY: run stop test install dev-install redis-server check-config lint typecheck pytest soak \
+.PHONY: run stop test install dev-install redis-server chromium check-config lint typecheck pytest soak \
 	bench upgrade lock clean
 
 # Runtime dependencies only, pinned by requirements.txt (the systemd / production path).
@@ -72,6 +72,17 @@ redis-server:
 		else echo "Please install redis-server (https://redis.io/docs/latest/operate/oss_and_stack/install/)"; exit 1; fi; \
 	fi
 
+# Install Debian's chromium for the viewer's browser tests when it is missing (the
+# only browser the tests use: nothing is downloaded from anywhere else).
+chromium:
+	@if ! command -v chromium >/dev/null 2>&1; then \
+		echo "chromium not found: installing it (the viewer's browser tests)"; \
+		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO="sudo"; \
+		if command -v apt-get >/dev/null 2>&1; then \
+			$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; \
+		else echo "Please install chromium (the browser tests run it headless)"; exit 1; fi; \
+	fi
+
 lint: dev-install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -79,20 +90,25 @@ lint: dev-install
 typecheck: dev-install
 	$(BIN)/mypy
 
-# Tests run in parallel workers (pytest-xdist), each with its own redis-server;
-# `.venv/bin/pytest tests/test_x.py` runs one file in one process.
-pytest: dev-install redis-server
-	$(BIN)/pytest --numprocesses auto --maxprocesses 4
+# Tests run in parallel workers (pytest-xdist), each with its own redis-server; the
+# browser tests share one worker (one browser). `.venv/bin/pytest tests/test_x.py`
+# runs one file in one process.
+pytest: dev-install redis-server chromium
+	$(BIN)/pytest --numprocesses auto --maxprocesses 4 --dist loadgroup
 
 test: dev-install redis-server lint typecheck pytest
 
 # The chaos soak (not part of `make test`): the real bot killed at random, Redis
 # restarted, model and Telegram faults; every message answered once on its chain.
-# `make soak SEEDS="1 2 3" MINUTES=8` runs one soak per seed.
+# `make soak SEEDS="1 2 3" MINUTES=8` runs one soak per seed; SOAK_ARGS passes more
+# options, e.g. SOAK_ARGS="--processes 3 --webhook" or SOAK_ARGS="--cluster".
 SEEDS ?= 1
 MINUTES ?= 8
+SOAK_ARGS ?=
 soak: dev-install redis-server
-	@for seed in $(SEEDS); do $(BIN)/python -m bench.soak --seed $$seed --minutes $(MINUTES) || exit 1; done
+	@for seed in $(SEEDS); do \
+		$(BIN)/python -m bench.soak --seed $$seed --minutes $(MINUTES) $(SOAK_ARGS) || exit 1; \
+	done
 
 # A quick run (tens of seconds) by default; `make bench FULL=1` for the full sizes.
 bench: dev-install redis-server

@@ -30,6 +30,8 @@ BENCHES = {
     "media": "bench.media_bench",
     "scale": "bench.scale_bench",
     "streaming": "bench.streaming_bench",
+    "viewer": "bench.viewer_bench",
+    "process": "bench.process_bench",
 }
 #: Run only when named (``python -m bench scale``): real processes, minutes.
 NAMED_ONLY = {"scale"}

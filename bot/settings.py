@@ -120,6 +120,9 @@ SETTINGS_HELP: dict[str, str] = {
     "TOOLS_IN_GROUPS": "offer tools in groups too (false: private chats only)",
     "TOOL_MAX_ROUNDS": "most rounds of tool calls one answer may use (8)",
     "TOOL_TIMEOUT": "seconds one tool call may take (60)",
+    "WEBAPP_URL": "public HTTPS URL Telegram opens for the thread viewer Mini App (unset: off)",
+    "WEBAPP_LISTEN": "host:port the thread viewer is served on (127.0.0.1:8081)",
+    "WEBAPP_AUTH_MAX_AGE": "seconds a viewer's Telegram sign-in (initData) is accepted (3600)",
 }
 
 #: Host name suffixes that name a machine on this host or the local network.
@@ -299,6 +302,12 @@ class Settings(BaseSettings):
     #: Seconds without a process's heartbeat after which another process takes
     #: over its turns (and, polling, its place as the poller).
     takeover_seconds: float = Field(30.0, ge=2, le=600)
+    #: The thread viewer Mini App (bot/webapp/): the public HTTPS URL Telegram opens; unset = off.
+    webapp_url: str | None = None
+    #: host:port the viewer is served on; the webhook's or the metrics' address shares that server.
+    webapp_listen: str = "127.0.0.1:8081"
+    #: Seconds after its ``auth_date`` a viewer's ``initData`` is still accepted.
+    webapp_auth_max_age: int = Field(3600, ge=10, le=7 * 24 * 3600)
 
     @field_validator("*", mode="before")
     @classmethod
@@ -385,19 +394,43 @@ class Settings(BaseSettings):
             raise ValueError("use 1 to 256 characters A-Z, a-z, 0-9, _ and -")
         return None if value is None else SecretStr(value.get_secret_value().strip())
 
-    @field_validator("webhook_listen")
+    @field_validator("webhook_listen", "webapp_listen")
     @classmethod
-    def _check_webhook_listen(cls, value: str) -> str:
+    def _check_webhook_listen(cls, value: str, info: ValidationInfo) -> str:
         host, _, port = value.strip().rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError("must be host:port, e.g. 127.0.0.1:8080")
+        lowest = 0 if info.field_name == "webapp_listen" else 1  # 0: any free port
+        if not host or not port.isdigit() or not lowest <= int(port) < 65536:
+            example = "8081" if info.field_name == "webapp_listen" else "8080"
+            raise ValueError(f"must be host:port, e.g. 127.0.0.1:{example}")
         return value.strip()
+
+    @field_validator("webapp_url")
+    @classmethod
+    def _check_webapp_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        value = value.strip()
+        try:
+            parts = urlsplit(value)
+            usable = parts.scheme == "https" and bool(parts.hostname) and parts.port != 0
+        except ValueError:
+            usable = False
+        if not usable or parts.query or parts.fragment:
+            raise ValueError(
+                "must be the public https:// URL Telegram opens (Mini Apps need HTTPS), "
+                "without ?query or #fragment, e.g. https://bot.example.org/viewer/"
+            )
+        return value
 
     @property
     def webhook_listen_address(self) -> tuple[str, int]:
         """(host, port) of WEBHOOK_LISTEN (an IPv6 host may be in brackets)."""
-        host, _, port = self.webhook_listen.rpartition(":")
-        return host.strip("[]"), int(port)
+        return _address(self.webhook_listen)
+
+    @property
+    def webapp_listen_address(self) -> tuple[str, int]:
+        """(host, port) of WEBAPP_LISTEN."""
+        return _address(self.webapp_listen)
 
     @field_validator("rich_messages", mode="before")
     @classmethod
@@ -471,6 +504,12 @@ class Settings(BaseSettings):
     def api_key(self) -> str:
         """The model key, or a placeholder for endpoints that need none."""
         return self.openai_api_key.get_secret_value() if self.openai_api_key else "not-needed"
+
+
+def _address(listen: str) -> tuple[str, int]:
+    """(host, port) of a host:port setting (an IPv6 host may be in brackets)."""
+    host, _, port = listen.rpartition(":")
+    return host.strip("[]"), int(port)
 
 
 def load_settings(env_file: str | None = ".env") -> Settings:

@@ -156,6 +156,7 @@ _METHODS: Final = (
     "sendMessageDraft",
     "sendRichMessage",
     "sendRichMessageDraft",
+    "getChatMember",
 )
 _CANONICAL: Final = {name.lower(): name for name in _METHODS}
 # Methods whose successful result is an object (so a field can be dropped or added).
@@ -522,6 +523,8 @@ class _Chat:
     bot_is_admin: bool = False
     blocked: bool = False
     topics: dict[int, str] = field(default_factory=dict)
+    #: A group's members by user id: "creator", "member" (anyone else has "left").
+    members: dict[int, str] = field(default_factory=dict)
     messages: dict[int, StoredMessage] = field(default_factory=dict)
     next_message_id: int = 1
 
@@ -1351,6 +1354,8 @@ class FakeTelegram:
         self.open_queries: dict[str, tuple[int, int]] = {}
         #: Topics in private chats are on for this bot (getMe ``has_topics_enabled``).
         self.topics_enabled = False
+        #: The bot has a main Mini App (getMe ``has_main_web_app``; set in @BotFather).
+        self.main_web_app = False
         #: answerCallbackQuery calls: id -> its text (None when it showed nothing).
         self.query_answers: dict[str, str | None] = {}
         self._poll: _Poll | None = None
@@ -1386,6 +1391,7 @@ class FakeTelegram:
             "sendMessageDraft": self._send_message_draft,
             "sendRichMessage": self._send_rich_message,
             "sendRichMessageDraft": self._send_rich_message_draft,
+            "getChatMember": self._get_chat_member,
         }
 
     def _set_up_files(
@@ -1499,6 +1505,20 @@ class FakeTelegram:
         chat.type, chat.title, chat.is_forum, chat.bot_is_admin = kind, title, forum, bot_is_admin
         self._notify()
         return chat_id
+
+    def add_member(self, chat_id: int, user_id: int, status: str = "member") -> None:
+        """``user_id`` is in the group ``chat_id`` (``creator`` or ``member``); ``left``
+        removes them."""
+        if status not in ("creator", "member", "left"):
+            raise ValueError(f"unsupported member status {status!r}")
+        chat = self._chat(chat_id)
+        if chat.type == "private":
+            raise ValueError(f"chat {chat_id} is a private chat")
+        self._ensure_user(user_id)
+        if status == "left":
+            chat.members.pop(user_id, None)
+        else:
+            chat.members[user_id] = status
 
     def add_topic(
         self,
@@ -1893,6 +1913,16 @@ class FakeTelegram:
         return len(self._updates)
 
     @property
+    def last_update_id(self) -> int:
+        """The update_id given to the last update queued (0: none yet)."""
+        return self._next_update_id - 1
+
+    def flood_remaining(self, chat_id: int) -> float:
+        """Seconds the chat's flood control (the retry_after of a 429) still runs."""
+        deadline = self._cooldowns.get(("chat", chat_id), 0.0)
+        return max(0.0, deadline - self._clock())
+
+    @property
     def polling(self) -> bool:
         """True while a getUpdates request is being held open."""
         return self._poll is not None
@@ -2203,7 +2233,7 @@ class FakeTelegram:
             "can_read_all_group_messages": False,
             "supports_inline_queries": False,
             "can_connect_to_business": False,
-            "has_main_web_app": False,
+            "has_main_web_app": self.main_web_app,
             "has_topics_enabled": self.topics_enabled,
         }
 
@@ -2414,6 +2444,25 @@ class FakeTelegram:
         )
         return info
 
+    def _get_chat_member(self, params: JSON) -> JSON:
+        """A chat member as Telegram answers: a group's member or creator; ``left`` for
+        a known user who is not in it; 400 for an unknown chat or user."""
+        chat = self._chats.get(_coerce_int(params.get("chat_id")) or 0)
+        if chat is None:
+            raise _ApiError(400, "Bad Request: chat not found")
+        user = self._users.get(_coerce_int(params.get("user_id")) or 0)
+        if user is None:
+            raise _ApiError(400, "Bad Request: user not found")
+        if chat.type == "private":
+            if user.id != chat.id:
+                raise _ApiError(400, "Bad Request: PARTICIPANT_ID_INVALID")
+            return {"status": "member", "user": user.as_dict()}
+        status = chat.members.get(user.id, "left")
+        member: JSON = {"status": status, "user": user.as_dict()}
+        if status == "creator":
+            member["is_anonymous"] = False
+        return member
+
     # ----------------------------------------------------------------- messages
 
     def _target_chat(self, params: JSON) -> _Chat:
@@ -2528,7 +2577,7 @@ class FakeTelegram:
         chat = self._target_chat(params)
         text, entities, mode, raw_text = self._format(params)
         thread_id, reply = self._placement(chat, params)
-        markup = _reply_markup(params)
+        markup = _reply_markup(params, chat)
         self._draft_on_screen.pop(chat.id, None)  # a message the bot sends replaces its draft
         message = self._store(
             chat,
@@ -2554,7 +2603,7 @@ class FakeTelegram:
             raise _ApiError(400, "Bad Request: PHOTO_INVALID_DIMENSIONS")
         caption, entities, mode, raw_caption = self._format(params, caption=True)
         thread_id, reply = self._placement(chat, params)
-        markup = _reply_markup(params)
+        markup = _reply_markup(params, chat)
         extra: JSON = {"photo": _photo_sizes(data, width, height, chat.id, chat.next_message_id)}
         if caption:
             extra["caption"] = caption
@@ -2628,7 +2677,7 @@ class FakeTelegram:
             reply=reply,
             html=raw or None,
             parse_mode=mode,
-            reply_markup=_reply_markup(params),
+            reply_markup=_reply_markup(params, chat),
             caption=caption or None,
             extra={
                 "document": {
@@ -3159,7 +3208,9 @@ def _explicit_entities(value: Any) -> list[JSON]:
     return entities
 
 
-def _reply_markup(params: JSON) -> JSON | None:
+def _reply_markup(params: JSON, chat: _Chat | None = None) -> JSON | None:
+    """The message's keyboard, checked like Telegram's; ``web_app`` buttons only in a
+    private ``chat`` (when given), with an https:// URL."""
     markup = params.get("reply_markup")
     if markup is None:
         return None
@@ -3173,6 +3224,11 @@ def _reply_markup(params: JSON) -> JSON | None:
     for row in keyboard:
         for button in row:
             _check_button(button)
+            web_app = button.get("web_app")
+            if web_app is not None and chat is not None and chat.type != "private":
+                raise _ApiError(400, "Bad Request: BUTTON_TYPE_INVALID")
+            if web_app is not None and not str(web_app.get("url", "")).startswith("https://"):
+                raise _ApiError(400, "Bad Request: BUTTON_URL_INVALID")
     return markup
 
 

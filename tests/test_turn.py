@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 
 import pytest
+from aiogram.types import InlineKeyboardMarkup
 from redis.asyncio import Redis
 
 from bot.bus.inbound import Inbound
@@ -48,7 +49,13 @@ class RecordingTelegram(TelegramOut):
         self.shown_drafts: list[tuple[int, str | None]] = []
 
     async def send(
-        self, chat_id: int, chunk: Chunk, *, reply_to: int | None, thread_id: int | None
+        self,
+        chat_id: int,
+        chunk: Chunk,
+        *,
+        reply_to: int | None,
+        thread_id: int | None,
+        markup: InlineKeyboardMarkup | None = None,
     ) -> int:
         self.next_id += 1
         self.sends += 1

@@ -85,18 +85,22 @@ async def export(redis: Redis, store: TranscriptStore, chat_id: int, message_id:
     its own heading (it stands for everything above it; the messages stay too).
     """
     found = await locate(redis, store, chat_id, message_id)
-    nodes = await store.path(found.node)
-    folded = await guarded(
-        redis.hget(keys.tree_key(found.node.scope, found.node.tree), keys.FOLD_INDEX_FIELD)
-    )
+    return await export_node(redis, store, found.node, f"message {message_id}")
+
+
+async def export_node(redis: Redis, store: TranscriptStore, leaf: NodeId, what: str) -> str:
+    """:func:`export` of the branch root → ``leaf`` (a node of a chat found already);
+    ``what`` names the leaf in the title (``message 42``, ``node 0.7``)."""
+    nodes = await store.path(leaf)
+    folded = await guarded(redis.hget(keys.tree_key(leaf.scope, leaf.tree), keys.FOLD_INDEX_FIELD))
     fold_refs = set((folded.decode() if isinstance(folded, bytes) else folded or "").split(","))
-    history = await store.history(found.node)
+    history = await store.history(leaf)
     count = len(history.messages)
     lines = [
-        f"# Conversation in chat {chat_id}, up to message {message_id}",
+        f"# Conversation in chat {leaf.scope}, up to {what}",
         "",
         f"_{count} message(s), depth {history.depth}, from the root to node "
-        f"{found.node.ref}: the full history of this branch only._",
+        f"{leaf.ref}: the full history of this branch only._",
     ]
     for index, node in enumerate(nodes):
         for message in node.messages:
@@ -124,7 +128,9 @@ async def export(redis: Redis, store: TranscriptStore, chat_id: int, message_id:
 
 
 @dataclass(slots=True)
-class _TreeNode:
+class TreeNode:
+    """A node of a loaded tree, linked to its parent and children (``seg``, ``idx``)."""
+
     node: Node
     parent: tuple[int, int] | None
     children: list[tuple[int, int]] = field(default_factory=list)
@@ -132,9 +138,9 @@ class _TreeNode:
     message_ids: list[int] = field(default_factory=list)
 
 
-async def load_tree(redis: Redis, scope: str, tree: int) -> dict[tuple[int, int], _TreeNode]:
+async def load_tree(redis: Redis, scope: str, tree: int) -> dict[tuple[int, int], TreeNode]:
     """Every node of one conversation tree, linked to its parent and children (HSCAN)."""
-    found: dict[tuple[int, int], _TreeNode] = {}
+    found: dict[tuple[int, int], TreeNode] = {}
     async for name, value in redis.hscan_iter(keys.tree_key(scope, tree), count=1000):
         match = _NODE_FIELD.match(name if isinstance(name, bytes) else str(name).encode())
         if match is None:
@@ -149,7 +155,7 @@ async def load_tree(redis: Redis, scope: str, tree: int) -> dict[tuple[int, int]
             if record.segment is None or not record.segment.ancestors:
                 raise CorruptRecordError(str(node_id), "first node of a branch lacks its ancestors")
             parent = record.segment.ancestors[0]
-        found[(seg, idx)] = _TreeNode(Node(node_id, record.depth, record.messages), parent)
+        found[(seg, idx)] = TreeNode(Node(node_id, record.depth, record.messages), parent)
     _link(found)
     async for ref, target in redis.hscan_iter(keys.alias_key(scope), count=1000):
         text = target.decode() if isinstance(target, bytes) else str(target)
@@ -161,7 +167,7 @@ async def load_tree(redis: Redis, scope: str, tree: int) -> dict[tuple[int, int]
     return found
 
 
-def _link(found: dict[tuple[int, int], _TreeNode]) -> None:
+def _link(found: dict[tuple[int, int], TreeNode]) -> None:
     """Fill in children (oldest segment first) and the count of nodes below each node."""
     for key, item in sorted(found.items()):
         if item.parent is not None and item.parent in found:
@@ -182,7 +188,7 @@ def _first_words(text: str, words: int = TREE_WORDS) -> str:
     return shown + ("…" if len(parts) > words else "")
 
 
-def _tree_label(item: _TreeNode, marked: NodeId) -> str:
+def _tree_label(item: TreeNode, marked: NodeId) -> str:
     node = item.node
     role = node.messages[0].role if node.messages else "system"
     text = " ".join(_text(m) for m in node.messages)
@@ -282,7 +288,7 @@ def _render_lines(
 
 
 def _distances(
-    nodes: dict[tuple[int, int], _TreeNode], marked: tuple[int, int]
+    nodes: dict[tuple[int, int], TreeNode], marked: tuple[int, int]
 ) -> dict[tuple[int, int], int]:
     """Steps in the tree from the marked node to every node (the root counts as near)."""
     distance = {marked: 0}

@@ -153,7 +153,13 @@ class TelegramOut:
         self.rich = rich
 
     async def send(
-        self, chat_id: int, chunk: Chunk, *, reply_to: int | None, thread_id: int | None
+        self,
+        chat_id: int,
+        chunk: Chunk,
+        *,
+        reply_to: int | None,
+        thread_id: int | None,
+        markup: InlineKeyboardMarkup | None = None,
     ) -> int:
         """Send one part as a reply (kept even if the replied message is gone)."""
         try:
@@ -164,13 +170,14 @@ class TelegramOut:
                 chat_id=chat_id,
                 reply_parameters=_reply(reply_to),
                 message_thread_id=thread_id,
+                reply_markup=markup,
             )
         except ThreadGoneError as exc:
             if thread_id is None:
                 raise AnswerRejectedError(exc.message) from exc
             # the forum topic was deleted meanwhile: answer in the chat instead
             log.info("topic %s of chat %s is gone; answering outside it", thread_id, chat_id)
-            return await self.send(chat_id, chunk, reply_to=None, thread_id=None)
+            return await self.send(chat_id, chunk, reply_to=None, thread_id=None, markup=markup)
         except TelegramBadRequest as exc:
             raise AnswerRejectedError(exc.message) from exc
         except UnreadableResultError as exc:
@@ -319,6 +326,7 @@ class TelegramOut:
         caption: str,
         reply_to: int | None,
         thread_id: int | None,
+        markup: InlineKeyboardMarkup | None = None,
     ) -> int:
         """Upload ``data`` as a file called ``name`` (multipart), with a plain caption."""
         try:
@@ -330,6 +338,7 @@ class TelegramOut:
                     parse_mode=None,
                     reply_parameters=_reply(reply_to),
                     message_thread_id=thread_id,
+                    reply_markup=markup,
                 )
             )
         except TelegramBadRequest as exc:

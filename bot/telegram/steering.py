@@ -35,8 +35,9 @@ from ..ops import threads
 from ..ops.forget import forget_chat
 from ..settings import Settings
 from .format import TELEGRAM_LIMIT, Chunk, escape_html
-from .messages import inbound_of, notice, replied_id, thread_of
+from .messages import Checked, inbound_of, notice, replied_id, thread_of
 from .out import Notifier
+from .viewer import open_tree_markup
 
 log = logging.getLogger("replychain.handlers")
 
@@ -70,7 +71,7 @@ def steering_router() -> Router:
     router.message.register(on_retry, Command("retry"))
     router.message.register(on_export, Command("export"))
     router.message.register(on_forget, Command("forget"))
-    router.callback_query.register(on_forget_pressed, F.data.startswith(f"{_FORGET}:"))
+    router.callback_query.register(on_forget_pressed, Checked(F.data.startswith(f"{_FORGET}:")))
     return router
 
 
@@ -78,7 +79,7 @@ def topic_router() -> Router:
     """Service messages about private-chat topics: noted, never answered."""
     router = Router(name="topics")
     router.message.register(
-        on_topic_created, F.forum_topic_created, F.chat.type == ChatType.PRIVATE
+        on_topic_created, Checked(F.forum_topic_created & (F.chat.type == ChatType.PRIVATE))
     )
     return router
 
@@ -102,7 +103,12 @@ async def on_topic_created(message: Message, *, topics: TopicNotes) -> None:
 
 
 async def on_tree(
-    message: Message, *, notifier: Notifier, store: TranscriptStore, redis: Redis
+    message: Message,
+    *,
+    notifier: Notifier,
+    store: TranscriptStore,
+    redis: Redis,
+    settings: Settings,
 ) -> None:
     target = replied_id(message)
     if target is None:
@@ -117,8 +123,9 @@ async def on_tree(
         if text is None:
             return None
         chunk = Chunk(f"<pre>{escape_html(text.rstrip())}</pre>", text.rstrip())
+        markup = await open_tree_markup(notifier.out.bot, settings, message, target)
         return await notifier.out.send(
-            chat, chunk, reply_to=message.message_id, thread_id=thread_of(message)
+            chat, chunk, reply_to=message.message_id, thread_id=thread_of(message), markup=markup
         )
 
     notifier.run(reply, name=f"tree-{chat}", chat_id=chat)
@@ -137,7 +144,12 @@ async def on_retry(
 
 
 async def on_export(
-    message: Message, *, notifier: Notifier, store: TranscriptStore, redis: Redis
+    message: Message,
+    *,
+    notifier: Notifier,
+    store: TranscriptStore,
+    redis: Redis,
+    settings: Settings,
 ) -> None:
     target = replied_id(message)
     if target is None:
@@ -156,6 +168,7 @@ async def on_export(
             caption="This branch of the conversation, from its root to that message.",
             reply_to=message.message_id,
             thread_id=thread_of(message),
+            markup=await open_tree_markup(notifier.out.bot, settings, message, target),
         )
 
     notifier.run(reply, name=f"export-{chat}", chat_id=chat)

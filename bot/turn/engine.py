@@ -311,7 +311,10 @@ class Engine:
         thoughts = answer.reasoning if self.rules.show_reasoning else ""
         # the final text's first new part (if any) is announced with the answer
         final = shown if shown.strip() else notices.EMPTY_ANSWER
-        first_new = turn.writer.next_new_part(final, thoughts)
+        try:
+            first_new = turn.writer.next_new_part(final, thoughts)
+        except Exception:  # met again when it is shown, once the answer is stored
+            first_new = 0  # (failing here would ask the model again on the next try)
         node = await self._store_answer(turn, leaf, (window, answer), announce=first_new)
         return Reply(shown, node, reasoning=thoughts)
 
@@ -501,7 +504,9 @@ class Engine:
         if node is not None:
             return node
         if inbound.reply_to_bot and await self.store.known(scope, target):
-            return None  # a message of no conversation (a command's answer, say)
+            # a message of no conversation (a command's answer, say), or a part whose
+            # turn aliased it since the lookup above
+            return await self.store.resolve(scope, target)
         node = await self._written(inbound)
         if node is not None or not inbound.reply_to_bot:
             return node
@@ -512,7 +517,8 @@ class Engine:
             await self.store.alias(scope, [target], home)
             return home
         if await self.store.known(scope, target):
-            return None  # its turn ended as a notice of no conversation meanwhile
+            # its turn ended meanwhile: aliased to its node, or to none (a notice)
+            return await self.store.resolve(scope, target)
         raise _LostTrack
 
     async def _written(self, inbound: Inbound) -> NodeId | None:
