@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from aiogram import Bot
@@ -35,7 +35,16 @@ from transcript import TranscriptStore
 
 from .fake_openai import FakeOpenAI
 from .fake_telegram import FakeTelegram, StoredMessage
-from .harness import USER, BotFactory, BotProcess, answers_to, ask, env_for, said
+from .harness import (
+    USER,
+    BotFactory,
+    BotProcess,
+    answered_parts,
+    answers_to,
+    ask,
+    env_for,
+    said,
+)
 from .redis_server import RedisServer
 
 GROUP = -100888
@@ -283,21 +292,36 @@ async def test_a_group_streams_by_rich_edits_of_one_message(
     assert not tg.violations
 
 
-async def test_reasoning_shows_in_the_final_message_only_with_show_reasoning(
-    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory
+@pytest.mark.parametrize("style", ["reasoning_content", "think"])
+async def test_reasoning_shows_live_in_drafts_and_in_the_message_only_with_show_reasoning(
+    tg: FakeTelegram,
+    llm: FakeOpenAI,
+    start_bot: BotFactory,
+    style: Literal["reasoning_content", "think"],
 ) -> None:
     llm.reasoner = lambda _messages: THOUGHTS
+    llm.reasoning_style = style
+    llm.chunk_chars = 4
+    llm.chunk_delay = 0.1  # about a second of thinking before the answer begins
     async with start_bot(**RICH) as app:
-        question, text = await ask(tg, app, USER, "why?")
-    [answer] = answers_to(tg, USER, question)
-    assert text == "[depth:2] echo: why?" and "expandable_blockquote" not in block_types(answer)
+        done = app.runner.completed + 1
+        question = tg.send_user_message(USER, USER, "why?")["message_id"]
+        # while the model thinks, the draft's thinking block shows its thoughts so far
+        await tg.wait_for(lambda: any(d.blocks_of("thinking") for d in tg.drafts_in(USER)))
+        [answer] = await answered_parts(tg, app, USER, question, done)
+    thinking = [d for d in tg.drafts_in(USER) if d.blocks_of("thinking")]
+    assert all(THOUGHTS.startswith(d.blocks_of("thinking")[0]["text"]) for d in thinking)
+    assert answer.text == "[depth:2] echo: why?" and block_types(answer) == ["paragraph"]
+    drafts = tg.drafts_in(USER)
+    after = drafts[drafts.index(thinking[-1]) + 1 :]  # the answer's text replaced them
+    assert not any("secret" in (d.text or "") for d in after)
+    llm.chunk_delay = 0.0
     async with start_bot(show_reasoning=True, **RICH) as app:
         question, text = await ask(tg, app, USER, "why not?")
     [answer] = answers_to(tg, USER, question)
     assert block_types(answer) == ["paragraph", "expandable_blockquote", "paragraph"]
     assert text == f"[depth:2]\n\n{THOUGHTS}\n\necho: why not?"
-    assert all("secret" not in (d.text or "") for d in tg.drafts)
-    assert all("secret" not in content for _, content in said(llm))
+    assert all("secret" not in content for _, content in said(llm))  # never sent back
 
 
 # ------------------------------------------------------------------ crashes

@@ -268,9 +268,11 @@ class AnswerWriter:
 
         A rich draft shows them live in its thinking block; they are never part of a
         message (SHOW_REASONING shows the final thoughts, given to :meth:`finish`).
+        Elsewhere (edits, HTML drafts) the thoughts are not shown: nothing is done.
         """
-        self._thoughts = thoughts
-        self.update(self._latest)
+        if self.drafting and self.rich:
+            self._thoughts = thoughts
+            self.update(self._latest)
 
     def ended(self) -> None:
         """The model's text is complete: nothing more is drafted or edited before
