@@ -219,6 +219,36 @@ async def test_a_refused_rich_message_is_sent_once_as_html(
     assert [c.status for c in tg.calls_to("sendMessage")] == [200]
 
 
+async def test_a_refusal_after_a_rich_part_was_sent_edits_it_into_html_every_part_aliased(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory, redis: Redis
+) -> None:
+    paras = paragraphs(40)  # two rich messages, ten HTML ones
+    answering(llm, {"longer": "\n\n".join(paras)})
+    llm.chunk_chars = 2000
+    llm.chunk_delay = 0.2  # the first part is sent seconds before the second
+    async with start_bot(**RICH) as app:
+        done = app.runner.completed + 1
+        question = tg.send_user_message(USER, USER, "longer")["message_id"]
+        await tg.wait_for(lambda: bool(tg.calls_to("sendRichMessage")))
+        tg.fail_next("sendRichMessage", status=400, description="Bad Request: RICH_MESSAGE_INVALID")
+        parts = await answered_parts(tg, app, USER, question, done)
+        # the rich part on screen was edited into the HTML rendering's first part, the
+        # rest sent as HTML: one answer, nothing twice, nothing deleted
+        assert [p.parse_mode for p in parts] == ["HTML"] * len(parts) and len(parts) >= 10
+        assert not any(p.deleted or p.rich_message for p in parts)
+        first_rich = tg.calls_to("sendRichMessage")[0].result["message_id"]
+        assert parts[0].message_id == first_rich and parts[0].edits >= 1
+        assert parts[0].text is not None and parts[0].text.startswith("[depth:2] p0000")
+        for para in paras:
+            assert sum(para in (p.text or "") for p in parts) == 1
+        store = TranscriptStore(redis)
+        nodes = {await store.resolve(str(USER), p.message_id) for p in parts}
+        assert len(nodes) == 1 and None not in nodes
+        _, text = await ask(tg, app, USER, "next", reply_to=parts[-1].message_id)
+    assert text == "[depth:4] echo: next"
+    assert [c.status for c in tg.calls_to("sendRichMessage")] == [200, 400, 200]  # +the reply
+
+
 async def test_a_group_edit_refused_goes_on_as_html_in_the_same_message(
     tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory
 ) -> None:
