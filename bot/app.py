@@ -136,7 +136,7 @@ class App:
             timeout=settings.openai_timeout,
             max_retries=settings.openai_max_retries,
         )
-        self.out = TelegramOut(self.bot)
+        self.out = TelegramOut(self.bot, rich=settings.rich_messages == "auto")
         self.notifier = Notifier(self.out, lambda chat, ids: self.store.unthreaded(str(chat), ids))
         self.intake = Intake(self.redis, settings.bot_instance, shards=settings.intake_shards)
         self.accounting = Accounting(
