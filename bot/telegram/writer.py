@@ -323,17 +323,6 @@ class AnswerWriter:
         self.parts.append(Part(await self._send_new(chunk, 1), chunk))
         await self.journal.sent(self.message_ids)
 
-    async def _edit(self, message_id: int, chunk: Chunk) -> None:
-        """Edit one part. Its pace counts from when Telegram answered (and from the
-        attempt, for a call that fails): a request slowed on its way must not bring
-        the next edit of the message within :data:`EDIT_GAP` of it at Telegram."""
-        self._last_edit = time.monotonic()
-        self._spend()
-        try:
-            await self._out.edit(self._chat_id, message_id, chunk)
-        finally:
-            self._last_edit = time.monotonic()
-
     async def _pace(self) -> None:
         """The final text keeps the per-message edit pace and the group's budget, and
         nothing else holds it (not the streaming interval)."""
@@ -349,7 +338,8 @@ class AnswerWriter:
         """Edit a part, within the per-message edit pace.
 
         The pace runs from the end of the call too: Telegram counts an edit when it
-        arrives, which a large one (a rich message of 30,000 characters) does late.
+        arrives, which a large one (a rich message of 30,000 characters) or one slowed
+        on its way does late.
         """
         self._last_edit = time.monotonic()
         self._spend()
