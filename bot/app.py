@@ -40,6 +40,7 @@ from .bus.intake import Intake
 from .bus.leader import Lease
 from .bus.runner import LEASE_SHARE, InFlight, TurnRunner
 from .bus.stops import StopRelay
+from .catalogue import Catalogue, Models
 from .data import keys
 from .data.connection import connect
 from .data.layout import UnknownLayoutError, check_layout
@@ -50,6 +51,7 @@ from .model.transcribe import Transcriber
 from .model.vision import Vision
 from .retry import Outage, cancel_until_done, retrying
 from .settings import Settings, webhook_rule
+from .telegram.choices import COMMANDS as CHOICE_COMMANDS
 from .telegram.files import Files
 from .telegram.out import Notifier, TelegramOut, TelegramUnavailableError
 from .telegram.polling import Poller
@@ -58,18 +60,22 @@ from .telegram.session import BadResponseError, BotApiSession, FloodControl, Unr
 from .telegram.viewer import continue_router
 from .tools.config import load_config
 from .tools.retention import stub_old_results
+from .turn.branch import Branches
 from .turn.context import ContextWindow
 from .turn.engine import Engine, Rules
 from .turn.media import MediaLimits, MediaReader
 from .turn.state import TurnStates
 from .turn.topics import TopicTitles
-from .usage.accounting import Accounting, Clock, Prices, utc_now
+from .usage.accounting import Accounting, Clock, utc_now
 
 if TYPE_CHECKING:
     from .telegram.webhook import WebhookServer
     from .tools.hub import ToolHub
     from .tools.loop import ToolLoop
     from .webapp.server import ViewerServer
+
+#: The commands Telegram lists in its menu.
+BOT_COMMANDS = [*COMMANDS, *CHOICE_COMMANDS]
 
 log = logging.getLogger("replychain")
 
@@ -116,10 +122,8 @@ class App:
             cluster=settings.redis_cluster,
         )
         self.store = TranscriptStore(self.redis, cache_bytes=settings.transcript_cache_bytes)
-        self.model = ModelClient(
-            api_key=settings.api_key(),
-            base_url=settings.openai_base_url,
-            model=settings.openai_model,
+        self.models = Models(
+            settings.catalogue(),
             timeout=settings.openai_timeout,
             max_retries=settings.openai_max_retries,
         )
@@ -139,11 +143,8 @@ class App:
             outage=self.intake.outage,
             audit_days=settings.model_audit_days,
             detail_days=settings.usage_detail_days,
-            prices=Prices(
-                settings.price_input_per_mtok,
-                settings.price_cached_input_per_mtok,
-                settings.price_output_per_mtok,
-            ),
+            prices=self.catalogue.default_model.prices,
+            model_prices={name: spec.prices for name, spec in self.catalogue.models.items()},
             metrics=self.metrics,
         )
         self.context = ContextWindow.for_budget(
@@ -204,6 +205,7 @@ class App:
                 max_calls_per_turn=settings.turn_max_model_calls,
                 max_tokens_per_turn=settings.turn_max_tokens,
                 show_reasoning=settings.show_reasoning,
+                user_daily_dollars=settings.user_daily_budget_usd,
             ),
             media=MediaReader(
                 self.store,
@@ -213,6 +215,7 @@ class App:
                 limits=MediaLimits(settings.audio_max_seconds, settings.text_file_max_bytes),
             ),
             albums=self.albums,
+            branches=self._branches(settings),
         )
         self.engine.topics = self.topics
         self.engine.tools = tool_loop
@@ -256,10 +259,31 @@ class App:
         # stops: Telegram's stop button, for the answers being generated here or elsewhere
         self.stops = StopRelay(self.redis, self.engine.stops, self.intake.outage)
         self.dispatcher.workflow_data.update(
-            settings=settings, stops=self.stops, topics=self.topics
-        )
+            settings=settings, stops=self.stops, topics=self.topics, branches=self.engine.branches,
+            catalogue=self.catalogue,
+        )  # fmt: skip
         self.webhook, self.viewer = self._servers(settings)
         self.poller = self._poller(settings)
+
+    @property
+    def model(self) -> ModelClient:
+        """The catalogue's default model (the OPENAI_* model without MODELS_FILE)."""
+        return self.models.default
+
+    @property
+    def catalogue(self) -> Catalogue:
+        """The models and personas (MODELS_FILE, else the one OPENAI_* model)."""
+        return self.models.catalogue
+
+    def _branches(self, settings: Settings) -> Branches | None:
+        """Branches choose among the catalogue's models and personas; with only the
+        OPENAI_* settings there is nothing to choose, and every turn runs as before."""
+        if self.catalogue.path is None:
+            return None
+        return Branches(
+            self.redis, self.store, self.models,
+            system_prompt=settings.resolved_system_prompt(), summary_model=settings.summary_model,
+        )  # fmt: skip
 
     @staticmethod
     def _metrics(settings: Settings) -> Metrics:
@@ -477,7 +501,7 @@ class App:
                 f"{webhook_rule(self.settings.telegram_api_url)}"
             ) from None
         try:
-            await self.bot.set_my_commands(COMMANDS)
+            await self.bot.set_my_commands(BOT_COMMANDS)
         except Exception as exc:
             detail = getattr(exc, "message", None) or type(exc).__name__
             log.warning("could not register the commands: %s", detail)
@@ -510,7 +534,10 @@ class App:
         """
         steps: list[tuple[str, Callable[[], Awaitable[object]]]] = [
             ("delete the webhook", lambda: self.bot.delete_webhook(drop_pending_updates=False)),
-            ("register the commands", lambda: self.bot.set_my_commands(COMMANDS)),
+            (
+                "register the commands",
+                lambda: self.bot.set_my_commands(BOT_COMMANDS),
+            ),
         ]
         for what, call in steps:
             try:
@@ -537,7 +564,7 @@ class App:
         if self.webhook is not None:
             await self.webhook.stop()
         await self.bot.session.close()
-        await self.model.close()
+        await self.models.close()
         await self.transcriber.close()
         await self.redis.aclose()
 

@@ -38,11 +38,12 @@ from redis.asyncio.client import Pipeline
 
 from transcript import NodeId, StoreUnavailableError
 
+from .. import catalogue
 from ..bus.inbound import Inbound
 from ..data import keys
 from ..data.connection import Queued, guarded, run_together
 from ..metrics import Metrics
-from ..model import Usage, catalogue
+from ..model import Usage
 from ..retry import Outage
 
 log = logging.getLogger("replychain.accounting")
@@ -573,7 +574,7 @@ class Accounting:
         for value in await guarded(pipe.execute()):
             if value is not None:
                 p, c, k, n, *ex = map(int, _text(value).split(" "))  # "p c k n [e x]"
-                e, x = (ex + [0, 0])[:2]
+                e, x = [*ex, 0, 0][:2]
                 total = total + Totals(p, c, k, n, e, x)
         return total
 

@@ -35,10 +35,11 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
-from .client import ModelClient, WireCache
+if TYPE_CHECKING:  # the settings check reads the file before the client's imports load
+    from .model.client import ModelClient
 
 #: A name users pick (and the bot keeps in Redis records and button data): short, and
 #: free of the separators those use.
@@ -305,6 +306,8 @@ class Models:
     """One client per catalogue model, made when first asked for."""
 
     def __init__(self, catalogue: Catalogue, *, timeout: float, max_retries: int) -> None:
+        from .model.client import WireCache  # noqa: PLC0415 - see the imports above
+
         self.catalogue = catalogue
         self._timeout, self._retries = timeout, max_retries
         self._clients: dict[str, ModelClient] = {}
@@ -315,6 +318,8 @@ class Models:
         """The client of catalogue model ``name`` (it must be in the catalogue)."""
         found = self._clients.get(name)
         if found is None:
+            from .model.client import ModelClient  # noqa: PLC0415 - see the imports above
+
             spec = self.catalogue.models[name]
             found = ModelClient(
                 api_key=spec.api_key, base_url=spec.base_url, model=spec.model,
