@@ -18,6 +18,7 @@ import asyncio
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Coroutine
+from functools import partial
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -67,6 +68,7 @@ from .turn.media import MediaLimits, MediaReader
 from .turn.state import TurnStates
 from .turn.topics import TopicTitles
 from .usage.accounting import Accounting, Clock, utc_now
+from .usage.spend import SpendAlert
 
 if TYPE_CHECKING:
     from .telegram.webhook import WebhookServer
@@ -215,7 +217,7 @@ class App:
                 limits=MediaLimits(settings.audio_max_seconds, settings.text_file_max_bytes),
             ),
             albums=self.albums,
-            branches=self._branches(settings),
+            branches=self._models_and_money(settings),
         )
         self.engine.topics = self.topics
         self.engine.tools = tool_loop
@@ -275,15 +277,30 @@ class App:
         """The models and personas (MODELS_FILE, else the one OPENAI_* model)."""
         return self.models.catalogue
 
-    def _branches(self, settings: Settings) -> Branches | None:
-        """Branches choose among the catalogue's models and personas; with only the
-        OPENAI_* settings there is nothing to choose, and every turn runs as before."""
+    def _models_and_money(self, settings: Settings) -> Branches | None:
+        """The branches' choice of models and personas (``None`` with only the OPENAI_*
+        settings: nothing to choose, every turn runs as before); and the daily spend
+        alert to the owners (DAILY_SPEND_ALERT_USD)."""
+        if settings.daily_spend_alert_usd:
+            alert = SpendAlert(
+                self.redis, self.accounting, limit_usd=settings.daily_spend_alert_usd,
+                tell=lambda text: self._tell_owners(settings, text),
+            )  # fmt: skip
+            self.accounting.on_spent = alert.spent
         if self.catalogue.path is None:
             return None
         return Branches(
             self.redis, self.store, self.models,
             system_prompt=settings.resolved_system_prompt(), summary_model=settings.summary_model,
         )  # fmt: skip
+
+    async def _tell_owners(self, settings: Settings, text: str) -> None:
+        """A message to each owner (OWNER_USER_IDS) in their private chat with the bot."""
+        if not settings.owner_user_ids:
+            log.warning("no OWNER_USER_IDS to tell: %s", text)
+        for owner in settings.owner_user_ids:
+            send = partial(self.out.send_text, owner, text, reply_to=None, thread_id=None)
+            self.notifier.run(send, name=f"alert-{owner}", chat_id=owner)
 
     @staticmethod
     def _metrics(settings: Settings) -> Metrics:

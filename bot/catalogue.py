@@ -41,6 +41,8 @@ from urllib.parse import urlsplit
 if TYPE_CHECKING:  # the settings check reads the file before the client's imports load
     from .model.client import ModelClient
 
+#: The kinds of choice a node may carry (bot/turn/branch.py): a model, a persona.
+MODEL, PERSONA = "m", "p"
 #: A name users pick (and the bot keeps in Redis records and button data): short, and
 #: free of the separators those use.
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,32}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING
 
 from aiogram import F, Router
 from aiogram.filters import Command, CommandObject
@@ -27,12 +28,14 @@ from aiogram.types import (
 
 from transcript import StoreUnavailableError, TranscriptError
 
-from ..catalogue import Catalogue
-from ..turn.branch import MODEL, PERSONA, Branches
-from . import choice_texts as texts
+from .. import choice_texts as texts
+from ..catalogue import MODEL, PERSONA, Catalogue
 from .format import Chunk, escape_html
 from .messages import Checked, notice, replied_id, thread_of
 from .out import Notifier
+
+if TYPE_CHECKING:  # (the turn's, passed in by the dispatcher: this edge sits below it)
+    from ..turn.branch import Branches
 
 log = logging.getLogger("replychain.handlers")
 
@@ -103,7 +106,8 @@ async def _menu(message: Message, kind: str, notifier: Notifier, branches: Branc
         stamp = int(time.time())
         buttons = [
             InlineKeyboardButton(
-                text=("✓ " if name == current else "") + _label(name),
+                text=("✓ " if name == current else "")
+                + (texts.PERSONA_NONE_BUTTON if name == _NONE else name),
                 callback_data=f"{_PREFIX}:{kind}:{user}:{target or 0}:{stamp}:{name}",
             )
             for name in names

@@ -29,15 +29,13 @@ from redis.asyncio.client import Pipeline
 
 from transcript import ChatMessage, NodeId, TranscriptStore
 
+from .. import choice_texts
 from ..bus.inbound import Inbound
-from ..catalogue import Catalogue, Models, ModelSpec
+from ..catalogue import MODEL, PERSONA, Catalogue, Models, ModelSpec
 from ..data import keys
 from ..data.connection import guarded
 from ..model import Model
 from ..model.client import ModelClient
-from ..telegram import choice_texts
-
-MODEL, PERSONA = "m", "p"
 
 
 @dataclass(frozen=True, slots=True)

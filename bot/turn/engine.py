@@ -46,6 +46,7 @@ from transcript import (
     TranscriptStore,
 )
 
+from .. import choice_texts
 from ..bus.albums import Albums
 from ..bus.inbound import EDIT, MESSAGE, RETRY, Inbound
 from ..bus.runner import Ack, InFlight, TurnBusy
@@ -53,7 +54,6 @@ from ..data.connection import Queued
 from ..metrics import Metrics
 from ..model import Answer, Model, ModelError
 from ..retry import Outage, retrying
-from ..telegram import choice_texts
 from ..telegram.drafts import StopButtons
 from ..telegram.out import AnswerRejectedError, ChatUnavailableError, TelegramOut
 from ..telegram.writer import AnswerWriter, ChatBudget, JournalUnavailableError

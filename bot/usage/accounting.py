@@ -123,7 +123,8 @@ return {counted, stale}
 # ARGV marker as a number, user, p, c, k, e, x, user-day TTL, counted TTL, the call's
 # cost in nano-dollars and its model (those two absent in an entry written before they
 # existed; "-": not kept per model); the model's share goes in fields
-# "<p|c|k|n|d>:<model>". The counted
+# "<p|c|k|n|d>:<model>". Answers 0 when the call was counted already, else {1, the
+# bucket's cost of the day} (what the spend alert watches). The counted
 # set (an intset: 8 bytes a call) makes a repeated second step (a crash before the
 # pending entry was removed) a no-op.
 _TOTALS_LUA = """
@@ -159,7 +160,7 @@ add(KEYS[3])
 if delta[1] + delta[2] ~= 0 then
   redis.call('ZINCRBY', KEYS[4], delta[1] + delta[2], ARGV[2])
 end
-return 1
+return {1, redis.call('HGET', KEYS[3], 'd') or '0'}
 """
 #: How long a bucket remembers that a call's totals are written (the counted set).
 OK_TTL = 2 * 24 * 3600
@@ -415,6 +416,9 @@ class Accounting:
         self.audit_days = audit_days
         self.prices = prices or Prices()
         self.model_prices: Mapping[str, Prices] = model_prices or {}
+        #: Called with a bucket's cost of the day (nano-dollars) after a priced call
+        #: counted there (the daily spend alert, DAILY_SPEND_ALERT_USD).
+        self.on_spent: Callable[[int], None] | None = None
         #: Days the per-turn and per-node detail is kept after its last write.
         self.detail_days = detail_days
         #: Per chat, the pending entries whose totals this process wrote (removed with
@@ -499,7 +503,9 @@ class Accounting:
         except BaseException:
             self._done.setdefault(call.chat_id, set()).update(done)
             raise
-        (_, flat), _ = replies[0]
+        (_, flat), totals = replies[0]
+        if self.on_spent is not None and recording.cost and isinstance(totals, list):
+            self.on_spent(int(totals[1]))
         stale = {_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat), 2)}
         if stale:
             await self._finish(call.chat_id, stale, now)

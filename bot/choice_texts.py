@@ -12,7 +12,7 @@ PERSONA_CHOSEN = "From here on this branch talks as {name}."
 PERSONA_DEFAULT_CHOSEN = "Your new conversations start as {name}."
 PERSONA_NONE = "none"
 PERSONA_NONE_BUTTON = "No persona"
-NO_PERSONAS = "No personas are configured on this bot (MODELS_FILE, [personas.<name>])."
+NO_PERSONAS = "No personas are configured on this bot (MODELS_FILE: [personas.NAME] tables)."
 ONE_MODEL = "This bot offers one model: {name}."
 NOT_A_THREAD = (
     "That message belongs to no conversation I have stored: reply to one of my "
