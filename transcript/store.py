@@ -306,6 +306,8 @@ class TranscriptStore:
             return await self.node(node_id)
         node = Node(node_id, placement.depth, placement.messages)
         self._remember(node, placement.branch if node_id.seg else ROOT_SEGMENT)
+        if not placement.continuation:  # a new tree: no choices yet (nothing to read)
+            self._cache.put_choice_index(node_id.scope, node_id.tree, ChoiceIndex(()))
         for field in placement.aliases:
             self._cache.put_alias(placement.scope, field, node_id)
         return node

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
@@ -31,11 +31,20 @@ from transcript import ChatMessage, NodeId, TranscriptStore
 
 from .. import choice_texts
 from ..bus.inbound import Inbound
-from ..catalogue import MODEL, PERSONA, Catalogue, Models, ModelSpec
+from ..catalogue import MODEL, PERSONA, Catalogue, ModelSpec
 from ..data import keys
 from ..data.connection import guarded
 from ..model import Model
 from ..model.client import ModelClient
+
+
+class ModelSource(Protocol):
+    """The catalogue and a model for each of its names (:class:`bot.catalogue.Models`)."""
+
+    @property
+    def catalogue(self) -> Catalogue: ...
+
+    def client(self, name: str) -> Model: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +111,7 @@ class Branches:
         self,
         redis: Redis,
         store: TranscriptStore,
-        models: Models,
+        models: ModelSource,
         *,
         system_prompt: str,
         summary_model: str | None = None,
