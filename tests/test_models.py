@@ -26,7 +26,8 @@ from bot.data import keys as bot_keys
 from bot.settings import SettingsError
 from bot.turn.branch import Branches
 from bot.usage.accounting import AUDIT_FIELDS, day_of, utc_now
-from transcript import TranscriptStore
+from transcript import ChatMessage, TranscriptStore
+from transcript import keys as transcript_keys
 
 from .fake_openai import FakeOpenAI
 from .fake_telegram import FakeTelegram, StoredMessage
@@ -351,6 +352,13 @@ async def test_retry_with_a_model_asks_the_same_history_there_as_a_sibling(
         assert text == "[depth:2] echo: which is better?"
         refused = await command(tg, "/retry nope", reply_to=first)
         assert refused.text == texts.UNKNOWN_MODEL.format(name="nope", names="fast, local")
+        tree = (await command(tg, "/tree", reply_to=first)).text or ""
+    # /tree tells the two answers' models apart
+    [fast_line] = [
+        line for line in tree.splitlines() if "bot: echo" in line and "model fast" in line
+    ]
+    [local_line] = [line for line in tree.splitlines() if "model local" in line]
+    assert f"msg {first}" in fast_line and f"msg {last_answer(tg, retry)}" in local_line
     assert local.requests[0].messages == llm.requests[0].messages  # exactly the same history
     assert len(llm.requests) == 1 and len(local.requests) == 1
     store = TranscriptStore(redis)
@@ -360,6 +368,47 @@ async def test_retry_with_a_model_asks_the_same_history_there_as_a_sibling(
     )
     assert one is not None and two is not None and one != two
     assert (await store.path(one))[-2].id == (await store.path(two))[-2].id  # siblings
+
+
+async def test_choices_are_appended_and_apply_below_their_node_only(redis: Redis) -> None:
+    store = TranscriptStore(redis)
+    root = await store.start("7", [ChatMessage("system", "s")])
+    question = await store.append(root.id, [ChatMessage("user", "q")])
+    left = await store.append(question.id, [ChatMessage("assistant", "a")])
+    right = await store.append(question.id, [ChatMessage("assistant", "b")])
+    await store.choose(left.id, "m", "local")
+    await store.choose(left.id, "m", "fast")  # a later choice at the same node wins
+    await store.choose(question.id, "p", "pirate", "0" * 64)
+    below = await store.append(left.id, [ChatMessage("user", "more")])
+    fresh = TranscriptStore(redis)  # another process: everything read from Redis
+    on_left = [(c.at, c.kind, c.name) for c in await fresh.choices_on_path(below.id)]
+    assert on_left == [(question.id, "p", "pirate"), (left.id, "m", "fast")]
+    assert [c.kind for c in await fresh.choices_on_path(right.id)] == ["p"]  # the sibling
+    assert await fresh.choices_on_path(question.id) == await fresh.choices_on_path(right.id)
+    index = await redis.hget(transcript_keys.tree_key("7", root.id.tree), "C")
+    assert index == b"0.2 m local,0.2 m fast,0.1 p pirate " + b"0" * 64  # only appended
+
+
+@pytest.fixture
+def small_local(catalogue: Path) -> Path:
+    """The catalogue with a "local" of a 400-token context."""
+    small = catalogue.read_text().replace("vision = false", "vision = false\ncontext_tokens = 400")
+    catalogue.write_text(small)
+    return catalogue
+
+
+async def test_a_branch_on_a_small_model_folds_with_the_summary_model(
+    tg: FakeTelegram, llm: FakeOpenAI, local: FakeOpenAI, start: Start, small_local: Path
+) -> None:
+    async with start(models_file=small_local, summary_model="fast") as app:
+        await pick(tg, "/model", "local")
+        reply_to = None
+        for i in range(6):
+            asked, _ = await ask(tg, app, USER, f"message {i} " + "words " * 60, reply_to=reply_to)
+            reply_to = last_answer(tg, asked)
+    summaries = [r for r in llm.requests if not r.stream]
+    assert summaries and all(r.stream for r in local.requests)  # folds asked "fast"
+    assert all(r.usage is not None and r.usage.prompt_tokens <= 400 for r in local.requests)
 
 
 # --------------------------------------------------------------------- money
