@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -144,6 +144,8 @@ class Defaults:
     model: str
     context_tokens: int
     prices: Prices = Prices()
+    #: Whether an endpoint needs no key (a local one); default: every endpoint needs one.
+    keyless: Callable[[str | None], bool] = lambda _url: False
 
 
 def single(defaults: Defaults) -> Catalogue:
@@ -221,6 +223,11 @@ def _model(
     key_env = _text(at, table, "api_key_env")
     if key_env is None or key_env == OPENAI_KEY_ENV:
         api_key = defaults.api_key
+        if api_key is None and not defaults.keyless(base_url):
+            raise CatalogueError(
+                f"{at} api_key_env: {OPENAI_KEY_ENV} is not set and the endpoint "
+                f"{base_url or 'OpenAI'} is remote"
+            )
     elif not _ENV_NAME.fullmatch(key_env):
         raise CatalogueError(f"{at} api_key_env: must name an environment variable")
     else:

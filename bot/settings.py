@@ -523,6 +523,7 @@ class Settings(BaseSettings):
             api_key=self.openai_api_key.get_secret_value() if self.openai_api_key else None,
             model=self.openai_model,
             context_tokens=self.context_token_budget,
+            keyless=is_local_endpoint,
             prices=catalogue.Prices(
                 self.price_input_per_mtok,
                 self.price_cached_input_per_mtok,

@@ -181,6 +181,22 @@ def test_a_bad_catalogue_is_one_line_naming_the_file_the_table_and_the_key(
     assert "\n" not in message
 
 
+def test_a_model_on_a_remote_endpoint_needs_a_key(tmp_path: Path) -> None:
+    path = tmp_path / "models.toml"
+    path.write_text("[models.a]\nmodel = 'x'\n[models.b]\nmodel = 'y'\ndefault = true\n"
+                    "base_url = 'http://127.0.0.1:11434/v1'\n")  # fmt: skip
+    keyless = Defaults(
+        base_url=None, api_key=None, model="m", context_tokens=32000,
+        keyless=lambda url: bool(url and "127.0.0.1" in url),
+    )  # fmt: skip
+    with pytest.raises(
+        CatalogueError, match=r"\[models.a\] api_key_env: OPENAI_API_KEY is not set"
+    ):
+        load(path, keyless)
+    path.write_text("[models.b]\nmodel = 'y'\nbase_url = 'http://127.0.0.1:11434/v1'\n")
+    assert load(path, keyless).models["b"].api_key == "not-needed"  # a local one needs none
+
+
 def test_a_bad_catalogue_stops_the_settings_check_and_never_shows_a_key(
     tg: FakeTelegram, llm: FakeOpenAI, redis_server: RedisServer, tmp_path: Path
 ) -> None:
