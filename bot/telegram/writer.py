@@ -254,7 +254,7 @@ class AnswerWriter:
         if self._fatal is not None:
             raise self._fatal
         await self._pace()
-        await self._push(text, reasoning)
+        await self._push(text, reasoning, final=True)
         return self.message_ids
 
     async def fail(self, notice: str) -> list[int]:
@@ -264,7 +264,7 @@ class AnswerWriter:
             raise self._fatal
         if self._latest.strip():
             await self._pace()
-            await self._push(f"{self._latest}\n\n{notice}")
+            await self._push(f"{self._latest}\n\n{notice}", final=True)
         else:
             await self._push_plain(notice)
         return self.message_ids
@@ -277,9 +277,7 @@ class AnswerWriter:
         chunk = Chunk(text, text)
         if self.parts:
             try:
-                self._last_edit = time.monotonic()
-                self._spend()
-                await self._out.edit(self._chat_id, self.parts[0].message_id, chunk)
+                await self._edit(self.parts[0].message_id, chunk)
             except MessageGoneError:
                 self.parts[0].message_id = await self._send_new(chunk, 1)
             self.parts[0].chunk = chunk
@@ -287,6 +285,17 @@ class AnswerWriter:
             return
         self.parts.append(Part(await self._send_new(chunk, 1), chunk))
         await self.journal.sent(self.message_ids)
+
+    async def _edit(self, message_id: int, chunk: Chunk) -> None:
+        """Edit one part. Its pace counts from when Telegram answered (and from the
+        attempt, for a call that fails): a request slowed on its way must not bring
+        the next edit of the message within :data:`EDIT_GAP` of it at Telegram."""
+        self._last_edit = time.monotonic()
+        self._spend()
+        try:
+            await self._out.edit(self._chat_id, message_id, chunk)
+        finally:
+            self._last_edit = time.monotonic()
 
     async def _pace(self) -> None:
         """The final text keeps the per-message edit pace and the group's budget, and
@@ -375,8 +384,10 @@ class AnswerWriter:
         else:
             # a draft shown 30 s ago is gone: show it again even without new text
             await self._wait_dirty(self._last_draft + DRAFT_REFRESH - now)
-        # drafts are paced from when the last one was done: a chat's rate counts arrivals
-        wait = max(self._last_push, self._last_draft) + self._interval - time.monotonic()
+        # drafts and edits are paced from when the last one was done: a chat's rate
+        # counts arrivals
+        last = max(self._last_push, self._last_draft, self._last_edit)
+        wait = last + self._interval - time.monotonic()
         if wait > 0 and not self._closing:
             # rate limit: at most one round of edits per interval
             with contextlib.suppress(TimeoutError):
@@ -401,7 +412,10 @@ class AnswerWriter:
             self._dirty.clear()
             await self._dirty.wait()
 
-    async def _push(self, text: str, reasoning: str = "") -> None:
+    async def _push(self, text: str, reasoning: str = "", *, final: bool = False) -> None:
+        """Show ``text``: edit the parts on screen, send the new ones. ``final``: the
+        answer's final text (:meth:`finish`, :meth:`fail`), whose last new part the
+        turn's final write records; a streaming push records every part it sends."""
         # the pace counts attempts, failed ones too: a failing edit is not retried at once
         self._last_push = time.monotonic()
         chunks = self._render(text, reasoning)
@@ -413,9 +427,7 @@ class AnswerWriter:
                 part = self.parts[i]
                 if part.chunk != chunk:
                     try:
-                        self._last_edit = time.monotonic()
-                        self._spend()
-                        await self._out.edit(self._chat_id, part.message_id, chunk)
+                        await self._edit(part.message_id, chunk)
                     except MessageGoneError:
                         # deleted by the user meanwhile: the part goes out anew
                         part.message_id = await self._send_new(chunk, i + 1)
@@ -424,8 +436,11 @@ class AnswerWriter:
                 message_id = await self._send_new(chunk, i + 1)
                 self.parts.append(Part(message_id, chunk))
                 # recorded before anything else is awaited: until then a crash would
-                # leave it on screen unrecorded
-                last = self._closing and i == len(chunks) - 1
+                # leave it on screen unrecorded. Only the final push's last part is
+                # left to the final write, which follows it with no Telegram call
+                # between; a streaming push that returns once the answer is closing
+                # is followed by the final text's pace (seconds in a busy group).
+                last = final and i == len(chunks) - 1
                 await self.journal.sent(self.message_ids, last=last)
                 if len(self.parts) == 1:
                     if self.first_shown_at is None:
@@ -435,7 +450,7 @@ class AnswerWriter:
         if drafting and not await self._draft(len(chunks), tail):
             # no drafts here after all: the same text goes on by editing
             if text.strip():
-                await self._push(text, reasoning)
+                await self._push(text, reasoning, final=final)
             else:
                 await self._start_typing()
             return
