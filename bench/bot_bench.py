@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 from aiogram.types import InlineKeyboardMarkup
@@ -31,6 +31,7 @@ from redis.asyncio.client import Pipeline
 from bot.bus.inbound import Inbound
 from bot.bus.intake import Intake
 from bot.bus.runner import InFlight
+from bot.catalogue import Catalogue, ModelSpec, Persona
 from bot.data import keys
 from bot.data.connection import connect
 from bot.data.pipeline_client import PipelineClient
@@ -40,6 +41,7 @@ from bot.retry import Outage
 from bot.telegram.format import Chunk
 from bot.telegram.out import TelegramOut
 from bot.telegram.rich import render_rich
+from bot.turn.branch import Branches
 from bot.turn.context import ContextWindow
 from bot.turn.engine import Engine, Rules
 from bot.turn.state import TurnStates
@@ -99,9 +101,36 @@ class InstantTelegram(TelegramOut):
         return None
 
 
-def _engine(redis: Redis, telegram: InstantTelegram) -> Engine:
+class _Catalogued:
+    """A catalogue of two models answering at once, and a persona (MODELS_FILE's shape)."""
+
+    def __init__(self) -> None:
+        def spec(name: str) -> ModelSpec:
+            return ModelSpec(
+                name=name, model=name, base_url=None, api_key="none", vision=True,
+                context_tokens=32000, prices=Prices(0.15, 0.075, 0.6),
+            )  # fmt: skip
+
+        self.catalogue = Catalogue(
+            {"fast": spec("fast"), "other": spec("other")},
+            {"terse": Persona("terse", "Answer in one line.")},
+            "fast",
+            Path("bench.toml"),
+        )
+        self.models = {name: StubModel(ANSWER) for name in self.catalogue.models}
+
+    def client(self, name: str) -> StubModel:
+        return self.models[name]
+
+
+def _engine(redis: Redis, telegram: InstantTelegram, *, catalogued: bool = False) -> Engine:
     store, model = TranscriptStore(redis), StubModel(ANSWER)
     accounting = Accounting(redis, clock=utc_now)
+    branches = (
+        Branches(redis, store, _Catalogued(), system_prompt="You are a benchmark.")
+        if catalogued
+        else None
+    )
     return Engine(
         store=store,
         model=model,
@@ -112,6 +141,7 @@ def _engine(redis: Redis, telegram: InstantTelegram) -> Engine:
         in_flight=InFlight(),
         redis_outage=Outage("Redis", ""),
         rules=Rules("You are a benchmark."),
+        branches=branches,
     )
 
 
@@ -433,11 +463,15 @@ class RoundTrips:
             self._in_flight -= 1
 
 
-async def _round_trips(redis: Redis) -> list[tuple[str, int]]:
+async def _round_trips(redis: Redis, *, catalogued: bool = False) -> list[tuple[str, int]]:
     """Round trips of each kind of turn along the bot's own path: the update handler's
-    XADD, the worker's XREADGROUP, the turn, its acknowledgement (with a warm cache)."""
+    XADD, the worker's XREADGROUP, the turn, its acknowledgement (with a warm cache).
+
+    ``catalogued``: with a catalogue of models and personas (MODELS_FILE), turns
+    continuing below a /model and a /persona choice too.
+    """
     telegram = InstantTelegram()
-    engine = _engine(redis, telegram)
+    engine = _engine(redis, telegram, catalogued=catalogued)
     intake = Intake(redis, "bench")
     await intake.ensure_group()
     never = asyncio.Event()
@@ -451,7 +485,7 @@ async def _round_trips(redis: Redis) -> list[tuple[str, int]]:
         assert finished
         return meter.count - before
 
-    chat = 40_000
+    chat = 40_000 + catalogued
     with meter.counting():
         first = Inbound(chat, telegram.next_id(chat), chat, QUESTION)
         cold_new = await one(first)
@@ -459,13 +493,29 @@ async def _round_trips(redis: Redis) -> list[tuple[str, int]]:
         continued = await one(Inbound(chat, telegram.next_id(chat), chat, QUESTION, answer))
         branch = await one(Inbound(chat, telegram.next_id(chat), chat, QUESTION, answer))
         new = await one(Inbound(chat, telegram.next_id(chat), chat, QUESTION))
+        rows = [
+            ("new conversation (first in the process)", cold_new),
+            ("new conversation", new),
+            ("continued (reply to the answer)", continued),
+            ("branch (second reply to the same answer)", branch),
+        ]
+        if engine.branches is not None:  # a choice made (elsewhere), then turns below it
+            node = await engine.store.resolve(str(chat), answer)
+            assert node is not None
+            await engine.branches.choose(node, "m", "other")
+            chosen = await one(Inbound(chat, telegram.next_id(chat), chat, QUESTION, answer))
+            await engine.branches.choose(node, "p", "terse")
+            persona = await one(Inbound(chat, telegram.next_id(chat), chat, QUESTION, answer))
+            again = await one(Inbound(chat, telegram.next_id(chat), chat, QUESTION, answer))
+            models = cast(_Catalogued, engine.branches.models).models
+            assert models["other"].calls == 3  # the choice applied from the next turn on
+            rows += [
+                ("continued below a /model choice", chosen),
+                ("continued below a /persona choice", persona),
+                ("continued below it again", again),
+            ]
     assert not await redis.xlen(keys.INTAKE_STREAM)  # every entry was acknowledged
-    return [
-        ("new conversation (first in the process)", cold_new),
-        ("new conversation", new),
-        ("continued (reply to the answer)", continued),
-        ("branch (second reply to the same answer)", branch),
-    ]
+    return rows
 
 
 def _metrics_cost() -> tuple[float, float, float]:
@@ -515,6 +565,7 @@ async def run() -> str:
         redis = connect(server.url)
         try:
             trips = await _round_trips(redis)
+            catalogued = await _round_trips(redis, catalogued=True)
             rows = []
             for depth in DEPTHS:
                 m = await _measure(redis, depth)
@@ -543,6 +594,12 @@ async def run() -> str:
             "<= 7 new)",
             ["turn", "round trips"],
             trips,
+        )
+        + table(
+            "The same with a model catalogue (MODELS_FILE): resolving a branch's model and "
+            "personas reads the tree's choices on the claim's round trip",
+            ["turn", "round trips"],
+            catalogued,
         )
         + table(
             f"Bot overhead per turn, instant model and Telegram ({TURNS} turns each, the bot's "

@@ -18,6 +18,7 @@ import asyncio
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Coroutine
+from functools import partial
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -40,6 +41,7 @@ from .bus.intake import Intake
 from .bus.leader import Lease
 from .bus.relay import Relay
 from .bus.runner import LEASE_SHARE, InFlight, TurnRunner
+from .catalogue import Catalogue, Models
 from .data import keys
 from .data.connection import connect
 from .data.layout import UnknownLayoutError, check_layout
@@ -50,6 +52,7 @@ from .model.transcribe import Transcriber
 from .model.vision import Vision
 from .retry import Outage, cancel_until_done, retrying
 from .settings import Settings, webhook_rule
+from .telegram.choices import COMMANDS as CHOICE_COMMANDS
 from .telegram.files import Files
 from .telegram.out import Notifier, TelegramOut, TelegramUnavailableError
 from .telegram.polling import Poller
@@ -58,18 +61,23 @@ from .telegram.session import BadResponseError, BotApiSession, FloodControl, Unr
 from .telegram.viewer import continue_router
 from .tools.config import load_config
 from .tools.retention import stub_old_results
+from .turn.branch import Branches
 from .turn.context import ContextWindow
 from .turn.engine import Engine, Rules
 from .turn.media import MediaLimits, MediaReader
 from .turn.state import TurnStates
 from .turn.topics import TopicTitles
-from .usage.accounting import Accounting, Clock, Prices, utc_now
+from .usage.accounting import Accounting, Clock, utc_now
+from .usage.spend import SpendAlert
 
 if TYPE_CHECKING:
     from .telegram.webhook import WebhookServer
     from .tools.hub import ToolHub
     from .tools.loop import ToolLoop
     from .webapp.server import ViewerServer
+
+#: The commands Telegram lists in its menu.
+BOT_COMMANDS = [*COMMANDS, *CHOICE_COMMANDS]
 
 log = logging.getLogger("replychain")
 
@@ -122,10 +130,8 @@ class App:
             cluster=settings.redis_cluster,
         )
         self.store = TranscriptStore(self.redis, cache_bytes=settings.transcript_cache_bytes)
-        self.model = ModelClient(
-            api_key=settings.api_key(),
-            base_url=settings.openai_base_url,
-            model=settings.openai_model,
+        self.models = Models(
+            settings.catalogue(),
             timeout=settings.openai_timeout,
             max_retries=settings.openai_max_retries,
         )
@@ -145,11 +151,8 @@ class App:
             outage=self.intake.outage,
             audit_days=settings.model_audit_days,
             detail_days=settings.usage_detail_days,
-            prices=Prices(
-                settings.price_input_per_mtok,
-                settings.price_cached_input_per_mtok,
-                settings.price_output_per_mtok,
-            ),
+            prices=self.catalogue.default_model.prices,
+            model_prices={name: spec.prices for name, spec in self.catalogue.models.items()},
             metrics=self.metrics,
         )
         self.context = ContextWindow.for_budget(
@@ -210,6 +213,7 @@ class App:
                 max_calls_per_turn=settings.turn_max_model_calls,
                 max_tokens_per_turn=settings.turn_max_tokens,
                 show_reasoning=settings.show_reasoning,
+                user_daily_dollars=settings.user_daily_budget_usd,
             ),
             media=MediaReader(
                 self.store,
@@ -219,6 +223,7 @@ class App:
                 limits=MediaLimits(settings.audio_max_seconds, settings.text_file_max_bytes),
             ),
             albums=self.albums,
+            branches=self._models_and_money(settings),
         )
         self.engine.topics = self.topics
         self.engine.tools = tool_loop
@@ -264,10 +269,46 @@ class App:
         self.stops = Relay(self.redis, self.engine.stops, self.intake.outage, floods.hold)
         floods.tell = self.stops.flood
         self.dispatcher.workflow_data.update(
-            settings=settings, stops=self.stops, topics=self.topics
-        )
+            settings=settings, stops=self.stops, topics=self.topics, branches=self.engine.branches,
+            catalogue=self.catalogue,
+        )  # fmt: skip
         self.webhook, self.viewer = self._servers(settings)
         self.poller = self._poller(settings)
+
+    @property
+    def model(self) -> ModelClient:
+        """The catalogue's default model (the OPENAI_* model without MODELS_FILE)."""
+        return self.models.default
+
+    @property
+    def catalogue(self) -> Catalogue:
+        """The models and personas (MODELS_FILE, else the one OPENAI_* model)."""
+        return self.models.catalogue
+
+    def _models_and_money(self, settings: Settings) -> Branches | None:
+        """The branches' choice of models and personas (``None`` with only the OPENAI_*
+        settings: nothing to choose, every turn runs as before); and the daily spend
+        alert to the owners (DAILY_SPEND_ALERT_USD)."""
+        if settings.daily_spend_alert_usd:
+            alert = SpendAlert(
+                self.redis, self.accounting, limit_usd=settings.daily_spend_alert_usd,
+                tell=lambda text: self._tell_owners(settings, text),
+            )  # fmt: skip
+            self.accounting.on_spent = alert.spent
+        if self.catalogue.path is None:
+            return None
+        return Branches(
+            self.redis, self.store, self.models,
+            system_prompt=settings.resolved_system_prompt(), summary_model=settings.summary_model,
+        )  # fmt: skip
+
+    async def _tell_owners(self, settings: Settings, text: str) -> None:
+        """A message to each owner (OWNER_USER_IDS) in their private chat with the bot."""
+        if not settings.owner_user_ids:
+            log.warning("no OWNER_USER_IDS to tell: %s", text)
+        for owner in settings.owner_user_ids:
+            send = partial(self.out.send_text, owner, text, reply_to=None, thread_id=None)
+            self.notifier.run(send, name=f"alert-{owner}", chat_id=owner)
 
     @staticmethod
     def _metrics(settings: Settings) -> Metrics:
@@ -485,7 +526,7 @@ class App:
                 f"{webhook_rule(self.settings.telegram_api_url)}"
             ) from None
         try:
-            await self.bot.set_my_commands(COMMANDS)
+            await self.bot.set_my_commands(BOT_COMMANDS)
         except Exception as exc:
             detail = getattr(exc, "message", None) or type(exc).__name__
             log.warning("could not register the commands: %s", detail)
@@ -518,7 +559,10 @@ class App:
         """
         steps: list[tuple[str, Callable[[], Awaitable[object]]]] = [
             ("delete the webhook", lambda: self.bot.delete_webhook(drop_pending_updates=False)),
-            ("register the commands", lambda: self.bot.set_my_commands(COMMANDS)),
+            (
+                "register the commands",
+                lambda: self.bot.set_my_commands(BOT_COMMANDS),
+            ),
         ]
         for what, call in steps:
             try:
@@ -545,7 +589,7 @@ class App:
         if self.webhook is not None:
             await self.webhook.stop()
         await self.bot.session.close()
-        await self.model.close()
+        await self.models.close()
         await self.transcriber.close()
         await self.redis.aclose()
 

@@ -29,10 +29,13 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from . import catalogue
 from .tools.config import ToolConfigError, load_config
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SYSTEM_PROMPT_FILE = PROJECT_ROOT / "config" / "system_prompt.txt"
+#: MODELS_FILE when it is not set, if it exists.
+DEFAULT_MODELS_FILE = PROJECT_ROOT / "config" / "models.toml"
 FALLBACK_SYSTEM_PROMPT = "You are a helpful assistant chatting in Telegram."
 #: Where `make run` starts its local redis-server (config/redis.conf).
 LOCAL_REDIS_URL = "redis://127.0.0.1:6390/0"
@@ -93,6 +96,12 @@ SETTINGS_HELP: dict[str, str] = {
     "PRICE_INPUT_PER_MTOK": "USD per million input tokens, for estimated costs (0: none)",
     "PRICE_CACHED_INPUT_PER_MTOK": "USD per million cached input tokens (0: none)",
     "PRICE_OUTPUT_PER_MTOK": "USD per million output tokens (0: none)",
+    "MODELS_FILE": "TOML catalogue of models and personas (default config/models.toml if "
+    "present, else one model from OPENAI_*)",
+    "SUMMARY_MODEL": "catalogue name of the model for folds and topic titles (default: the "
+    "branch's model)",
+    "USER_DAILY_BUDGET_USD": "dollars one user may spend per UTC day (0: unlimited)",
+    "DAILY_SPEND_ALERT_USD": "tell the owners once when a day's spend passes this (0: off)",
     "MAX_INPUT_CHARS": "longest user message sent to the model (16000)",
     "TOPIC_TITLES": "title private-chat topics whose name Telegram made up (true)",
     "IMAGE_MAX_PIXELS": "longest side of a photo sent to the model (2048)",
@@ -255,6 +264,14 @@ class Settings(BaseSettings):
     price_input_per_mtok: float = Field(0.0, ge=0)
     price_cached_input_per_mtok: float = Field(0.0, ge=0)
     price_output_per_mtok: float = Field(0.0, ge=0)
+    #: The model catalogue (TOML); unset: config/models.toml if present, else OPENAI_*.
+    models_file: Path | None = None
+    #: Catalogue name of the model folds and topic titles use; unset: the branch's model.
+    summary_model: str | None = None
+    #: Dollars one user may spend per UTC day (0 = unlimited).
+    user_daily_budget_usd: float = Field(0.0, ge=0)
+    #: The owners are told once a day when the day's total spend passes this (0 = off).
+    daily_spend_alert_usd: float = Field(0.0, ge=0)
     #: Longest user message (characters) sent to the model.
     max_input_chars: int = Field(16000, ge=100)
     #: Rename a private-chat topic whose name Telegram made up after its first answer.
@@ -447,7 +464,8 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _check_key(self) -> Settings:
-        if self.openai_api_key is None and not is_local_endpoint(self.openai_base_url):
+        keyless = self.openai_api_key is None and not is_local_endpoint(self.openai_base_url)
+        if keyless and self.catalogue_path() is None:  # (a catalogue's models are checked there)
             where = self.openai_base_url or "OpenAI (OPENAI_BASE_URL is not set)"
             raise ValueError(f"openai_api_key: is not set and the model endpoint {where} is remote")
         budget = self.context_token_budget
@@ -501,6 +519,39 @@ class Settings(BaseSettings):
             ) from None
         return text or FALLBACK_SYSTEM_PROMPT
 
+    def catalogue_path(self) -> Path | None:
+        """MODELS_FILE, else config/models.toml when it exists, else ``None``."""
+        if self.models_file is not None:
+            return self.models_file
+        return DEFAULT_MODELS_FILE if DEFAULT_MODELS_FILE.is_file() else None
+
+    def catalogue(self) -> catalogue.Catalogue:
+        """The models and personas (:mod:`bot.model.catalogue`); a bad MODELS_FILE or
+        SUMMARY_MODEL raises :class:`SettingsError` with one line."""
+        defaults = catalogue.Defaults(
+            base_url=self.openai_base_url,
+            api_key=self.openai_api_key.get_secret_value() if self.openai_api_key else None,
+            model=self.openai_model,
+            context_tokens=self.context_token_budget,
+            keyless=is_local_endpoint,
+            prices=catalogue.Prices(
+                self.price_input_per_mtok,
+                self.price_cached_input_per_mtok,
+                self.price_output_per_mtok,
+            ),
+        )
+        path = self.catalogue_path()
+        try:
+            found = catalogue.single(defaults) if path is None else catalogue.load(path, defaults)
+        except catalogue.CatalogueError as exc:
+            raise SettingsError(f"{exc}; see docs/settings.md, MODELS_FILE") from None
+        if self.summary_model is not None and self.summary_model not in found.models:
+            names = ", ".join(found.models)
+            raise SettingsError(
+                f"SUMMARY_MODEL is invalid: {self.summary_model} is no catalogue model ({names})"
+            )
+        return found
+
     def api_key(self) -> str:
         """The model key, or a placeholder for endpoints that need none."""
         return self.openai_api_key.get_secret_value() if self.openai_api_key else "not-needed"
@@ -519,6 +570,7 @@ def load_settings(env_file: str | None = ".env") -> Settings:
     except ValidationError as exc:
         raise SettingsError(_describe(exc)) from None
     settings.resolved_system_prompt()  # fail at start-up, not at the first message
+    settings.catalogue()
     if settings.mcp_config is not None:
         try:
             load_config(settings.mcp_config)

@@ -7,8 +7,10 @@ or from a bot running as a subprocess)::
         client = openai.AsyncOpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
 
 Endpoints: ``POST /v1/chat/completions``, ``POST /v1/audio/transcriptions``, ``GET /v1/models``,
-``GET /v1/models/{id}``. Any other path answers 404 with OpenAI error JSON (``Invalid URL (METHOD
-/path)``).
+``GET /v1/models/{id}``. The server serves ``model`` and any of ``extra_models``; each
+request's ``model`` is kept (``Request.model``), and a response names the model asked for.
+Several endpoints with their own keys are several servers. Any other path answers 404
+with OpenAI error JSON (``Invalid URL (METHOD /path)``).
 
 Transcriptions take OpenAI's multipart form (``file`` and ``model`` required; ``model`` must be
 ``transcribe_model``, else 404 ``model_not_found``; unknown form fields are rejected) and answer
@@ -294,6 +296,11 @@ class Request:
     @property
     def stream(self) -> bool:
         return self.body.get("stream") is True
+
+    @property
+    def model(self) -> str:
+        """The ``model`` the request named."""
+        return str(self.body.get("model"))
 
 
 @dataclass(frozen=True)
@@ -719,6 +726,8 @@ class FakeOpenAI:
     ) -> None:
         self.api_key = api_key
         self.model = model
+        #: More models this endpoint serves besides ``model`` (one server, several models).
+        self.extra_models: set[str] = set()
         self.context_limit = context_limit
         self.responder: Callable[[list[dict[str, Any]]], str | ToolCalls] = default_responder
         #: Thoughts before each reply (None: the model does not reason); see the docstring.
@@ -1033,21 +1042,25 @@ class FakeOpenAI:
             self._check_auth(request)
         except _ApiError as err:
             return self._error(err)
+        served = [self.model, *sorted(self.extra_models)]
         return web.json_response(
-            {"object": "list", "data": [self._model_json()]}, headers=self._response_headers()
+            {"object": "list", "data": [self._model_json(m) for m in served]},
+            headers=self._response_headers(),
         )
 
     async def _get_model(self, request: web.Request) -> web.Response:
         try:
             self._check_auth(request)
-            if request.match_info["model"] != self.model:
-                raise self._model_not_found(request.match_info["model"])
+            model = request.match_info["model"]
+            if model != self.model and model not in self.extra_models:
+                raise self._model_not_found(model)
         except _ApiError as err:
             return self._error(err)
-        return web.json_response(self._model_json(), headers=self._response_headers())
+        return web.json_response(self._model_json(model), headers=self._response_headers())
 
-    def _model_json(self) -> dict[str, Any]:
-        return {"id": self.model, "object": "model", "created": 1_700_000_000, "owned_by": "fake"}
+    @staticmethod
+    def _model_json(model: str) -> dict[str, Any]:
+        return {"id": model, "object": "model", "created": 1_700_000_000, "owned_by": "fake"}
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
@@ -1173,7 +1186,7 @@ class FakeOpenAI:
             )
         if not isinstance(model, str):
             raise _invalid_type("model", "a string", model)
-        if model != self.model:
+        if model != self.model and model not in self.extra_models:
             raise self._model_not_found(model)
         _validate_params(body, self.allowed_extra_params)
         _validate_messages(body.get("messages"))
@@ -1268,7 +1281,7 @@ class FakeOpenAI:
             "id": f"chatcmpl-fake{next(self._ids)}",
             "object": "chat.completion",
             "created": int(time.time()),
-            "model": self.model,
+            "model": body["model"],
             "system_fingerprint": "fp_fake",
             "choices": [
                 {
@@ -1321,7 +1334,7 @@ class FakeOpenAI:
             "id": f"chatcmpl-fake{next(self._ids)}",
             "object": "chat.completion.chunk",
             "created": int(time.time()),
-            "model": self.model,
+            "model": body["model"],
             "system_fingerprint": "fp_fake",
         }
 

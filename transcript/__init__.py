@@ -5,7 +5,7 @@ Telegram or of any model API.
 """
 
 from . import keys
-from .cache import RecordCache
+from .cache import Choice, RecordCache
 from .errors import (
     CorruptRecordError,
     MissingNodeError,
@@ -20,6 +20,7 @@ from .store import DEFAULT_CACHE_BYTES, Placement, TranscriptStore
 __all__ = [
     "DEFAULT_CACHE_BYTES",
     "ChatMessage",
+    "Choice",
     "CorruptRecordError",
     "Fold",
     "Image",

@@ -76,13 +76,31 @@ class FoldIndex:
     read_at: float
 
 
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """A choice recorded at a node: a model (``kind`` "m") or a persona ("p", whose
+    system text is the blob ``digest`` of the scope) for every turn below it."""
+
+    at: NodeId
+    kind: str
+    name: str
+    digest: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ChoiceIndex:
+    """The choices of one tree as last read, oldest first (the index only grows)."""
+
+    choices: tuple[Choice, ...]
+
+
 CacheKey = (
     tuple[str, str, int, int]
     | tuple[str, str, str]
     | tuple[str, str, int]
     | tuple[str, str, int, int, int]
 )
-CacheValue = SegmentEntry | NodeId | Fold | FoldIndex
+CacheValue = SegmentEntry | NodeId | Fold | FoldIndex | ChoiceIndex
 
 
 def _sizeof(value: CacheValue) -> int:
@@ -92,6 +110,8 @@ def _sizeof(value: CacheValue) -> int:
         return _NODE_OVERHEAD + sum(message_size(m) for m in value.messages)
     if isinstance(value, FoldIndex):
         return _ALIAS_SIZE + 16 * len(value.refs)
+    if isinstance(value, ChoiceIndex):
+        return _ALIAS_SIZE + _ALIAS_SIZE * len(value.choices)
     return _ALIAS_SIZE
 
 
@@ -137,6 +157,13 @@ class RecordCache:
 
     def put_fold_index(self, scope: str, tree: int, index: FoldIndex) -> None:
         self._put(("F", scope, tree), index)
+
+    def choice_index(self, scope: str, tree: int) -> ChoiceIndex | None:
+        value = self._lru.get(("C", scope, tree))
+        return value if isinstance(value, ChoiceIndex) else None
+
+    def put_choice_index(self, scope: str, tree: int, index: ChoiceIndex) -> None:
+        self._put(("C", scope, tree), index)
 
     def forget_scope(self, scope: str) -> int:
         """Drop every cached record of one scope (its data was erased); returns how many."""

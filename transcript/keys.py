@@ -13,6 +13,9 @@ same scope).
                         "f<seg>.<i>" fold record standing for root → that node (HSETNX)
                         "F"          comma-separated list of the tree's fold nodes
                                      (only ever appended to)
+                        "C"          comma-separated choices, oldest first (only ever
+                                     appended to): "<seg>.<i> m <model>" or
+                                     "<seg>.<i> p <persona> <sha256 of its text>"
     rc:{S}:a          hash: message id -> "tree:seg.i"   (aliases, HSETNX); "" for a
                         message known to belong to no conversation (a reply to
                         it starts a new one)
@@ -56,6 +59,7 @@ def node_field(seg: int, idx: int) -> str:
 
 
 FOLD_INDEX_FIELD = "F"
+CHOICE_INDEX_FIELD = "C"
 
 
 def fold_field(seg: int, idx: int) -> str:

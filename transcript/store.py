@@ -25,7 +25,7 @@ from redis.asyncio.client import Pipeline
 from redis.exceptions import ClusterDownError, ConnectionError, TimeoutError, TryAgainError
 
 from . import codec, keys
-from .cache import FoldIndex, RecordCache, SegmentEntry
+from .cache import Choice, ChoiceIndex, FoldIndex, RecordCache, SegmentEntry
 from .codec import ROOT_SEGMENT, SegmentRecord
 from .errors import CorruptRecordError, MissingNodeError, StoreUnavailableError
 from .records import ChatMessage, Fold, Node, NodeId, Transcript, count_depth
@@ -101,6 +101,16 @@ return 1
 """
 
 
+# Appends one choice to the tree's choice index; answers the whole index.
+#   KEYS: tree hash.  ARGV: the entry.
+_CHOOSE_LUA = """
+local index = redis.call('HGET', KEYS[1], 'C')
+index = index and (index .. ',' .. ARGV[1]) or ARGV[1]
+redis.call('HSET', KEYS[1], 'C', index)
+return index
+"""
+
+
 @dataclass(frozen=True, slots=True)
 class Placement:
     """One node to place, as the append script takes it (see ``_APPEND_LUA``)."""
@@ -153,6 +163,7 @@ class TranscriptStore:
         self._inline = inline_ancestors
         self._append_script = redis.register_script(_APPEND_LUA)
         self._fold_script = redis.register_script(_FOLD_LUA)
+        self._choose_script = redis.register_script(_CHOOSE_LUA)
         self.round_trips = 0
         self.cache_hits = 0
         self.cache_misses = 0
@@ -295,6 +306,8 @@ class TranscriptStore:
             return await self.node(node_id)
         node = Node(node_id, placement.depth, placement.messages)
         self._remember(node, placement.branch if node_id.seg else ROOT_SEGMENT)
+        if not placement.continuation:  # a new tree: no choices yet (nothing to read)
+            self._cache.put_choice_index(node_id.scope, node_id.tree, ChoiceIndex(()))
         for field in placement.aliases:
             self._cache.put_alias(placement.scope, field, node_id)
         return node
@@ -555,6 +568,64 @@ class TranscriptStore:
             self._cache.put_fold(fold)
             folds.append(fold)
         return folds
+
+    # -------------------------------------------------------------- choices
+
+    async def choose(self, at: NodeId, kind: str, name: str, digest: str = "") -> None:
+        """Record a choice at node ``at`` for every chain through it: ``kind`` "m" (a
+        model) or "p" (a persona whose text is the scope's blob ``digest``). Choices are
+        only ever appended; a later one of the same kind at the same node wins."""
+        if not name or any(c in name for c in " ,") or any(c in digest for c in " ,"):
+            raise ValueError("a choice's name and digest hold no spaces or commas")
+        entry = " ".join(
+            part for part in (keys.node_field(at.seg, at.idx), kind, name, digest) if part
+        )
+        raw = await self._io(
+            self._choose_script(keys=[keys.tree_key(at.scope, at.tree)], args=[entry])
+        )
+        self.learn_choices(at.scope, at.tree, raw)
+
+    @staticmethod
+    def queue_choices(pipe: Pipeline, node: NodeId) -> None:
+        """Queue the read of the choices of ``node``'s tree on a caller's round trip
+        (give the reply to :meth:`learn_choices`): a choice made through another
+        process is known from that round trip on."""
+        pipe.hget(keys.tree_key(node.scope, node.tree), keys.CHOICE_INDEX_FIELD)
+
+    def learn_choices(self, scope: str, tree: int, raw: bytes | str | None) -> None:
+        """Cache the choice index of a tree as read (:meth:`queue_choices`)."""
+        text = (raw.decode() if isinstance(raw, bytes) else raw) or ""
+        found: list[Choice] = []
+        for entry in filter(None, text.split(",")):
+            ref, kind, *rest = entry.split(" ")
+            seg, _, idx = ref.partition(".")
+            if kind not in ("m", "p") or not rest or not (seg.isdigit() and idx.isdigit()):
+                raise CorruptRecordError(f"{scope}/t:{tree} C", f"malformed choice {entry!r}")
+            digest = rest[1] if len(rest) > 1 else ""
+            found.append(Choice(NodeId(scope, tree, int(seg), int(idx)), kind, rest[0], digest))
+        self._cache.put_choice_index(scope, tree, ChoiceIndex(tuple(found)))
+
+    async def choices_on_path(self, leaf: NodeId) -> list[Choice]:
+        """The choices at the nodes of the chain root → ``leaf``, root first, the latest
+        of each kind per node. The tree's index is read once, then comes from the cache
+        (a turn refreshes it on its claim's round trip: :meth:`queue_choices`)."""
+        index = self._cache.choice_index(leaf.scope, leaf.tree)
+        if index is None:
+            raw = await self._io(
+                self._redis.hget(keys.tree_key(leaf.scope, leaf.tree), keys.CHOICE_INDEX_FIELD)
+            )
+            self.learn_choices(leaf.scope, leaf.tree, raw)
+            index = self._cache.choice_index(leaf.scope, leaf.tree)
+        if index is None or not index.choices:
+            return []
+        runs, _ = await self._path(leaf)  # (segment, last index on the path), leaf first
+        order = {seg: (len(runs) - i, cut) for i, (seg, cut) in enumerate(runs)}
+        latest: dict[tuple[int, int, str], Choice] = {}
+        for choice in index.choices:
+            on = order.get(choice.at.seg)
+            if on is not None and choice.at.idx <= on[1]:
+                latest[(choice.at.seg, choice.at.idx, choice.kind)] = choice
+        return sorted(latest.values(), key=lambda c: (order[c.at.seg][0], c.at.idx))
 
     # -------------------------------------------------------------- loading
 

@@ -64,6 +64,15 @@ Private-chat topics (bot/turn/topics.py):
                          private chat whose name Telegram made up, waiting for its
                          title (the field is taken, HDEL, by the turn that titles it)
 
+Models and personas (bot/turn/branch.py; the choices made at nodes are the tree's
+choice index, :mod:`transcript.keys`; a persona's text is a blob of the chat):
+
+    rc:{S}:prefs       hash: "m<user>" -> the catalogue model, "p<user>" -> the persona
+                         of that user's new conversations in the chat ("" or absent:
+                         the catalogue's default); read with each turn's claim
+    rc:spend-alert:<day>  the day's spend alert was sent (SET NX; expires after two
+                         days)
+
 Media (bot/model/vision.py; image bytes are the transcript store's blobs):
 
     rc:{S}:unheard:<m> a voice message m that could not be transcribed (its intake
@@ -81,7 +90,9 @@ Media (bot/model/vision.py; image bytes are the transcript store's blobs):
                          transaction: both are in the chat's slot.
 
 Token accounting (bot/usage/accounting.py). Fields p/c/k/n/e/x: prompt, completion,
-cached tokens, calls, estimated calls, failed calls; a zero field is absent. A call's
+cached tokens, calls, estimated calls, failed calls; d: the cost in nano-dollars (the
+totals only); a zero field is absent. With several catalogue models the totals also
+hold "p:<model>", "c:<model>", "k:<model>", "n:<model>" and "d:<model>". A call's
 detail lives in its chat's slot (the chat's hash tag, beside its transcript); the
 totals per user and per day live in USAGE_BUCKETS buckets, the bucket of a user being
 crc32(user id) % USAGE_BUCKETS, so no slot takes every call's write:
@@ -102,7 +113,8 @@ crc32(user id) % USAGE_BUCKETS, so no slot takes every call's write:
                               without what the key tells: "sent" is a node ref
                               without the chat, "user" nil when it is the chat); the
                               hash expires ``audit_days`` + 1 day after its first call
-    rc:{S}:u:p              hash "<marker>" -> "user day p c k e x at": calls counted
+    rc:{S}:u:p              hash "<marker>" -> "user day p c k e x d model at" (model
+                              "-": not counted per model): calls counted
                               in the chat's detail whose user and day totals are not
                               yet known written; removed by the turn's final write (or
                               the chat's next record), so usually absent
@@ -193,6 +205,14 @@ def unheard_key(scope: str, message_id: int) -> str:
 
 def unread_key(scope: str) -> str:
     return scope_prefix(scope) + "unread"
+
+
+def prefs_key(scope: str) -> str:
+    return scope_prefix(scope) + "prefs"
+
+
+def spend_alert_key(day: str) -> str:
+    return f"{NAMESPACE}:spend-alert:{day}"
 
 
 #: Buckets of the per-user and per-day usage totals. Fixed: a user's bucket follows

@@ -615,16 +615,19 @@ class ModelClient:
         max_retries: int,
         wire_cache_bytes: int = WIRE_CACHE_BYTES,
         sdk_bodies: bool = False,
+        wire: WireCache | None = None,
+        name: str | None = None,
     ) -> None:
         """``sdk_bodies``: let the SDK build each request body from message dicts
         (the slow path: the bench's baseline, and what an SDK without
-        ``post(content=...)`` gets)."""
+        ``post(content=...)`` gets). ``wire``: a wire cache shared with other clients.
+        ``name``: the catalogue's name of the model (default: its id)."""
         self.model = model
-        self.name = model
+        self.name = name or model
         self.max_retries = max_retries
         self._endpoint = Endpoint(api_key, base_url, timeout, max_retries)
         self._sdk_client: openai.AsyncOpenAI | None = None
-        self.wire = WireCache(wire_cache_bytes)
+        self.wire = wire if wire is not None else WireCache(wire_cache_bytes)
         #: Request bodies are built here (see the module docstring); settled with the client.
         self._post_bytes = not sdk_bodies
 

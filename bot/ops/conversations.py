@@ -33,6 +33,7 @@ from ..data import keys as bot_keys
 from ..data.connection import guarded
 from ..model.client import wire_messages
 from ..turn.context import SUMMARY_VIEW
+from ..turn.topics import TITLE_VIEW
 from ..usage.accounting import AUDIT_FIELDS
 
 #: Words of a message shown in a tree line.
@@ -188,7 +189,7 @@ def _first_words(text: str, words: int = TREE_WORDS) -> str:
     return shown + ("…" if len(parts) > words else "")
 
 
-def _tree_label(item: TreeNode, marked: NodeId) -> str:
+def _tree_label(item: TreeNode, marked: NodeId, model: str | None = None) -> str:
     node = item.node
     role = node.messages[0].role if node.messages else "system"
     text = " ".join(_text(m) for m in node.messages)
@@ -197,7 +198,7 @@ def _tree_label(item: TreeNode, marked: NodeId) -> str:
     else:
         who = {"user": "user", "assistant": "bot"}.get(role, role)
         label = f"[depth:{node.depth}] {who}: {_first_words(text)}"
-    details = []
+    details = [f"model {model}"] if model else []
     if item.message_ids:
         details.append(f"msg {min(item.message_ids)}")
     details.append(f"{item.below} below")
@@ -228,13 +229,16 @@ async def tree(
         f"{leaves} branch(es); message {message_id} is node {found.node.ref} "
         f"(depth {(await store.node(found.node)).depth})"
     )
+    models = _answer_models(nodes, await audit_records(redis, chat_id))
+    if len(set(models.values())) < 2:
+        models = {}  # one model answered them all: nothing to tell apart
     lines: list[_Line] = []
     # (key, prefix of its own line, prefix of the lines below it)
     stack: list[tuple[tuple[int, int], str, str]] = [((0, 0), "", "")]
     while stack:
         key, first, rest = stack.pop()
         item = nodes[key]
-        lines.append(_Line(key, first, _tree_label(item, found.node)))
+        lines.append(_Line(key, first, _tree_label(item, found.node, models.get(key))))
         children = item.children
         if len(children) == 1:
             stack.append((children[0], rest, rest))
@@ -258,6 +262,29 @@ async def tree(
         else:
             high = middle - 1
     return _render_lines(header, lines, set(order[:low]), limit)
+
+
+def _answer_models(
+    nodes: dict[tuple[int, int], TreeNode], records: Sequence[AuditRecord]
+) -> dict[tuple[int, int], str]:
+    """The model of each answer the audit still tells: the answers below a node, oldest
+    first, paired with the answered calls sent up to that node, in time order (a
+    /retry on another model is a later call and a later sibling)."""
+    calls: dict[str, list[str]] = {}
+    for record in records:
+        if record.error is None and not record.is_summary and record.view != TITLE_VIEW:
+            calls.setdefault(record.sent, []).append(record.model)
+    found: dict[tuple[int, int], str] = {}
+    for item in nodes.values():
+        made = calls.get(str(item.node.id))
+        if not made:
+            continue
+        answers = [
+            child for child in item.children
+            if nodes[child].node.messages and nodes[child].node.messages[0].role == "assistant"
+        ]  # fmt: skip
+        found.update(zip(answers, made, strict=False))
+    return found
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ from ..bus.relay import Relay
 from ..settings import Settings
 from ..usage.accounting import Accounting
 from ..usage.reports import OWNER_ONLY_TEXT, stats_chart, stats_report, usage_report
+from .choices import choices_router
 from .messages import (
     Checked,
     command_target,
@@ -173,7 +174,7 @@ def build_router(allowed_user_ids: frozenset[int]) -> Router:
     """The bot's router; ``notifier``, ``intake`` and the rest come from the dispatcher's data."""
     root = Router(name="replychain")
     access = AccessControl(allowed_user_ids)
-    for child in (_usage_router(), steering_router(), _conversation_router()):
+    for child in (_usage_router(), steering_router(), choices_router(), _conversation_router()):
         child.message.middleware(access)  # only for messages a handler would answer
         child.edited_message.middleware(access)
         root.include_router(child)

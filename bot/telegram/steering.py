@@ -23,7 +23,7 @@ from typing import Protocol
 
 from aiogram import Bot, F, Router
 from aiogram.enums import ChatType
-from aiogram.filters import Command
+from aiogram.filters import Command, CommandObject
 from aiogram.types import CallbackQuery, InlineKeyboardButton, InlineKeyboardMarkup, Message
 from redis.asyncio import Redis
 
@@ -31,9 +31,11 @@ from transcript import StoreUnavailableError, TranscriptError, TranscriptStore
 
 from ..bus.inbound import RETRY
 from ..bus.intake import Intake
+from ..catalogue import Catalogue
 from ..ops import conversations
 from ..ops.forget import forget_chat
 from ..settings import Settings
+from .choices import retry_model
 from .format import TELEGRAM_LIMIT, Chunk, escape_html
 from .messages import Checked, inbound_of, notice, replied_id, thread_of
 from .out import Notifier
@@ -132,13 +134,24 @@ async def on_tree(
 
 
 async def on_retry(
-    message: Message, *, notifier: Notifier, intake: Intake, stopping: asyncio.Event, bot: Bot
+    message: Message,
+    *,
+    notifier: Notifier,
+    intake: Intake,
+    stopping: asyncio.Event,
+    bot: Bot,
+    catalogue: Catalogue,
+    command: CommandObject | None = None,
 ) -> None:
     if replied_id(message) is None:
         notice(notifier, message, RETRY_USAGE)
         return
+    model, unknown = retry_model(command, catalogue)  # /retry <model>: that model answers
+    if unknown:
+        notice(notifier, message, unknown)
+        return
     me = await bot.me()
-    inbound = inbound_of(message, RETRY, text="", bot_id=me.id)
+    inbound = inbound_of(message, RETRY, text=model, bot_id=me.id)
     if not await intake.record(inbound, stopping):
         await asyncio.Event().wait()  # stopping before it was stored: never confirm it
 

@@ -87,9 +87,12 @@ class ToolLoop:
         messages: Sequence[ChatMessage],
         on_text: Callable[[str], None],
         tools: bytes,
+        *,
         media: Media = None,
+        model: ToolModel | None = None,
     ) -> Answer:
-        return await self.model.stream(messages, on_text, tools=tools, media=media)
+        """The model's answer with tools offered (``model``: the branch's, else the bot's)."""
+        return await (model or self.model).stream(messages, on_text, tools=tools, media=media)
 
     @staticmethod
     def rounds(state: TurnState) -> int:

@@ -16,9 +16,10 @@ summarising fails, the oldest whole nodes are left out of this call instead.
 from __future__ import annotations
 
 import bisect
+import copy
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from cachetools import LRUCache
@@ -30,7 +31,12 @@ from ..data.connection import Queued
 from ..model import MESSAGE_OVERHEAD, Media, Model, ModelError, Usage, estimate_messages
 from ..model.vision import Vision
 from ..usage.accounting import Accounting, CallRecord
+from .branch import Branch
 from .state import TurnState
+
+#: System messages to insert after nodes (the personas chosen at them), by node.
+Inserts = Mapping[NodeId, tuple[ChatMessage, ...]]
+_NONE: Inserts = {}
 
 log = logging.getLogger("replychain.context")
 
@@ -132,6 +138,28 @@ class ContextWindow:
         self.limit = budget - max(8, budget // 32)
         #: Images set aside by running turns (turn key -> (digest, named by the error)).
         self._aside: LRUCache[str, list[tuple[str, bool]]] = LRUCache(maxsize=1024)
+        #: Windows for models with another context budget (by budget); they share the
+        #: estimator, the reserve and the images set aside with this one.
+        self._siblings: dict[int, ContextWindow] = {}
+
+    def for_branch(self, branch: Branch | None) -> ContextWindow:
+        """The window for the branch's model: this one, or one sized to the model's own
+        ``context_tokens`` (the thresholds scaled alike)."""
+        budget = branch.spec.context_tokens if branch is not None and branch.spec else self.budget
+        if budget == self.budget:
+            return self
+        sibling = self._siblings.get(budget)
+        if sibling is None:
+            sibling = copy.copy(self)  # shares the estimator, shape and set-aside images
+            scale = budget / self.budget
+            sibling.budget = budget
+            sibling.fold_at = max(2, int((self.fold_at + self.reserved) * scale) - self.reserved)
+            sibling.keep_recent = max(1, min(sibling.fold_at - 1, int(self.keep_recent * scale)))
+            sibling.summary_tokens = max(64, int(self.summary_tokens * scale))
+            sibling.limit = budget - max(8, budget // 32) - self.reserved
+            sibling._siblings = {}
+            self._siblings[budget] = sibling
+        return sibling
 
     @classmethod
     def for_budget(
@@ -158,20 +186,32 @@ class ContextWindow:
             vision=vision,
         )
 
-    async def prepare(self, inbound: Inbound, user_node: NodeId) -> Window:
-        """The messages for the call answering ``user_node``, at most ``budget`` tokens,
-        with the bytes of their images.
+    async def prepare(
+        self, inbound: Inbound, user_node: NodeId, branch: Branch | None = None
+    ) -> Window:
+        """The messages for the call answering ``user_node``, at most the model's budget
+        in tokens, with the bytes of their images.
 
         ``user_node`` is the last node the call is sent (a tool step's, in the tool loop).
+        ``branch``: the model answering and the personas' system messages to insert
+        (default: this window's model, no personas).
         """
-        window = await self._prepare(inbound, user_node)
+        sized = self.for_branch(branch)
+        inserts: dict[NodeId, tuple[ChatMessage, ...]] = {}
+        for at, message in branch.personas if branch is not None else ():
+            inserts[at] = (*inserts.get(at, ()), message)
+        summariser = branch.summariser if branch is not None else self.model
+        window = await sized._prepare(inbound, user_node, inserts, summariser)
         if self.shape is not None:
             window = replace(window, messages=self.shape(window.messages))
         digests = [i.digest for m in window.messages for i in m.images]
         if not digests:
             return window
+        if branch is not None and branch.spec is not None and not branch.spec.vision:
+            return window  # a text-only model: placeholders, without a failed call first
+        model = branch.model.name if branch is not None else self.model.name
         if self.vision is not None:
-            unread = await self.vision.unreadable(inbound.scope, self.model.name, digests)
+            unread = await self.vision.unreadable(inbound.scope, model, digests)
             if unread is None:  # the model sees no images: placeholders
                 return window
             # the model could not read these: it gets a placeholder instead of each
@@ -182,13 +222,20 @@ class ContextWindow:
     async def sees_images(self) -> bool:
         return self.vision is None or await self.vision.sees_images(self.model.name)
 
-    async def text_only(self) -> None:
-        """The model rejected images: from now on it gets placeholders."""
+    async def text_only(self, model: str | None = None) -> None:
+        """The model (default: this window's) rejected images: from now on it gets
+        placeholders."""
         if self.vision is not None:
-            await self.vision.text_only(self.model.name)
+            await self.vision.text_only(model or self.model.name)
 
     def set_aside(
-        self, inbound: Inbound, state: TurnState, window: Window, error: ModelError
+        self,
+        inbound: Inbound,
+        state: TurnState,
+        window: Window,
+        error: ModelError,
+        *,
+        model: str | None = None,
     ) -> Queued | None:
         """The model could not read an image of ``window`` (``bad_image``): set one aside.
 
@@ -211,8 +258,8 @@ class ContextWindow:
             "the model could not read image %s… of chat %s (%s); it is set aside",
             digest[:12], inbound.chat_id, "named by the error" if named else "the newest sent",
         )  # fmt: skip
-        model = self.model.name
-        return lambda pipe: Vision.queue_set_aside(pipe, inbound.scope, model, digest)
+        name = model or self.model.name
+        return lambda pipe: Vision.queue_set_aside(pipe, inbound.scope, name, digest)
 
     async def answered(self, inbound: Inbound, state: TurnState) -> None:
         """A call without the images this turn set aside was answered: the last one
@@ -226,22 +273,28 @@ class ContextWindow:
             log.info("gave back %d image(s) of chat %s set aside before", len(guessed),
                      inbound.chat_id)  # fmt: skip
 
-    async def _prepare(self, inbound: Inbound, user_node: NodeId) -> Window:
+    async def _prepare(
+        self, inbound: Inbound, user_node: NodeId, inserts: Inserts, summariser: Model
+    ) -> Window:
         estimate = self.estimator.sized(*await self.store.size(user_node))
-        if estimate <= self.fold_at * NEAR:
+        extra = sum(self.estimator.tokens(m) for m in inserts.values())
+        if estimate + extra <= self.fold_at * NEAR:
             # far below the threshold: the estimate decides, nothing more to look up
-            history = await self.store.history(user_node)
-            return Window(history.messages, None, estimate)
+            if not inserts:
+                history = await self.store.history(user_node)
+                return Window(history.messages, None, estimate)
+            nodes = await self.store.path(user_node)
+            return Window(self._compose(nodes, None, 0, inserts), None, estimate + extra)
         nodes = await self.store.path(user_node)
         head = self.estimator.tokens(nodes[0].messages)
         if head + self.estimator.tokens(nodes[-1].messages) > self.limit:
             raise MessageTooLargeError
         fold = await self.store.fold_on_path(user_node)
-        window = await self._window(inbound, nodes, fold)
+        window = await self._window(inbound, nodes, fold, inserts)
         if window.tokens > self.fold_at:
-            fold = await self._fold(inbound, nodes, fold)
-            window = await self._window(inbound, nodes, fold)
-        return await self._fit(inbound, nodes, window)
+            fold = await self._fold(inbound, nodes, fold, summariser)
+            window = await self._window(inbound, nodes, fold, inserts)
+        return await self._fit(inbound, nodes, window, inserts)
 
     def learn(self, messages: Sequence[ChatMessage], usage: Usage, *, tools: bool = False) -> None:
         """Calibrate estimates by a call's reported size (``tools``: it offered tools,
@@ -256,16 +309,31 @@ class ContextWindow:
         self.limit -= tokens
         self.fold_at = max(self.keep_recent + 1, self.fold_at - tokens)
 
-    async def _window(self, inbound: Inbound, nodes: list[Node], fold: Fold | None) -> Window:
-        messages = self._compose(nodes, fold)
-        return Window(messages, fold, await self._size(inbound, nodes, messages, fold=fold))
+    async def _window(
+        self, inbound: Inbound, nodes: list[Node], fold: Fold | None, inserts: Inserts = _NONE
+    ) -> Window:
+        messages = self._compose(nodes, fold, 0, inserts)
+        size = await self._size(inbound, nodes, messages, fold=fold, inserts=inserts)
+        return Window(messages, fold, size)
 
     @staticmethod
-    def _compose(nodes: list[Node], fold: Fold | None, drop: int = 0) -> tuple[ChatMessage, ...]:
-        """Root, summary, then the nodes after the fold (less the ``drop`` oldest)."""
+    def _compose(
+        nodes: list[Node], fold: Fold | None, drop: int = 0, inserts: Inserts = _NONE
+    ) -> tuple[ChatMessage, ...]:
+        """Root, summary, then the nodes after the fold (less the ``drop`` oldest), each
+        followed by the system messages inserted after it; those of the nodes left out
+        follow the summary (a persona chosen above the fold still speaks)."""
         start = _after(nodes, fold) + drop
         summary = fold.messages if fold else ()
-        return (*nodes[0].messages, *summary, *(m for n in nodes[start:] for m in n.messages))
+        if not inserts:
+            return (*nodes[0].messages, *summary, *(m for n in nodes[start:] for m in n.messages))
+        head = [m for n in nodes[:start] for m in inserts.get(n.id, ())]
+        return (
+            *nodes[0].messages,
+            *summary,
+            *head,
+            *(m for n in nodes[start:] for m in (*n.messages, *inserts.get(n.id, ()))),
+        )
 
     async def _size(
         self,
@@ -275,6 +343,7 @@ class ContextWindow:
         *,
         fold: Fold | None,
         dropped: int = 0,
+        inserts: Inserts = _NONE,
     ) -> int:
         """Reported size of the previous call on this chain plus the new tail, if known."""
         previous = _previous_user(nodes)
@@ -282,12 +351,16 @@ class ContextWindow:
             known = await self.accounting.last_call(inbound.chat_id, nodes[previous].id)
             if known is not None and known[2] == view_of(fold, dropped):
                 prompt, completion, _ = known
-                tail = [m for n in nodes[previous + 2 :] for m in n.messages]
+                tail = [m for n in nodes[previous + 1 :] for m in inserts.get(n.id, ())] + [
+                    m for n in nodes[previous + 2 :] for m in n.messages
+                ]
                 size: int = prompt + completion + self.estimator.tokens(tail)
                 return size
         return self.estimator.tokens(messages)
 
-    async def _fold(self, inbound: Inbound, nodes: list[Node], fold: Fold | None) -> Fold | None:
+    async def _fold(
+        self, inbound: Inbound, nodes: list[Node], fold: Fold | None, model: Model
+    ) -> Fold | None:
         """Fold the older part, leaving about ``keep_recent`` tokens verbatim."""
         start = _after(nodes, fold)
         keep_from = self._keep_from(nodes, start)
@@ -297,7 +370,7 @@ class ContextWindow:
         while pos < keep_from:
             end = self._chunk_end(nodes, pos, keep_from, fold)
             try:
-                summary = await self._summarise(inbound, fold, nodes[pos : end + 1])
+                summary = await self._summarise(inbound, fold, nodes[pos : end + 1], model)
             except ModelError as exc:
                 log.warning("summarising chat %s failed (%s)", inbound.chat_id, exc.kind)
                 return fold
@@ -334,7 +407,7 @@ class ContextWindow:
         return max(end, pos) if end + 1 <= stop else stop - 1
 
     async def _summarise(
-        self, inbound: Inbound, fold: Fold | None, part: Sequence[Node]
+        self, inbound: Inbound, fold: Fold | None, part: Sequence[Node], model: Model
     ) -> ChatMessage:
         words = max(50, self.summary_tokens * 3 // 4)
         previous = fold.messages[-1].content if fold else ""
@@ -348,18 +421,18 @@ class ContextWindow:
             ChatMessage("user", prompt),
         ]
         try:
-            answer = await self.model.complete(request, max_tokens=self.summary_tokens)
+            answer = await model.complete(request, max_tokens=self.summary_tokens)
         except ModelError as exc:
             await self.accounting.record(
                 CallRecord.of(
-                    inbound, part[-1].id, model=self.model.name, usage=exc.usage,
+                    inbound, part[-1].id, model=model.name, usage=exc.usage,
                     latency=exc.latency, error=exc.kind, view=SUMMARY_VIEW,
                 )
             )  # fmt: skip
             raise
         await self.accounting.record(
             CallRecord.of(
-                inbound, part[-1].id, model=self.model.name, usage=answer.usage,
+                inbound, part[-1].id, model=model.name, usage=answer.usage,
                 latency=answer.latency, error=None, view=SUMMARY_VIEW,
             )
         )  # fmt: skip
@@ -371,7 +444,9 @@ class ContextWindow:
         )  # fmt: skip
         return ChatMessage("system", SUMMARY_PREFIX + answer.text.strip())
 
-    async def _fit(self, inbound: Inbound, nodes: list[Node], window: Window) -> Window:
+    async def _fit(
+        self, inbound: Inbound, nodes: list[Node], window: Window, inserts: Inserts = _NONE
+    ) -> Window:
         """Leave out the oldest whole nodes while the view is over the budget."""
         drop = 0
         messages, tokens = window.messages, window.tokens
@@ -380,8 +455,10 @@ class ContextWindow:
             drop += 1
             while start + drop < len(nodes) - 1 and not _starts_with_user(nodes[start + drop]):
                 drop += 1
-            messages = self._compose(nodes, window.fold, drop)
-            tokens = await self._size(inbound, nodes, messages, fold=window.fold, dropped=drop)
+            messages = self._compose(nodes, window.fold, drop, inserts)
+            tokens = await self._size(
+                inbound, nodes, messages, fold=window.fold, dropped=drop, inserts=inserts
+            )
         if drop:
             log.warning(
                 "context over budget: left the %d oldest node(s) out of this call (%d tokens)",

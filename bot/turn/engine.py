@@ -31,7 +31,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from redis.asyncio.client import Pipeline
@@ -46,6 +46,7 @@ from transcript import (
     TranscriptStore,
 )
 
+from .. import choice_texts
 from ..bus.albums import Albums
 from ..bus.inbound import EDIT, MESSAGE, RETRY, Inbound
 from ..bus.runner import Ack, InFlight, TurnBusy
@@ -56,8 +57,9 @@ from ..retry import Outage, retrying
 from ..telegram.drafts import StopButtons
 from ..telegram.out import AnswerRejectedError, ChatUnavailableError, TelegramOut
 from ..telegram.writer import AnswerWriter, ChatBudget, JournalUnavailableError
-from ..usage.accounting import Accounting, CallRecord
+from ..usage.accounting import Accounting, CallRecord, next_reset
 from . import notices
+from .branch import Branch, Branches, Prefs
 from .context import ContextWindow, MessageTooLargeError, Window
 from .media import MediaError, MediaReader, voice_quote
 from .state import TurnState, TurnStates, message_of
@@ -89,6 +91,8 @@ class Rules:
     max_tokens_per_turn: int = 0
     #: Show a reasoning model's thoughts, collapsed, in the final message (SHOW_REASONING).
     show_reasoning: bool = False
+    #: Dollars one user may spend per UTC day (USER_DAILY_BUDGET_USD; 0: no budget).
+    user_daily_dollars: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +132,23 @@ class Turn:
     lost_a_part: bool = False
     #: The message ids of an album's photos (the user's node is aliased to each).
     album: tuple[int, ...] = ()
+    #: The user's defaults (read with the claim).
+    prefs: Prefs = field(default_factory=Prefs)
+    #: The model and personas answering (resolved once the user's node is known).
+    branch: Branch | None = None
+
+    @property
+    def model(self) -> Model:
+        assert self.branch is not None
+        return self.branch.model
+
+
+@dataclass(frozen=True, slots=True)
+class _Early:
+    """The user's node prepared to go with the claim, and the node it continues."""
+
+    parent: NodeId
+    placement: Placement
 
 
 class _NothingToDo(Exception):
@@ -191,6 +212,7 @@ class Engine:
         rules: Rules,
         media: MediaReader | None = None,
         albums: Albums | None = None,
+        branches: Branches | None = None,
     ) -> None:
         self.store = store
         self.model = model
@@ -209,6 +231,9 @@ class Engine:
         self.tools: ToolLoop | None = None
         self.media = media
         self.albums = albums
+        #: The catalogue's models and personas per branch (``None``: ``model`` answers
+        #: every turn, as it does for a bot with one model and no personas).
+        self.branches = branches
         #: Answers being generated now, for Telegram's stop button.
         self.stops = StopButtons()
         #: What this process may still send to each group (Telegram's per-minute limit).
@@ -224,7 +249,7 @@ class Engine:
         another worker runs it.
         """
         started = time.monotonic()
-        state = await self._claim(inbound)
+        state, prefs = await self._claim_reading(inbound)
         if state is None:
             raise TurnBusy
         if state.done:
@@ -247,7 +272,10 @@ class Engine:
             draft_of=None if inbound.is_group else inbound.message_id,
             budget=self.group_budget if inbound.is_group else None,
         )
-        turn = Turn(inbound, state, writer, ack, lost_a_part=state.sending > 0, album=tuple(album))
+        turn = Turn(
+            inbound, state, writer, ack, lost_a_part=state.sending > 0, album=tuple(album),
+            prefs=prefs,
+        )  # fmt: skip
         writer.journal = _Parts(self, turn)
         try:
             try:
@@ -264,7 +292,8 @@ class Engine:
             self.metrics.turn("notice" if reply.notice else "answer", started)
             self.metrics.first_text(started, writer.first_shown_at)
             if self.topics is not None and reply.node is not None and not reply.notice:
-                await self.topics.answered(inbound, reply.node)  # a topic's first answer
+                titler = turn.branch.summariser if turn.branch is not None else None
+                await self.topics.answered(inbound, reply.node, titler)  # a topic's first answer
         except ChatUnavailableError as exc:
             log.info("chat %s is unavailable (%s); dropping its answer", inbound.chat_id, exc)
             await self.states.finish(inbound, state, writer.message_ids, with_writes=[ack])
@@ -289,6 +318,8 @@ class Engine:
         if turn.state.answer is not None:
             stored = await self.store.node(turn.state.answer)
             return Reply(stored.messages[-1].content or "", stored.id)
+        turn.branch = await self._branch(turn, user)
+        turn.writer.prefix += turn.branch.note
         await self._check_input(turn, user)
         await self._check_limits(turn, user)
         inbound = turn.inbound
@@ -323,9 +354,9 @@ class Engine:
     ) -> Node:
         """The model asked for tools: run them, store the step, count the next call."""
         assert self.tools is not None
-        inbound, state = turn.inbound, turn.state
+        state = turn.state
         window, answer = asked
-        call = self._call(inbound, leaf.id, window, answer)
+        call = self._call(turn, leaf.id, window, answer)
         await self.accounting.record(call)
         if self.tools.rounds(state) >= self.tools.max_rounds:
             text = notices.TOOL_ROUNDS.format(rounds=self.tools.max_rounds)
@@ -371,14 +402,45 @@ class Engine:
     # ----------------------------------------------------------------- the steps
 
     async def _claim(self, inbound: Inbound) -> TurnState | None:
-        """Claim the turn and read its state (``None``: another worker has it); the
-        user's node goes along when it can (:meth:`_early_user_node`)."""
-        early = await self._early_user_node(inbound)
-        if early is None:
-            return await self.states.begin(inbound)
-        return await self.states.begin_with_user(inbound, early)
+        """Claim the turn and read its state (``None``: another worker has it)."""
+        return (await self._claim_reading(inbound))[0]
 
-    async def _early_user_node(self, inbound: Inbound) -> Placement | None:
+    async def _claim_reading(self, inbound: Inbound) -> tuple[TurnState | None, Prefs]:
+        """Claim the turn and read its state (``None``: another worker has it); the
+        user's node goes along when it can (:meth:`_early_user_node`), and so do the
+        reads that resolve the branch's model (:class:`~bot.turn.branch.BranchReads`):
+        the tree's choices, fresh on every turn, and the user's defaults."""
+        early = await self._early_user_node(inbound)
+        reads = None
+        if self.branches is not None:
+            node = early.parent if early is not None else await self._known_target(inbound)
+            reads = self.branches.reads(inbound, node)
+        if early is None:
+            state = await self.states.begin(inbound, reads)
+        else:
+            state = await self.states.begin_with_user(inbound, early.placement, reads)
+        return state, reads.prefs if reads is not None else Prefs()
+
+    async def _known_target(self, inbound: Inbound) -> NodeId | None:
+        """The node the message will route to, when its alias is known: an edit's first
+        wording, else the message replied to (the lookup the route repeats, cached)."""
+        target = inbound.message_id if inbound.kind == EDIT else inbound.reply_to
+        if target is None:
+            return None
+        try:
+            return await self.store.resolve(inbound.scope, target)
+        except RecordError:
+            return None  # the steps meet it again, and answer with their notice
+
+    async def _branch(self, turn: Turn, user: Node) -> Branch:
+        """The model and personas of this turn's branch (/retry <model>: that model)."""
+        if self.branches is None:
+            return Branch(self.model)
+        inbound = turn.inbound
+        override = inbound.text.strip() if inbound.kind == RETRY else ""
+        return await self.branches.resolve(user.id, turn.prefs, override=override or None)
+
+    async def _early_user_node(self, inbound: Inbound) -> _Early | None:
         """The user's node, prepared to be written with the turn's claim (one round trip
         less), when storing it needs nothing but the message: a text replying to a
         message whose node is known. It is written only if the claim is this run's,
@@ -391,7 +453,7 @@ class Engine:
             if parent is None:  # routing it may wait, or adopt a part: after the claim
                 return None
             message = await self._user_message(inbound, parent)  # text only: nothing to read
-            return await self.states.early_user(inbound, parent, message)
+            return _Early(parent, await self.states.early_user(inbound, parent, message))
         except RecordError:
             return None  # the steps meet it again, and answer with their notice
 
@@ -415,9 +477,15 @@ class Engine:
         message = await self._user_message(inbound, parent)
         aliases = [inbound.message_id, *(m for m in turn.album if m != inbound.message_id)]
         return await self.states.store_user(
-            state, parent, message, system=self.rules.system_prompt,
+            state, parent, message, system=self._root_prompt(turn.prefs),
             aliases=[] if inbound.kind == EDIT else aliases,
         )  # fmt: skip
+
+    def _root_prompt(self, prefs: Prefs) -> str:
+        """The system prompt of a new conversation (the user's default persona's)."""
+        if self.branches is None:
+            return self.rules.system_prompt
+        return self.branches.root_prompt(prefs)
 
     async def _retried(self, turn: Turn) -> Node:
         """/retry: the question of the answer replied to, asked again as it was."""
@@ -581,20 +649,26 @@ class Engine:
                 inbound.message_id, inbound.chat_id, state.calls - 1, spent,
             )  # fmt: skip
             raise TurnEnded(Reply(notices.TURN_GUARD, user.id, notice=True))
-        daily = rules.user_daily_tokens
-        if daily and (await self.accounting.user_today(inbound.user_id)).tokens >= daily:
-            text = notices.daily_limit(daily, self.accounting.clock())
-            raise TurnEnded(Reply(text, user.id, notice=True))
+        daily, dollars = rules.user_daily_tokens, rules.user_daily_dollars
+        if daily or dollars:
+            today = await self.accounting.user_today(inbound.user_id)
+            if daily and today.tokens >= daily:
+                text = notices.daily_limit(daily, self.accounting.clock())
+                raise TurnEnded(Reply(text, user.id, notice=True))
+            if dollars and today.dollars >= dollars:
+                reset = next_reset(self.accounting.clock()).strftime("%H:%M")
+                text = choice_texts.BUDGET_REACHED.format(budget=dollars, reset=reset)
+                raise TurnEnded(Reply(text, user.id, notice=True))
 
     async def _window(self, turn: Turn, leaf: Node) -> Window:
         try:
-            return await self.context.prepare(turn.inbound, leaf.id)
+            return await self.context.prepare(turn.inbound, leaf.id, turn.branch)
         except MessageTooLargeError:
             # kept, but replying to the notice continues without the user's message (a
             # long text file must not make every later turn of the thread too large too)
             from_user = bool(leaf.messages) and leaf.messages[0].role == "user"
             parent = (await self.store.path(leaf.id))[-2] if from_user else leaf
-            text = notices.TOO_LARGE.format(budget=self.context.budget)
+            text = notices.TOO_LARGE.format(budget=self.context.for_branch(turn.branch).budget)
             raise TurnEnded(Reply(text, parent.id if from_user else leaf.id, notice=True)) from None
 
     async def _ask(
@@ -611,25 +685,26 @@ class Engine:
         ``user`` is the node the request ends with (a tool step's, in the tool loop).
         The user's stop button (``stop``) ends the call and keeps what it said so far.
         """
-        inbound = turn.inbound
+        inbound, context = turn.inbound, self.context.for_branch(turn.branch)
         try:
             if tools is not None and self.tools is not None:
+                client = turn.branch.client if turn.branch is not None else None
                 answer = await self.tools.ask(
-                    window.messages, turn.writer.update, tools, media=window.media
+                    window.messages, turn.writer.update, tools, media=window.media, model=client
                 )
             else:
-                answer = await self.model.stream(
+                answer = await turn.model.stream(
                     window.messages, turn.writer.update, media=window.media, stop=stop,
                     on_thoughts=turn.writer.think,
                 )  # fmt: skip
         except ModelError as exc:
             if exc.kind == "no_images":
-                await self.context.text_only()
+                await context.text_only(turn.model.name)
             log.warning("model call for chat %s failed: %s", inbound.chat_id, exc)
-            call = self._call(inbound, user.id, window, exc)
+            call = self._call(turn, user.id, window, exc)
             await self.accounting.record(call)
             aside = (
-                self.context.set_aside(inbound, turn.state, window, exc)
+                context.set_aside(inbound, turn.state, window, exc, model=turn.model.name)
                 if exc.kind == "bad_image"
                 else None
             )
@@ -641,16 +716,16 @@ class Engine:
                     turn.writer.prefix += notices.IMAGE_SET_ASIDE
                 without = await self._window(turn, user)
                 answer = await self._ask(turn, user, without, tools, stop=stop)
-                await self.context.answered(inbound, turn.state)
+                await context.answered(inbound, turn.state)
                 return answer
             text = f"⚠️ {notices.MODEL_ERRORS[exc.kind]} {notices.RETRY_HINT}"
             raise TurnEnded(Reply(text, user.id, notice=True)) from None
         if answer.stopped and not answer.text.strip():
             # stopped before any text: nothing to keep but what the call cost
-            call = self._call(inbound, user.id, window, answer)
+            call = self._call(turn, user.id, window, answer)
             await self.accounting.record(call)
             raise TurnEnded(Reply(notices.STOPPED_EARLY, user.id, notice=True))
-        self.context.learn(window.messages, answer.usage, tools=tools is not None)
+        context.learn(window.messages, answer.usage, tools=tools is not None)
         return answer
 
     async def _store_answer(
@@ -664,7 +739,7 @@ class Engine:
         trip of its own before it is sent.
         """
         window, answer = asked
-        call = self._call(turn.inbound, user.id, window, answer)
+        call = self._call(turn, user.id, window, answer)
         inbound, state, parts = turn.inbound, turn.state, turn.writer.message_ids
         placement = await self._durably(
             lambda: self.states.answer_placement(state, user.id, answer.text, parts)
@@ -683,13 +758,13 @@ class Engine:
         return node.id
 
     def _call(
-        self, inbound: Inbound, sent: NodeId, window: Window, result: Answer | ModelError
+        self, turn: Turn, sent: NodeId, window: Window, result: Answer | ModelError
     ) -> CallRecord:
         """The record of one model call: the request ``window`` up to ``sent``, and its
         answer or its failure."""
         error = result.kind if isinstance(result, ModelError) else None
         return CallRecord.of(
-            inbound, sent, model=self.model.name, usage=result.usage,
+            turn.inbound, sent, model=turn.model.name, usage=result.usage,
             latency=result.latency, error=error, view=window.view,
         )  # fmt: skip
 

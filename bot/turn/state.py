@@ -44,7 +44,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import msgpack
 from redis.asyncio import Redis
@@ -156,6 +156,14 @@ return redis.call('HINCRBY', KEYS[1], 'x', 1)
 )
 
 
+class ClaimReads(Protocol):
+    """Reads of other modules that go on the claim's round trip (in the chat's slot)."""
+
+    def queue(self, pipe: Pipeline) -> None: ...
+
+    def read(self, replies: list[Any]) -> None: ...
+
+
 @dataclass(slots=True)
 class TurnState:
     """How far the turn answering one message got (read with the claim)."""
@@ -250,15 +258,23 @@ class TurnStates:
 
     # ------------------------------------------------------------ the claim
 
-    async def begin(self, inbound: Inbound) -> TurnState | None:
-        """Claim the turn and read its state in one round trip.
+    async def begin(self, inbound: Inbound, reads: ClaimReads | None = None) -> TurnState | None:
+        """Claim the turn and read its state in one round trip (with ``reads``).
 
         ``None`` when another worker runs it. One model call is counted while
         no answer is stored, so resumes can never call the model more often
         than the per-turn guard allows.
         """
         found, args = self._begin_call(inbound)
-        flat = await guarded(self._begin(keys=found, args=args))
+        if reads is None:
+            flat = await guarded(self._begin(keys=found, args=args))
+            return self._claimed(inbound, flat)
+
+        def claim(pipe: Pipeline) -> None:
+            pipe.eval(_BEGIN_LUA, len(found), *found, *args)
+
+        [flat], read = await run_together(self._redis, claim, reads.queue)
+        reads.read(read)
         return self._claimed(inbound, flat)
 
     async def early_user(self, inbound: Inbound, parent: NodeId, message: ChatMessage) -> Placement:
@@ -273,7 +289,9 @@ class TurnStates:
             only_while=(keys.lease_key(inbound.scope, inbound.turn), self.owner),
         )
 
-    async def begin_with_user(self, inbound: Inbound, user: Placement) -> TurnState | None:
+    async def begin_with_user(
+        self, inbound: Inbound, user: Placement, reads: ClaimReads | None = None
+    ) -> TurnState | None:
         """:meth:`begin` and the user's node (:meth:`early_user`) in one round trip."""
         found, args = self._begin_call(inbound)
 
@@ -281,9 +299,14 @@ class TurnStates:
             # EVAL with the text: a pipeline cannot count on the script cache
             pipe.eval(_BEGIN_LUA, len(found), *found, *args)
 
-        [flat], [placed] = await run_together(
-            self._redis, claim, lambda pipe: self.store.queue_place(pipe, user)
+        [flat], [placed], *read = await run_together(
+            self._redis,
+            claim,
+            lambda pipe: self.store.queue_place(pipe, user),
+            *([reads.queue] if reads is not None else []),
         )
+        if reads is not None:
+            reads.read(read[0])
         state = self._claimed(inbound, flat)
         if state is not None and not state.done and state.user is None:
             state.user = (await self.store.placed(user, placed)).id  # placed just now

@@ -63,13 +63,14 @@ class TopicTitles:
         if self.enabled:
             await guarded(self.redis.hset(keys.topics_key(str(chat_id)), str(thread_id), _IMPLICIT))
 
-    async def answered(self, inbound: Inbound, answer: NodeId) -> None:
-        """After an answer: title the topic if it waits for one (never raises)."""
+    async def answered(self, inbound: Inbound, answer: NodeId, model: Model | None = None) -> None:
+        """After an answer: title the topic if it waits for one (never raises);
+        ``model``: the branch's summary model (default: the bot's)."""
         thread = inbound.thread_id
         if not self.enabled or thread is None or inbound.is_group:
             return
         try:
-            await self._title(inbound, thread, answer)
+            await self._title(inbound, thread, answer, model or self.model)
         except (
             StoreUnavailableError,
             TelegramAPIError,
@@ -82,7 +83,7 @@ class TopicTitles:
         except Exception:  # a title is never worth failing a finished turn
             log.exception("titling a topic of chat %s failed", inbound.chat_id)
 
-    async def _title(self, inbound: Inbound, thread: int, answer_id: NodeId) -> None:
+    async def _title(self, inbound: Inbound, thread: int, answer_id: NodeId, model: Model) -> None:
         key = keys.topics_key(inbound.scope)
         if not await guarded(self.redis.hdel(key, str(thread))):
             return  # named by its creator, or titled already
@@ -97,18 +98,18 @@ class TopicTitles:
             ),
         ]
         try:
-            reply = await self.model.complete(request, max_tokens=TITLE_MAX_TOKENS)
+            reply = await model.complete(request, max_tokens=TITLE_MAX_TOKENS)
         except ModelError as exc:
             await self.accounting.record(
                 CallRecord.of(
-                    inbound, nodes[0].id, model=self.model.name, usage=exc.usage,
+                    inbound, nodes[0].id, model=model.name, usage=exc.usage,
                     latency=exc.latency, error=exc.kind, view=TITLE_VIEW,
                 )
             )  # fmt: skip
             raise
         await self.accounting.record(
             CallRecord.of(
-                inbound, nodes[0].id, model=self.model.name, usage=reply.usage,
+                inbound, nodes[0].id, model=model.name, usage=reply.usage,
                 latency=reply.latency, error=None, view=TITLE_VIEW,
             )
         )  # fmt: skip

@@ -25,7 +25,7 @@ import base64
 import hashlib
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache, partial
@@ -38,6 +38,7 @@ from redis.asyncio.client import Pipeline
 
 from transcript import NodeId, StoreUnavailableError
 
+from .. import catalogue
 from ..bus.inbound import Inbound
 from ..data import keys
 from ..data.connection import Queued, guarded, run_together
@@ -47,11 +48,15 @@ from ..retry import Outage
 
 log = logging.getLogger("replychain.accounting")
 
+#: USD per million tokens (the catalogue's; named here for usage's readers).
+Prices = catalogue.Prices
+
 Clock = Callable[[], datetime]
 USER_DAY_TTL = 400 * 24 * 3600
 #: Default days the per-turn and per-node detail is kept (like the call markers were).
 DETAIL_DAYS = 90
-_FIELDS = ("p", "c", "k", "n", "e", "x")
+#: Nano-dollars: a call's cost is counted in whole ones (exact sums in Redis).
+NANO = 1e9
 #: The audit record's fields, in the order of its msgpack array. Records in a chat's
 #: audit hash leave out what its key tells: ``user`` is nil when the user is the chat
 #: (a private chat) and ``sent`` is the node's ref without the chat ("tree:seg.idx").
@@ -115,20 +120,32 @@ return {counted, stale}
 """
 
 # The second step, in the user's bucket: KEYS user, user-day, day, users, counted-of-day;
-# ARGV marker as a number, user, p, c, k, e, x, user-day TTL, counted TTL. The counted
+# ARGV marker as a number, user, p, c, k, e, x, user-day TTL, counted TTL, the call's
+# cost in nano-dollars and its model (those two absent in an entry written before they
+# existed; "-": not kept per model); the model's share goes in fields
+# "<p|c|k|n|d>:<model>". Answers 0 when the call was counted already, else {1, the
+# bucket's cost of the day} (what the spend alert watches). The counted
 # set (an intset: 8 bytes a call) makes a repeated second step (a crash before the
 # pending entry was removed) a no-op.
 _TOTALS_LUA = """
 if redis.call('SADD', KEYS[5], ARGV[1]) == 0 then return 0 end
 if redis.call('TTL', KEYS[5]) < 0 then redis.call('EXPIRE', KEYS[5], ARGV[9]) end
-local names = {'p', 'c', 'k', 'n', 'e', 'x'}
+local names = {'p', 'c', 'k', 'n', 'e', 'x', 'd'}
 local delta = {tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), 1,
-               tonumber(ARGV[6]), tonumber(ARGV[7])}
+               tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[10] or '0')}
+-- the model's own fields "<name>:<model>" (tokens, calls, cost)
+local model = ARGV[11] or '-'
+if model ~= '-' then
+  for _, i in ipairs({1, 2, 3, 4, 7}) do
+    names[#names + 1] = names[i] .. ':' .. model
+    delta[#delta + 1] = delta[i]
+  end
+end
 -- adds delta to a counter hash; true if it had no calls yet
 local function add(key)
   local old = redis.call('HMGET', key, unpack(names))
   local args = {}
-  for i = 1, 6 do
+  for i = 1, #names do
     if delta[i] ~= 0 then
       args[#args + 1] = names[i]
       args[#args + 1] = string.format('%d', (tonumber(old[i]) or 0) + delta[i])
@@ -143,7 +160,7 @@ add(KEYS[3])
 if delta[1] + delta[2] ~= 0 then
   redis.call('ZINCRBY', KEYS[4], delta[1] + delta[2], ARGV[2])
 end
-return 1
+return {1, redis.call('HGET', KEYS[3], 'd') or '0'}
 """
 #: How long a bucket remembers that a call's totals are written (the counted set).
 OK_TTL = 2 * 24 * 3600
@@ -155,27 +172,6 @@ _UNKNOWN = object()
 
 
 @dataclass(frozen=True, slots=True)
-class Prices:
-    """USD per million tokens; all zero means no price table."""
-
-    input: float = 0.0
-    cached_input: float = 0.0
-    output: float = 0.0
-
-    @property
-    def configured(self) -> bool:
-        return bool(self.input or self.cached_input or self.output)
-
-    def cost(self, totals: Totals) -> float:
-        uncached = max(0, totals.prompt - totals.cached)
-        return (
-            uncached * self.input
-            + totals.cached * self.cached_input
-            + totals.completion * self.output
-        ) / 1e6
-
-
-@dataclass(frozen=True, slots=True)
 class Totals:
     prompt: int = 0
     completion: int = 0
@@ -183,12 +179,23 @@ class Totals:
     calls: int = 0
     estimated: int = 0
     errors: int = 0
+    #: What the calls cost, in nano-dollars (calls of models without prices add nothing).
+    cost: int = 0
+    #: The same per model (tokens, calls and cost), where the records tell.
+    models: Mapping[str, Totals] = field(default_factory=dict, compare=False)
 
     @property
     def tokens(self) -> int:
         return self.prompt + self.completion
 
+    @property
+    def dollars(self) -> float:
+        return self.cost / NANO
+
     def __add__(self, other: Totals) -> Totals:
+        models = dict(self.models)
+        for name, totals in other.models.items():
+            models[name] = models[name] + totals if name in models else totals
         return Totals(
             self.prompt + other.prompt,
             self.completion + other.completion,
@@ -196,15 +203,29 @@ class Totals:
             self.calls + other.calls,
             self.estimated + other.estimated,
             self.errors + other.errors,
+            self.cost + other.cost,
+            models,
         )
 
     @classmethod
-    def from_hash(cls, raw: dict[Any, Any]) -> Totals:
-        def get(name: str) -> int:
-            value = raw.get(name.encode(), raw.get(name))
-            return int(value) if value is not None else 0
+    def from_hash(cls, raw: Mapping[Any, Any]) -> Totals:
+        values: dict[str, int] = {}
+        for key, value in raw.items():
+            if value is not None:
+                values[_text(key)] = int(value)
+        models: dict[str, dict[str, int]] = {}
+        for name, value in values.items():
+            field_name, _, model = name.partition(":")
+            if model:
+                models.setdefault(model, {})[field_name] = value
 
-        return cls(get("p"), get("c"), get("k"), get("n"), get("e"), get("x"))
+        def of(found: Mapping[str, int]) -> Totals:
+            get = found.get
+            return cls(get("p", 0), get("c", 0), get("k", 0), get("n", 0), get("e", 0),
+                       get("x", 0), get("d", 0))  # fmt: skip
+
+        totals = of(values)
+        return replace(totals, models={m: of(f) for m, f in sorted(models.items())})
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,6 +311,10 @@ class _Recording:
     detail_ttl: int
     audit_ttl: int = 0  # 0: no audit record
     audit: bytes = b""
+    #: What the call cost, in nano-dollars.
+    cost: int = 0
+    #: Count the call per model too (a bot with several models).
+    per_model: bool = False
 
     def keys(self) -> list[str]:
         call = self.call
@@ -320,8 +345,12 @@ class _Recording:
         ]
 
     def pending(self) -> str:
-        """The pending entry "user day p c k e x at" (what the second step needs)."""
-        return " ".join(map(str, [self.call.user_id, self.day, *self.delta(), self.at]))
+        """The pending entry "user day p c k e x cost model at" (what the second step
+        needs; the model's name has no spaces: see bot.model.catalogue)."""
+        call = self.call
+        model = ("".join(call.model.split()) or "-") if self.per_model else "-"
+        entry = [call.user_id, self.day, *self.delta(), self.cost, model, self.at]
+        return " ".join(map(str, entry))
 
     def delta(self) -> list[int]:
         """What the call adds: prompt, completion and cached tokens, estimated, failed."""
@@ -333,9 +362,11 @@ class _Recording:
 
 
 def _queue_totals(pipe: Pipeline, marker: str, pending: str) -> None:
-    """Queue the second step for one pending entry "user day p c k e x at" (a no-op
-    if it already ran)."""
-    user_text, day, *delta, _ = pending.split(" ")
+    """Queue the second step for one pending entry "user day p c k e x cost model at"
+    (or "user day p c k e x at", as written before costs were kept; a no-op if it
+    already ran)."""
+    user_text, day, *rest = pending.split(" ")
+    delta, priced = rest[:5], rest[5:-1]
     user = int(user_text)
     bucket = keys.usage_bucket(user)
     found = [
@@ -345,7 +376,7 @@ def _queue_totals(pipe: Pipeline, marker: str, pending: str) -> None:
         keys.usage_total_key(bucket, "users"),
         keys.usage_total_key(bucket, "counted", day),
     ]
-    args: list[str | int] = [_marker_number(marker), user, *delta, USER_DAY_TTL, OK_TTL]
+    args: list[str | int] = [_marker_number(marker), user, *delta, USER_DAY_TTL, OK_TTL, *priced]
     pipe.eval(_TOTALS_LUA, len(found), *found, *args)
 
 
@@ -372,7 +403,10 @@ class Accounting:
         prices: Prices | None = None,
         detail_days: int = DETAIL_DAYS,
         metrics: Metrics | None = None,
+        model_prices: Mapping[str, Prices] | None = None,
     ) -> None:
+        """``prices``: of a model ``model_prices`` does not name (the single model of a
+        bot without MODELS_FILE: the PRICE_* settings)."""
         if detail_days < 1:
             raise ValueError("detail_days must be at least 1")
         self._redis = redis
@@ -381,6 +415,10 @@ class Accounting:
         self.outage = outage or Outage("Redis", "Usage is recorded once Redis is back.")
         self.audit_days = audit_days
         self.prices = prices or Prices()
+        self.model_prices: Mapping[str, Prices] = model_prices or {}
+        #: Called with a bucket's cost of the day (nano-dollars) after a priced call
+        #: counted there (the daily spend alert, DAILY_SPEND_ALERT_USD).
+        self.on_spent: Callable[[int], None] | None = None
         #: Days the per-turn and per-node detail is kept after its last write.
         self.detail_days = detail_days
         #: Per chat, the pending entries whose totals this process wrote (removed with
@@ -393,6 +431,21 @@ class Accounting:
         self._sizes: LRUCache[tuple[int, NodeId], tuple[int, int, str] | None] = LRUCache(
             maxsize=LAST_CALLS_KEPT
         )
+
+    def prices_of(self, model: str) -> Prices:
+        """The prices of the catalogue model ``model``."""
+        return self.model_prices.get(model, self.prices)
+
+    @property
+    def priced(self) -> bool:
+        """Whether any model has prices (reports then show costs)."""
+        return self.prices.configured or any(p.configured for p in self.model_prices.values())
+
+    @property
+    def uniform_prices(self) -> Prices | None:
+        """The prices every model shares, if they all have the same (else ``None``)."""
+        found = set(self.model_prices.values()) or {self.prices}
+        return next(iter(found)) if len(found) == 1 else None
 
     async def record(self, call: CallRecord, *, with_writes: Queued | None = None) -> list[Any]:
         """Count one call exactly once; waits while Redis is away (a call costs money).
@@ -422,9 +475,15 @@ class Accounting:
         """
         now = self.clock()
         day = day_of(now)
-        recording = _Recording(call, day, int(now.timestamp()), self.detail_days * 24 * 3600)
+        usage = call.usage
+        cost = self.prices_of(call.model).dollars(
+            usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens
+        )
+        recording = _Recording(
+            call, day, int(now.timestamp()), self.detail_days * 24 * 3600,
+            cost=round(cost * NANO), per_model=len(self.model_prices) > 1,
+        )  # fmt: skip
         if self.audit_days > 0:
-            usage = call.usage
             user = None if call.user_id == call.chat_id else call.user_id
             record = [
                 int(now.timestamp()), call.model, user, call.message_id, call.sent.ref,
@@ -448,7 +507,9 @@ class Accounting:
         except BaseException:
             self._done.setdefault(call.chat_id, set()).update(done)
             raise
-        (_, flat), _ = replies[0]
+        (_, flat), totals = replies[0]
+        if self.on_spent is not None and recording.cost and isinstance(totals, list):
+            self.on_spent(int(totals[1]))
         stale = {_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat), 2)}
         if stale:
             await self._finish(call.chat_id, stale, now)
@@ -522,7 +583,9 @@ class Accounting:
         total = Totals()
         for value in await guarded(pipe.execute()):
             if value is not None:
-                total = total + Totals(*map(int, _text(value).split(" ")))
+                p, c, k, n, *ex = map(int, _text(value).split(" "))  # "p c k n [e x]"
+                e, x = [*ex, 0, 0][:2]
+                total = total + Totals(p, c, k, n, e, x)
         return total
 
     async def _nodes(self, chat_id: int, nodes: Sequence[NodeId]) -> dict[NodeId, Any]:
@@ -539,14 +602,18 @@ class Accounting:
         return found
 
     async def chain(self, chat_id: int, path: Sequence[NodeId]) -> Totals:
-        """Usage of the turns along one root → leaf path (a branch's own chain)."""
+        """Usage of the turns along one root → leaf path (a branch's own chain); its cost
+        only while every model has the same prices (:attr:`uniform_prices`)."""
         if not path:
             return Totals()
         sums = [0, 0, 0, 0]
         for value in (await self._nodes(chat_id, path)).values():
             if value is not None:
                 sums = [a + b for a, b in zip(sums, _entry(value)[:4], strict=True)]
-        return Totals(prompt=sums[0], completion=sums[1], cached=sums[2], calls=sums[3])
+        totals = Totals(prompt=sums[0], completion=sums[1], cached=sums[2], calls=sums[3])
+        # a node's entry does not say which model answered: priced only when all cost alike
+        uniform = self.uniform_prices
+        return replace(totals, cost=round(uniform.cost(totals) * NANO)) if uniform else totals
 
     async def last_call(self, chat_id: int, sent: NodeId) -> tuple[int, int, str] | None:
         """Prompt and completion tokens of the one call sent up to ``sent``, and its view.
@@ -586,18 +653,19 @@ class Accounting:
         today = self.clock()
         day_names = [day_of(today - timedelta(days=back)) for back in range(days)]
         pipe = self._redis.pipeline(transaction=False)
+        # whole hashes: a day's and a user's hold a few fields per model besides the sums
         for day in day_names:
             for bucket in buckets:
-                pipe.hmget(bucket("d", day), _FIELDS)
+                pipe.hgetall(bucket("d", day))
         for user in top:
-            pipe.hmget(self._user_key(user), _FIELDS)
-            pipe.hmget(self._user_key(user, day_of(today)), _FIELDS)
+            pipe.hgetall(self._user_key(user))
+            pipe.hgetall(self._user_key(user, day_of(today)))
         values = iter(await guarded(pipe.execute()))
 
         def summed(count: int) -> Totals:
             total = Totals()
             for _ in range(count):
-                total = total + Totals.from_hash(dict(zip(_FIELDS, next(values), strict=True)))
+                total = total + Totals.from_hash(next(values))
             return total
 
         per_day = [(day, summed(len(buckets))) for day in day_names]

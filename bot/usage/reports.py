@@ -6,8 +6,9 @@ import asyncio
 
 from transcript import TranscriptStore
 
+from .. import choice_texts
 from . import chart
-from .accounting import Accounting, Totals, next_reset
+from .accounting import Accounting, Prices, Totals, next_reset
 
 OWNER_ONLY_TEXT = "/stats is only for the bot's owner (OWNER_USER_IDS)."
 
@@ -16,7 +17,8 @@ def _n(value: int) -> str:
     return f"{value:,}"
 
 
-def _line(label: str, totals: Totals, accounting: Accounting) -> str:
+def _line(label: str, totals: Totals, accounting: Accounting, *, costed: bool = True) -> str:
+    """One line of totals; ``costed``: ``totals.cost`` holds what they cost."""
     text = (
         f"{label}: {_n(totals.tokens)} tokens in {_n(totals.calls)} model call"
         f"{'' if totals.calls == 1 else 's'} (prompt {_n(totals.prompt)}, of which cached "
@@ -24,9 +26,25 @@ def _line(label: str, totals: Totals, accounting: Accounting) -> str:
     )
     if totals.estimated:
         text += f"; {totals.estimated} call(s) estimated: the provider reported no usage"
-    if accounting.prices.configured:
-        text += f"; about ${accounting.prices.cost(totals):.4f}"
+    if accounting.priced and costed:
+        text += f"; about ${totals.dollars:.4f}"
     return text
+
+
+def _per_model(totals: Totals, accounting: Accounting) -> list[str]:
+    """A line per model (kept with several models): tokens, calls and cost."""
+    lines = []
+    for name, used in totals.models.items():
+        cost = (
+            f"about ${used.dollars:.4f}"
+            if accounting.prices_of(name).configured
+            else f"tokens only: {choice_texts.NO_PRICES}"
+        )
+        lines.append(
+            f"  {name}: {_n(used.tokens)} tokens in {_n(used.calls)} call"
+            f"{'' if used.calls == 1 else 's'}, {cost}"
+        )
+    return lines
 
 
 async def usage_report(
@@ -40,7 +58,7 @@ async def usage_report(
 ) -> str:
     """A user's tokens today and all time, and the chain of the message replied to, if any."""
     today = await accounting.user_today(user_id)
-    lines = ["Your usage:", _line("Today (UTC)", today, accounting)]
+    lines = ["Your usage:", _line("Today (UTC)", today, accounting), *_per_model(today, accounting)]
     if daily_limit:
         now = accounting.clock()
         left = max(0, daily_limit - today.tokens)
@@ -48,13 +66,15 @@ async def usage_report(
             f"Daily limit: {_n(daily_limit)} tokens, {_n(left)} left; resets at "
             f"{next_reset(now).strftime('%H:%M')} UTC"
         )
-    lines.append(_line("All time", await accounting.user_all_time(user_id), accounting))
+    all_time = await accounting.user_all_time(user_id)
+    lines += [_line("All time", all_time, accounting), *_per_model(all_time, accounting)]
     if replied_to is not None:
         node = await store.resolve(str(chat_id), replied_to)
         if node is not None:
             path = [n.id for n in await store.path(node)]
             chain = await accounting.chain(chat_id, path)
-            lines.append(_line("This conversation (this branch)", chain, accounting))
+            costed = accounting.uniform_prices is not None  # (per node, not per model)
+            lines.append(_line("This conversation (this branch)", chain, accounting, costed=costed))
     return "\n".join(lines)
 
 
@@ -74,9 +94,11 @@ async def stats_report(accounting: Accounting) -> str:
             lines.append(
                 f"  {day[:4]}-{day[4:6]}-{day[6:]}: {_n(totals.tokens)} ({_n(totals.calls)} calls)"
             )
-    if accounting.prices.configured:
-        total = sum((t for _, t in per_day), Totals())
-        lines.append(f"Estimated cost of the days above: ${accounting.prices.cost(total):.4f}")
+    total = sum((t for _, t in per_day), Totals())
+    if accounting.priced:
+        lines.append(f"Estimated cost of the days above: ${total.dollars:.4f}")
+    if total.models:
+        lines += ["By model (the days above):", *_per_model(total, accounting)]
     return "\n".join(lines)
 
 
@@ -85,9 +107,11 @@ async def stats_chart(accounting: Accounting) -> tuple[bytes, str]:
     and the top users; with prices set, the estimated cost."""
     per_user, per_day = await accounting.stats(days=chart.DAYS, users=chart.TOP_USERS)
     top = [(user, all_time) for user, all_time, _today in per_user]
-    png = await asyncio.to_thread(chart.render, per_day, top, accounting.prices)
+    # the chart prices tokens itself: only while every model costs alike
+    prices = accounting.uniform_prices or Prices()
+    png = await asyncio.to_thread(chart.render, per_day, top, prices)
     total = sum((totals for _, totals in per_day), Totals())
     caption = f"Tokens per day over the last {chart.DAYS} days (UTC) and the top users"
-    if accounting.prices.configured:
-        caption += f"; estimated cost of these days: ${accounting.prices.cost(total):.4f}"
+    if accounting.priced:
+        caption += f"; estimated cost of these days: ${total.dollars:.4f}"
     return png, caption
