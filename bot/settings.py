@@ -257,6 +257,8 @@ class Settings(BaseSettings):
     max_input_chars: int = Field(16000, ge=100)
     #: Rename a private-chat topic whose name Telegram made up after its first answer.
     topic_titles: bool = True
+    #: Answer ``guest_message`` updates (Bot API 10.0: summoned in chats the bot is not in).
+    guest_mode: bool = True
     #: Longest side (pixels) of the photo size sent to the model.
     image_max_pixels: int = Field(2048, ge=64)
     #: Speech-to-text model (voice notes, audio) and its endpoint (unset: OPENAI_BASE_URL).

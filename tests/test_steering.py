@@ -267,7 +267,7 @@ async def test_an_edit_while_the_first_answer_streams(
         await tg.wait_for(
             lambda: (
                 bool(answers_to(tg, USER, asked))
-                and app.runner.in_flight.get((USER, asked)) is not None
+                and app.runner.in_flight.get((str(USER), asked)) is not None
             ),
             TIMEOUT,
         )

@@ -18,18 +18,26 @@ from typing import Any
 from aiogram import BaseMiddleware, Bot, F, Router
 from aiogram.enums import ChatType, ContentType
 from aiogram.filters import Command, CommandStart, Filter
-from aiogram.types import BotCommand, Message, MessageGenerationStopped, TelegramObject, Update
+from aiogram.types import (
+    BotCommand,
+    CallbackQuery,
+    Message,
+    MessageGenerationStopped,
+    TelegramObject,
+    Update,
+)
 from aiogram.types.update import UpdateTypeLookupError
 
 from transcript import StoreUnavailableError, TranscriptStore
 
 from ..bus.albums import Albums
-from ..bus.inbound import EDIT, MESSAGE, MediaRef
+from ..bus.inbound import EDIT, MESSAGE, RETRY, Inbound, MediaRef
 from ..bus.intake import Intake
 from ..bus.stops import StopRelay
 from ..settings import Settings
 from ..usage.accounting import Accounting
 from ..usage.reports import OWNER_ONLY_TEXT, stats_chart, stats_report, usage_report
+from . import guest
 from .messages import (
     Checked,
     command_target,
@@ -44,7 +52,7 @@ from .messages import (
     thread_of,
 )
 from .out import Notifier
-from .steering import steering_router, topic_router
+from .steering import RETRY_USAGE, steering_router, topic_router
 
 log = logging.getLogger("replychain.handlers")
 
@@ -173,9 +181,10 @@ def build_router(allowed_user_ids: frozenset[int]) -> Router:
     """The bot's router; ``notifier``, ``intake`` and the rest come from the dispatcher's data."""
     root = Router(name="replychain")
     access = AccessControl(allowed_user_ids)
-    for child in (_usage_router(), steering_router(), _conversation_router()):
+    for child in (_usage_router(), steering_router(), _conversation_router(), _guest_router()):
         child.message.middleware(access)  # only for messages a handler would answer
         child.edited_message.middleware(access)
+        child.guest_message.middleware(access)  # the person who summoned the bot
         root.include_router(child)
     root.include_router(topic_router())  # service messages: noted, never answered
 
@@ -275,6 +284,62 @@ async def _take_in(
     if not noted or not await intake.record(inbound, stopping):
         # stopping before it was stored: never let aiogram confirm this update
         await asyncio.Event().wait()
+
+
+def _guest_router() -> Router:
+    """Guest messages (Bot API 10.0): the bot was mentioned in a chat it is not in."""
+    router = Router(name="guest")
+
+    @router.guest_message()
+    async def on_guest(
+        message: Message,
+        *,
+        notifier: Notifier,
+        intake: Intake,
+        stopping: asyncio.Event,
+        bot: Bot,
+        settings: Settings,
+    ) -> None:
+        if not settings.guest_mode:
+            log.debug("guest message in chat %s ignored (GUEST_MODE=false)", message.chat.id)
+            return
+        me = await bot.me()
+        text = strip_mention(message.text or message.caption or "", me.username)
+        command = text.split(maxsplit=1)[0].partition("@")[0].lower() if text else ""
+        if command in ("/start", "/help"):
+            notice(notifier, message, guest.HELP)
+            return
+        answer = guest.replied_answer(message, me.id)
+        kind = MESSAGE
+        if command == "/retry":
+            if answer is None:
+                notice(notifier, message, RETRY_USAGE)
+                return
+            kind = RETRY
+        elif command.startswith("/"):
+            notice(notifier, message, guest.COMMAND_HINT)
+            return
+        if answer is None and not sent_by(message.reply_to_message, me.id):
+            text = guest.quoted(message) + text  # somebody's message, given as context
+        if not text.strip():
+            notice(notifier, message, EMPTY_MENTION_TEXT)
+            return
+        inbound = Inbound(
+            chat_id=message.chat.id, message_id=message.message_id,
+            user_id=message.from_user.id if message.from_user else 0, text=text,
+            reply_to=answer, reply_to_bot=answer is not None, is_group=is_group(message),
+            kind=kind, guest=message.guest_query_id,
+        )  # fmt: skip
+        if not await intake.record(inbound, stopping):
+            await asyncio.Event().wait()  # stopping before it was stored: never confirm it
+
+    @router.callback_query(Checked(F.data.startswith(guest.answer_data(0)[:-1])))
+    async def on_how_to_continue(query: CallbackQuery, bot: Bot) -> None:
+        """The button under a guest answer (it names the answer for replies)."""
+        me = await bot.me()
+        await query.answer(guest.HOW_TO_CONTINUE.format(bot=me.username or "me"))
+
+    return router
 
 
 def _usage_router() -> Router:

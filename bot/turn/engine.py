@@ -54,6 +54,9 @@ from ..metrics import Metrics
 from ..model import Answer, Model, ModelError
 from ..retry import Outage, retrying
 from ..telegram.drafts import StopButtons
+from ..telegram.format import Chunk, escape_html
+from ..telegram.guest import GuestWriter, part_of
+from ..telegram.guest import post as post_guest
 from ..telegram.out import AnswerRejectedError, ChatUnavailableError, TelegramOut
 from ..telegram.writer import AnswerWriter, ChatBudget, JournalUnavailableError
 from ..usage.accounting import Accounting, CallRecord
@@ -120,7 +123,7 @@ class Turn:
 
     inbound: Inbound
     state: TurnState
-    writer: AnswerWriter
+    writer: Writer
     #: Queues the bus's acknowledgement on the turn's final write.
     ack: Ack
     #: An earlier run may have left a part on screen unrecorded: it announced a part in
@@ -128,6 +131,10 @@ class Turn:
     lost_a_part: bool = False
     #: The message ids of an album's photos (the user's node is aliased to each).
     album: tuple[int, ...] = ()
+
+
+#: An answer's writer: streaming into a chat of the bot's, or one guest answer.
+Writer = AnswerWriter | GuestWriter
 
 
 class _NothingToDo(Exception):
@@ -236,17 +243,7 @@ class Engine:
                 await self.states.finish(inbound, state, [], with_writes=[ack])
                 return True
             inbound, album = gathered
-        writer = AnswerWriter(
-            self.out,
-            chat_id=inbound.chat_id,
-            reply_to=inbound.message_id,
-            thread_id=inbound.thread_id,
-            edit_interval=GROUP_EDIT_INTERVAL if inbound.is_group else PRIVATE_EDIT_INTERVAL,
-            existing=state.parts,
-            # drafts (with a stop button) exist in private chats only
-            draft_of=None if inbound.is_group else inbound.message_id,
-            budget=self.group_budget if inbound.is_group else None,
-        )
+        writer = self._writer(inbound, state)
         turn = Turn(inbound, state, writer, ack, lost_a_part=state.sending > 0, album=tuple(album))
         writer.journal = _Parts(self, turn)
         try:
@@ -280,6 +277,24 @@ class Engine:
         finally:
             await writer.close()  # after a failure nothing more is sent; a later run resumes
         return True
+
+    def _writer(self, inbound: Inbound, state: TurnState) -> Writer:
+        if inbound.guest is not None:  # one message, posted once (bot/telegram/guest.py)
+            return GuestWriter(
+                self.out, query_id=inbound.guest, message_id=inbound.message_id,
+                existing=state.parts,
+            )  # fmt: skip
+        return AnswerWriter(
+            self.out,
+            chat_id=inbound.chat_id,
+            reply_to=inbound.message_id,
+            thread_id=inbound.thread_id,
+            edit_interval=GROUP_EDIT_INTERVAL if inbound.is_group else PRIVATE_EDIT_INTERVAL,
+            existing=state.parts,
+            # drafts (with a stop button) exist in private chats only
+            draft_of=None if inbound.is_group else inbound.message_id,
+            budget=self.group_budget if inbound.is_group else None,
+        )
 
     async def _steps(self, turn: Turn) -> Reply:
         user = await self._store_user_node(turn)
@@ -355,7 +370,7 @@ class Engine:
         else:
             writes.append(lambda pipe: self.store.queue_alias(pipe, inbound.scope, ids, node))
             new = [i for i in ids if i not in turn.writer.existing]
-            if turn.lost_a_part and new:
+            if turn.lost_a_part and new and inbound.guest is None:
                 # an earlier run may have died between sending a part and recording
                 # it: that message lies after the parts it recorded and before the
                 # first one sent now (without a new one there is no bound: no range)
@@ -546,7 +561,7 @@ class Engine:
             owner = ledger.parts.get(target)
             if owner is not None:
                 waiting = True
-                if not await self.in_flight.wait((inbound.chat_id, message_of(owner)), PART_WAIT):
+                if not await self.in_flight.wait((scope, message_of(owner)), PART_WAIT):
                     raise _StillSending  # its turn runs in another process
             elif inbound.reply_to_bot and ledger.may_be_sending(target):
                 waiting = True
@@ -714,10 +729,15 @@ class Engine:
         if shown is not None and state.parts:
             await self.store.alias(inbound.scope, state.parts, shown)
         try:
-            notice = await self.out.send_text(
-                inbound.chat_id, notices.GAVE_UP, reply_to=inbound.message_id,
-                thread_id=inbound.thread_id,
-            )  # fmt: skip
+            if inbound.guest is not None:
+                text = Chunk(escape_html(notices.GAVE_UP), notices.GAVE_UP)
+                await post_guest(self.out, inbound.guest, text, name=inbound.message_id)
+                notice = part_of(inbound.message_id)
+            else:
+                notice = await self.out.send_text(
+                    inbound.chat_id, notices.GAVE_UP, reply_to=inbound.message_id,
+                    thread_id=inbound.thread_id,
+                )  # fmt: skip
         except Exception as exc:  # the chat may be gone too; the dead letter has the turn
             log.warning("could not tell chat %s: %s", inbound.chat_id, type(exc).__name__)
         else:

@@ -1,0 +1,158 @@
+"""Guest mode end to end (Bot API 10.0): the bot summoned in chats it is not in.
+
+The real bot against the Bot API test server's guest mode: a ``guest_message`` is
+answered once with ``answerGuestQuery``, the answer posted into the guest chat carries
+its name in its button, and a reply to it (a ``guest_message`` whose
+``reply_to_message`` is that answer) continues its thread, in the guest chat's own scope.
+"""
+
+from __future__ import annotations
+
+from redis.asyncio import Redis
+
+from bot.app import App
+from bot.telegram import guest
+from bot.telegram.routers import REFUSAL_TEXT
+from transcript import TranscriptStore
+
+from .fake_openai import FakeOpenAI
+from .fake_telegram import FakeTelegram, StoredMessage
+from .harness import OTHER_USER, USER, BotFactory, ask, said
+
+FRIENDS = 777  # a private chat of USER with a friend: the bot is not in it
+GROUP = -100900  # a group the bot is not in
+TIMEOUT = 15.0
+SYSTEM = ("system", "You are a test assistant.")
+
+
+def answer_to(tg: FakeTelegram, chat: int, message_id: int) -> StoredMessage:
+    """The bot's guest answer to message ``message_id`` of guest chat ``chat``."""
+    [answer] = [m for m in tg.guest_answers(chat) if m.reply_to == message_id]
+    return answer
+
+
+async def summon(
+    tg: FakeTelegram,
+    app: App,
+    chat: int,
+    text: str,
+    *,
+    user: int = USER,
+    reply_to: int | None = None,
+) -> tuple[int, StoredMessage]:
+    """Mention the bot in a guest chat; wait for its turn; (the message's id, the answer)."""
+    done = app.runner.completed + 1
+    sent = tg.summon(chat, user, f"@{tg.username} {text}", reply_to=reply_to)
+    asked = sent["message_id"]
+    await tg.wait_for(
+        lambda: app.runner.completed >= done and answer_to(tg, chat, asked) is not None,
+        TIMEOUT,
+    )
+    return asked, answer_to(tg, chat, asked)
+
+
+async def test_summoned_the_bot_answers_in_the_chat_with_the_guest_fields(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory
+) -> None:
+    tg.add_guest_chat(FRIENDS)
+    async with start_bot() as app:
+        asked, answer = await summon(tg, app, FRIENDS, "hello")
+    assert answer.text == "[depth:2] echo: hello"
+    [[button]] = (answer.reply_markup or {})["inline_keyboard"]
+    assert button == {"text": guest.BUTTON_TEXT, "callback_data": f"guest:{asked}"}
+    assert answer.raw["guest_bot_caller_user"]["id"] == USER
+    assert answer.raw["from"]["id"] == tg.bot_id and answer.reply_to == asked
+    assert said(llm) == [SYSTEM, ("user", "hello")]
+    # answered once, by the query, never by sendMessage (the bot is not in the chat)
+    assert len(tg.calls_to("answerGuestQuery")) == 1
+    assert not tg.calls_to("sendMessage") and not tg.calls_to("sendChatAction")
+    assert tg.guest_queries[next(iter(tg.guest_queries))].answered is not None
+
+
+async def test_a_reply_to_the_answer_continues_and_two_replies_branch(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory
+) -> None:
+    tg.add_guest_chat(GROUP, "supergroup")
+    async with start_bot() as app:
+        _, first = await summon(tg, app, GROUP, "root question")
+        _, left = await summon(tg, app, GROUP, "left", reply_to=first.message_id)
+        assert left.text == "[depth:4] echo: left"
+        assert said(llm) == [
+            SYSTEM, ("user", "root question"), ("assistant", "echo: root question"),
+            ("user", "left"),
+        ]  # fmt: skip
+        # another person replies to the same answer: a branch that never sees "left"
+        _, right = await summon(tg, app, GROUP, "right", reply_to=first.message_id, user=OTHER_USER)
+        assert right.text == "[depth:4] echo: right"
+        assert ("user", "left") not in said(llm)
+        _, deeper = await summon(tg, app, GROUP, "deeper", reply_to=left.message_id)
+        assert deeper.text == "[depth:6] echo: deeper"
+        contents = [c for _, c in said(llm)]
+        assert "left" in contents and "right" not in contents
+        # a mention replying to nothing starts over
+        _, fresh = await summon(tg, app, GROUP, "fresh")
+        assert fresh.text == "[depth:2] echo: fresh"
+
+
+async def test_a_mention_replying_to_somebodys_message_quotes_it(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory
+) -> None:
+    tg.add_guest_chat(GROUP, "supergroup")
+    tg.add_user(OTHER_USER, "Bob")
+    said_by_bob = tg.post_in_guest_chat(GROUP, OTHER_USER, "the meeting moved to 5 pm")
+    async with start_bot() as app:
+        _, answer = await summon(tg, app, GROUP, "when is it?", reply_to=said_by_bob)
+    question = said(llm)[-1][1]
+    assert question == "[quoted message from Bob]\n> the meeting moved to 5 pm\n\nwhen is it?"
+    assert answer.text is not None and answer.text.startswith("[depth:2] ")
+
+
+async def test_a_guest_chat_with_the_id_of_a_private_chat_stays_apart(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory, redis: Redis
+) -> None:
+    """Telegram: a guest chat "may not coincide" with a bot chat of the same id."""
+    tg.add_guest_chat(USER)  # the same id as USER's private chat with the bot
+    async with start_bot() as app:
+        private, _ = await ask(tg, app, USER, "private hello")
+        asked, answer = await summon(tg, app, USER, "guest hello")
+        # the message ids coincide too: each chat numbers its own
+        assert asked == private
+        assert answer.text == "[depth:2] echo: guest hello"
+        _, more = await summon(tg, app, USER, "more", reply_to=answer.message_id)
+        assert more.text == "[depth:4] echo: more"
+        assert ("user", "private hello") not in said(llm)
+        # the private chat's thread never saw the guest chat
+        [private_answer] = tg.bot_messages(USER)
+        _, text = await ask(tg, app, USER, "go on", reply_to=private_answer.message_id)
+        assert text == "[depth:4] echo: go on"
+        assert ("user", "guest hello") not in said(llm) and ("user", "more") not in said(llm)
+    store = TranscriptStore(redis)
+    private_node = await store.resolve(str(USER), private)
+    guest_node = await store.resolve(f"g{USER}", asked)
+    assert private_node is not None and guest_node is not None
+    assert private_node.scope != guest_node.scope
+
+
+async def test_a_stranger_is_refused_through_the_query(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory
+) -> None:
+    tg.add_guest_chat(GROUP, "group")
+    async with start_bot(allowed_user_ids=frozenset({USER})) as app:
+        tg.summon(GROUP, OTHER_USER, f"@{tg.username} hi")
+        await tg.wait_for(lambda: bool(tg.guest_answers(GROUP)), TIMEOUT)
+        assert app.runner.completed == 0
+    [refusal] = tg.guest_answers(GROUP)
+    assert refusal.text == REFUSAL_TEXT
+    assert not llm.requests
+
+
+async def test_guest_mode_off_ignores_guest_messages(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory
+) -> None:
+    tg.add_guest_chat(FRIENDS)
+    async with start_bot(guest_mode=False) as app:
+        tg.summon(FRIENDS, USER, f"@{tg.username} hello")
+        await tg.wait_for(lambda: tg.pending_updates == 0, TIMEOUT)
+        _, text = await ask(tg, app, USER, "still here?")  # the bot is alive and polling
+        assert text == "[depth:2] echo: still here?"
+    assert not tg.calls_to("answerGuestQuery") and not tg.guest_answers(FRIENDS)
