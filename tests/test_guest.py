@@ -8,6 +8,9 @@ its name in its button, and a reply to it (a ``guest_message`` whose
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 from redis.asyncio import Redis
 
 from bot.app import App
@@ -16,8 +19,9 @@ from bot.telegram.routers import REFUSAL_TEXT
 from transcript import TranscriptStore
 
 from .fake_openai import FakeOpenAI
-from .fake_telegram import FakeTelegram, StoredMessage
-from .harness import OTHER_USER, USER, BotFactory, ask, said
+from .fake_telegram import Call, FakeTelegram, StoredMessage
+from .harness import OTHER_USER, USER, BotFactory, BotProcess, ask, env_for, said
+from .redis_server import RedisServer
 
 FRIENDS = 777  # a private chat of USER with a friend: the bot is not in it
 GROUP = -100900  # a group the bot is not in
@@ -26,9 +30,12 @@ SYSTEM = ("system", "You are a test assistant.")
 
 
 def answer_to(tg: FakeTelegram, chat: int, message_id: int) -> StoredMessage:
-    """The bot's guest answer to message ``message_id`` of guest chat ``chat``."""
-    [answer] = [m for m in tg.guest_answers(chat) if m.reply_to == message_id]
-    return answer
+    """The bot's one guest answer to message ``message_id`` of guest chat ``chat``
+    (LookupError, "not yet" to ``wait_for``, until there is exactly one)."""
+    found = [m for m in tg.guest_answers(chat) if m.reply_to == message_id]
+    if len(found) != 1:
+        raise LookupError(f"{len(found)} answers to message {message_id}")
+    return found[0]
 
 
 async def summon(
@@ -156,3 +163,105 @@ async def test_guest_mode_off_ignores_guest_messages(
         _, text = await ask(tg, app, USER, "still here?")  # the bot is alive and polling
         assert text == "[depth:2] echo: still here?"
     assert not tg.calls_to("answerGuestQuery") and not tg.guest_answers(FRIENDS)
+
+
+async def test_a_redelivered_guest_update_is_answered_once(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory
+) -> None:
+    tg.add_guest_chat(FRIENDS)
+    async with start_bot() as app:
+        update = tg.summon(FRIENDS, USER, f"@{tg.username} only once")
+        for _ in range(3):  # the same guest message again, in updates with new ids
+            tg.push_update({"guest_message": update})
+        await tg.wait_for(lambda: app.runner.completed >= 4, TIMEOUT)
+        tg.push_update({"guest_message": update})  # and once more after it was answered
+        await tg.wait_for(lambda: app.runner.completed >= 5, TIMEOUT)
+    [answer] = tg.guest_answers(FRIENDS)
+    assert answer.text == "[depth:2] echo: only once"
+    assert len(llm.requests) == 1
+    assert [c.status for c in tg.calls_to("answerGuestQuery")] == [200]
+
+
+async def test_kill_after_the_answer_was_posted_before_it_was_recorded(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, redis_server: RedisServer, redis: Redis
+) -> None:
+    """SIGKILL between Telegram posting the answer and the bot recording it: the run
+    after the restart finds the query answered, posts nothing, and records the answer,
+    so a reply to it continues its thread."""
+    tg.add_guest_chat(FRIENDS)
+    env = env_for(tg, llm, redis_server.url)
+    first = BotProcess(env, tmp_path)
+
+    async def kill_once_posted(call: Call) -> None:
+        if call.method == "answerGuestQuery":
+            tg.after_call = None
+            await first.kill()  # the answer is in the chat; the bot never heard back
+
+    tg.after_call = kill_once_posted
+    await first.start()
+    asked = tg.summon(FRIENDS, USER, f"@{tg.username} kill me")["message_id"]
+    assert first.proc is not None
+    await asyncio.wait_for(first.proc.wait(), timeout=30)
+    shown = answer_to(tg, FRIENDS, asked)
+    assert shown.text == "[depth:2] echo: kill me"
+    second = BotProcess(env, tmp_path)
+    await second.start()
+    try:
+        store = TranscriptStore(redis)
+        await tg.wait_for(lambda: len(tg.calls_to("answerGuestQuery")) == 2, 30)
+        # the second run's call was refused (answered already), and nothing else posted
+        assert [c.status for c in tg.calls_to("answerGuestQuery")] == [200, 400]
+        assert [m.text for m in tg.guest_answers(FRIENDS)] == ["[depth:2] echo: kill me"]
+        assert len(llm.requests) == 1  # the stored answer, not asked for again
+        follow = tg.summon(FRIENDS, USER, f"@{tg.username} and then?", reply_to=shown.message_id)
+        await tg.wait_for(
+            lambda: (
+                answer_to(tg, FRIENDS, follow["message_id"]).text == "[depth:4] echo: and then?"
+            ),
+            30,
+        )
+        assert await store.resolve(f"g{FRIENDS}", guest.part_of(asked)) is not None
+    finally:
+        await second.terminate()
+
+
+async def test_kill_while_the_model_answers_gives_one_answer_after_restart(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, redis_server: RedisServer
+) -> None:
+    tg.add_guest_chat(GROUP, "supergroup")
+    llm.chunk_chars, llm.chunk_delay = 5, 0.2  # a slow stream: the kill lands inside it
+    env = env_for(tg, llm, redis_server.url)
+    first = BotProcess(env, tmp_path)
+    await first.start()
+    asked = tg.summon(GROUP, USER, f"@{tg.username} a long question")["message_id"]
+    await tg.wait_for(lambda: bool(llm.requests), 30)
+    await first.kill()
+    assert not tg.guest_answers(GROUP)
+    llm.chunk_delay = 0.0
+    second = BotProcess(env, tmp_path)
+    await second.start()
+    try:
+        await tg.wait_for(lambda: bool(tg.guest_answers(GROUP)), 30)
+        assert [m.text for m in tg.guest_answers(GROUP)] == ["[depth:2] echo: a long question"]
+        assert answer_to(tg, GROUP, asked).reply_to == asked
+        assert [c.status for c in tg.calls_to("answerGuestQuery")] == [200]
+    finally:
+        await second.terminate()
+
+
+async def test_a_query_too_old_to_answer_keeps_the_message_and_the_bot_goes_on(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory, redis: Redis
+) -> None:
+    tg.add_guest_chat(FRIENDS)
+    llm.chunk_chars, llm.chunk_delay = 3, 0.05
+    async with start_bot() as app:
+        update = tg.summon(FRIENDS, USER, f"@{tg.username} too late")
+        await tg.wait_for(lambda: bool(llm.requests), TIMEOUT)
+        tg.expire_guest_query(update["guest_query_id"])  # the bot took too long
+        await tg.wait_for(lambda: app.runner.completed >= 1, TIMEOUT)
+        assert not tg.guest_answers(FRIENDS)
+        llm.chunk_delay = 0.0
+        _, answer = await summon(tg, app, FRIENDS, "again")
+        assert answer.text == "[depth:2] echo: again"
+    store = TranscriptStore(redis)
+    assert await store.resolve(f"g{FRIENDS}", update["message_id"]) is not None  # kept
