@@ -265,3 +265,17 @@ async def test_a_query_too_old_to_answer_keeps_the_message_and_the_bot_goes_on(
         assert answer.text == "[depth:2] echo: again"
     store = TranscriptStore(redis)
     assert await store.resolve(f"g{FRIENDS}", update["message_id"]) is not None  # kept
+
+
+async def test_usage_is_counted_to_the_summoner_and_the_guest_chat(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory, redis: Redis
+) -> None:
+    tg.add_guest_chat(USER)  # the guest chat shares the id of USER's private chat
+    async with start_bot() as app:
+        asked, _ = await summon(tg, app, USER, "count me", user=OTHER_USER)
+        assert (await app.accounting.user_today(OTHER_USER)).calls == 1
+        assert (await app.accounting.user_today(USER)).calls == 0
+        assert (await app.accounting.turn(f"g{USER}", asked)).calls == 1
+        assert (await app.accounting.turn(USER, asked)).calls == 0  # the private chat's
+    detail = [k async for k in redis.scan_iter(match="rc:{*}:u:*") if b"{usage:" not in k]
+    assert detail and all(k.startswith(f"rc:{{g{USER}}}:".encode()) for k in detail)

@@ -364,7 +364,7 @@ class Engine:
         else:
             text = reply.text if reply.text.strip() else notices.EMPTY_ANSWER
             ids = await turn.writer.finish(text, reasoning=reply.reasoning)
-        writes: list[Queued] = [turn.ack, self.accounting.queue_settled(inbound.chat_id)]
+        writes: list[Queued] = [turn.ack, self.accounting.queue_settled(inbound.scope)]
         if node is None:  # a reply to it starts a new conversation
             writes.append(lambda pipe: self.store.queue_unthreaded(pipe, inbound.scope, ids))
         else:
@@ -586,7 +586,7 @@ class Engine:
         inbound, state, rules = turn.inbound, turn.state, self.rules
         spent = 0
         if rules.max_tokens_per_turn:
-            spent = (await self.accounting.turn(inbound.chat_id, inbound.message_id)).tokens
+            spent = (await self.accounting.turn(inbound.scope, inbound.message_id)).tokens
         max_calls = rules.max_calls_per_turn + (self.tools.max_rounds if self.tools else 0)
         if state.calls > max_calls or (
             rules.max_tokens_per_turn and spent >= rules.max_tokens_per_turn
