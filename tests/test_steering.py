@@ -469,7 +469,10 @@ async def test_forget_in_a_group_is_the_owners_and_only_the_asker_confirms(
     tg.add_group(GROUP, "Team")
     async with start_bot(owner_user_ids=str(USER)) as app:
         await ask(tg, app, GROUP, "@replychain_bot remember MARKER-G", user=OTHER_USER)
-        refused = await group_reply(tg, "/forget@replychain_bot", OTHER_USER)
+        asked = tg.send_user_message(GROUP, OTHER_USER, "/forget@replychain_bot")["message_id"]
+        # the refusal goes to the asker only (an ephemeral message, test_ephemeral.py)
+        await tg.wait_for(lambda: any(m.reply_to == asked for m in tg.ephemerals), TIMEOUT)
+        [refused] = [m for m in tg.ephemerals if m.reply_to == asked]
         assert refused.text == FORGET_OWNERS_ONLY
         confirm = await group_reply(tg, "/forget@replychain_bot", USER)
         [[erase, _]] = (confirm.reply_markup or {})["inline_keyboard"]

@@ -155,7 +155,7 @@ class AccessControl(BaseMiddleware):
         if now - self._refused.get(key, -REFUSAL_EVERY) >= REFUSAL_EVERY:
             self._refused[key] = now
             log.info("refused user %s (not in ALLOWED_USER_IDS)", key)
-            notice(data["notifier"], event, REFUSAL_TEXT)
+            notice(data["notifier"], event, REFUSAL_TEXT, personal=True)
         return None
 
 
@@ -221,7 +221,7 @@ def _conversation_router() -> Router:
         me = await bot.me()
         if target and target.lower() != (me.username or "").lower():
             return  # a command for another bot in this group
-        notice(notifier, message, UNKNOWN_COMMAND_TEXT)
+        notice(notifier, message, UNKNOWN_COMMAND_TEXT, personal=True)
 
     @router.message(Checked(F.photo | F.document | F.audio), InAddressedAlbum())
     @router.message(Checked(F.photo | F.voice | F.audio | F.document), Addressed())
@@ -367,7 +367,7 @@ def _usage_router() -> Router:
                 replied_to=replied,
                 daily_limit=settings.user_daily_token_limit,
             )
-            notice(notifier, message, text)
+            notice(notifier, message, text, personal=True)
 
         notifier.run(reply, name=f"usage-{message.chat.id}")
 
@@ -377,7 +377,7 @@ def _usage_router() -> Router:
     ) -> None:
         user = message.from_user.id if message.from_user else 0
         if user not in settings.owner_user_ids:
-            notice(notifier, message, OWNER_ONLY_TEXT)
+            notice(notifier, message, OWNER_ONLY_TEXT, personal=True)
             return
 
         async def reply() -> list[int]:

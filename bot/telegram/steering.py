@@ -112,7 +112,7 @@ async def on_tree(
 ) -> None:
     target = replied_id(message)
     if target is None:
-        notice(notifier, message, TREE_HINT)
+        notice(notifier, message, TREE_HINT, personal=True)
         return
     chat = message.chat.id
 
@@ -135,7 +135,7 @@ async def on_retry(
     message: Message, *, notifier: Notifier, intake: Intake, stopping: asyncio.Event, bot: Bot
 ) -> None:
     if replied_id(message) is None:
-        notice(notifier, message, RETRY_USAGE)
+        notice(notifier, message, RETRY_USAGE, personal=True)
         return
     me = await bot.me()
     inbound = inbound_of(message, RETRY, text="", bot_id=me.id)
@@ -153,7 +153,7 @@ async def on_export(
 ) -> None:
     target = replied_id(message)
     if target is None:
-        notice(notifier, message, EXPORT_HINT)
+        notice(notifier, message, EXPORT_HINT, personal=True)
         return
     chat = message.chat.id
 
@@ -177,7 +177,7 @@ async def on_export(
 async def on_forget(message: Message, *, notifier: Notifier, settings: Settings) -> None:
     user = message.from_user.id if message.from_user else 0
     if message.chat.type != ChatType.PRIVATE and user not in settings.owner_user_ids:
-        notice(notifier, message, FORGET_OWNERS_ONLY)
+        notice(notifier, message, FORGET_OWNERS_ONLY, personal=True)
         return
     markup = InlineKeyboardMarkup(
         inline_keyboard=[
@@ -248,7 +248,7 @@ async def _read(notifier: Notifier, message: Message, reading: Awaitable[str]) -
     try:
         text = await reading
     except threads.OpsError:
-        notice(notifier, message, NOT_A_THREAD)
+        notice(notifier, message, NOT_A_THREAD, personal=True)
         return None
     except TranscriptError as exc:
         log.warning("chat %s: a thread could not be read: %s", message.chat.id, exc)

@@ -107,6 +107,8 @@ class Reply:
     notice: bool = False
     #: Thoughts shown collapsed with the answer (only with SHOW_REASONING).
     reasoning: str = ""
+    #: A notice for the asker alone: in a group, an ephemeral message (Bot API 10.2).
+    personal: bool = False
 
 
 class TurnEnded(Exception):
@@ -360,7 +362,8 @@ class Engine:
         """
         inbound, node = turn.inbound, reply.node
         if reply.notice:
-            ids = await turn.writer.fail(reply.text)
+            personal = await self._personal(turn, reply.text) if reply.personal else None
+            ids = await turn.writer.fail(reply.text) if personal is None else personal
         else:
             text = reply.text if reply.text.strip() else notices.EMPTY_ANSWER
             ids = await turn.writer.finish(text, reasoning=reply.reasoning)
@@ -382,6 +385,23 @@ class Engine:
         await self._durably(
             lambda: self.states.finish(inbound, turn.state, ids, with_writes=writes)
         )
+
+    async def _personal(self, turn: Turn, text: str) -> list[int] | None:
+        """A notice for the asker alone, as an ephemeral message of a group where the
+        server has them (nothing to alias: it has no message id); ``None``: not here (a
+        private or guest chat, an answer on screen, a server without them)."""
+        inbound = turn.inbound
+        if (
+            not (inbound.is_group and self.out.ephemeral)
+            or inbound.guest
+            or turn.writer.message_ids
+        ):
+            return None
+        sent = await self.out.send_personal(
+            inbound.chat_id, text, receiver=inbound.user_id, reply_to=inbound.message_id,
+            thread_id=inbound.thread_id,
+        )  # fmt: skip
+        return [sent] if sent else []
 
     # ----------------------------------------------------------------- the steps
 
@@ -599,7 +619,7 @@ class Engine:
         daily = rules.user_daily_tokens
         if daily and (await self.accounting.user_today(inbound.user_id)).tokens >= daily:
             text = notices.daily_limit(daily, self.accounting.clock())
-            raise TurnEnded(Reply(text, user.id, notice=True))
+            raise TurnEnded(Reply(text, user.id, notice=True, personal=True))
 
     async def _window(self, turn: Turn, leaf: Node) -> Window:
         try:
