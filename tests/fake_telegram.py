@@ -1661,6 +1661,29 @@ class FakeTelegram:
             chat, user, is_bot=False, text=text, entities=_auto_entities(text)
         ).message_id
 
+    def press_guest_button(self, chat_id: int, message_id: int, user_id: int, data: str) -> str:
+        """A user presses a button of the bot's guest answer: a ``callback_query`` with
+        the answer's ``inline_message_id`` and no message (an inline message's)."""
+        message = self._guest_chats[chat_id].messages[message_id]
+        markup = message.reply_markup or {}
+        held = [b.get("callback_data") for row in markup.get("inline_keyboard", []) for b in row]
+        inline = next(
+            (i for i, where in self._inline.items() if where == (chat_id, message_id)), None
+        )
+        if inline is None or data not in held:
+            raise ValueError(f"guest message {message_id} in chat {chat_id} has no button {data!r}")
+        query_id = str(4_000_000_000_000 + len(self.open_queries) + len(self.query_answers))
+        self.open_queries[query_id] = (chat_id, message_id)
+        callback = {
+            "id": query_id,
+            "from": self._ensure_user(user_id).as_dict(),
+            "inline_message_id": inline,
+            "chat_instance": f"gi{abs(chat_id)}",
+            "data": data,
+        }
+        self.push_update({"callback_query": callback})
+        return query_id
+
     def expire_guest_query(self, query_id: str) -> None:
         """The query can no longer be answered (Telegram's "query is too old")."""
         self.guest_queries[query_id].expired = True

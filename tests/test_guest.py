@@ -279,3 +279,54 @@ async def test_usage_is_counted_to_the_summoner_and_the_guest_chat(
         assert (await app.accounting.turn(USER, asked)).calls == 0  # the private chat's
     detail = [k async for k in redis.scan_iter(match="rc:{*}:u:*") if b"{usage:" not in k]
     assert detail and all(k.startswith(f"rc:{{g{USER}}}:".encode()) for k in detail)
+
+
+async def test_the_answers_button_says_how_to_continue(
+    tg: FakeTelegram, start_bot: BotFactory
+) -> None:
+    tg.add_guest_chat(FRIENDS)
+    async with start_bot() as app:
+        asked, answer = await summon(tg, app, FRIENDS, "hello")
+        query = tg.press_guest_button(FRIENDS, answer.message_id, OTHER_USER, f"guest:{asked}")
+        await tg.wait_for(lambda: query in tg.query_answers, TIMEOUT)
+    assert tg.query_answers[query] == guest.HOW_TO_CONTINUE.format(bot=tg.username)
+
+
+async def test_commands_where_the_bot_is_a_guest(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory
+) -> None:
+    tg.add_guest_chat(GROUP, "supergroup")
+    async with start_bot() as app:
+        _, answer = await summon(tg, app, GROUP, "pick a number")
+        # /retry replying to the answer: another answer to the same question, a sibling
+        _, again = await summon(tg, app, GROUP, "/retry", reply_to=answer.message_id)
+        assert again.text == "[depth:2] echo: pick a number"
+        assert said(llm, -1) == said(llm, -2)
+        _, deeper = await summon(tg, app, GROUP, "and then?", reply_to=again.message_id)
+        assert deeper.text == "[depth:4] echo: and then?"
+        # what needs the bot's own chat gets a one-line hint, never silence
+        for command in ("/tree", "/export", "/usage", "/forget"):
+            sent = tg.summon(GROUP, USER, f"@{tg.username} {command}", reply_to=answer.message_id)
+            await tg.wait_for(lambda s=sent: bool(answer_to(tg, GROUP, s["message_id"])), TIMEOUT)  # type: ignore[misc]
+            assert answer_to(tg, GROUP, sent["message_id"]).text == guest.COMMAND_HINT
+        help_ = tg.summon(GROUP, USER, f"@{tg.username} /help")
+        await tg.wait_for(lambda: bool(answer_to(tg, GROUP, help_["message_id"])), TIMEOUT)
+        assert answer_to(tg, GROUP, help_["message_id"]).text == guest.HELP
+        empty = tg.summon(GROUP, USER, f"@{tg.username}")
+        await tg.wait_for(lambda: bool(answer_to(tg, GROUP, empty["message_id"])), TIMEOUT)
+    assert len(llm.requests) == 3
+
+
+async def test_a_long_answer_is_one_message_cut_with_a_note_and_stored_whole(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory
+) -> None:
+    tg.add_guest_chat(FRIENDS)
+    words = " ".join(f"word{i}" for i in range(1500))  # about 12,000 characters
+    llm.responder = lambda m: words if m[-1]["content"] == "tell me a lot" else "echo: ok"
+    async with start_bot() as app:
+        _, answer = await summon(tg, app, FRIENDS, "tell me a lot")
+        assert answer.text is not None and answer.text.endswith(guest.CUT)
+        assert len(answer.text) <= 4096
+        _, more = await summon(tg, app, FRIENDS, "go on", reply_to=answer.message_id)
+    assert more.text == "[depth:4] echo: ok"
+    assert ("assistant", words) in said(llm)  # the model sees all it said
