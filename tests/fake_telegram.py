@@ -53,8 +53,10 @@ Ephemeral messages (Bot API 10.2): ``sendMessage`` with ``receiver_user_id`` (or
 ``ephemeral_message_parameters``) in a group shows the message to that user only: it is kept
 in :attr:`FakeTelegram.ephemerals`, not among the chat's messages, with ``message_id`` 0 and an
 ``ephemeral_message_id``; :meth:`FakeTelegram.visible_to` is what one user sees.
-``ephemeral=False`` is an older server: it ignores those parameters and sends the message to
-everyone, as such a server does with any parameter it does not know.
+Its receiver may press its buttons (:meth:`FakeTelegram.press_ephemeral_button`) and the bot
+edit it with ``editEphemeralMessageText`` (Bot API 10.3). ``ephemeral=False`` is an older
+server: it ignores those parameters and sends the message to everyone, as such a server
+does with any parameter it does not know.
 
 Deliberately stricter than Telegram (real Telegram silently passes these through):
 a bare ``&`` that does not start ``&lt;``/``&gt;``/``&amp;``/``&quot;``/``&#NN;``/``&#xHH;``
@@ -167,6 +169,7 @@ _METHODS: Final = (
     "sendMessageDraft",
     "getChatMember",
     "answerGuestQuery",
+    "editEphemeralMessageText",
 )
 _CANONICAL: Final = {name.lower(): name for name in _METHODS}
 # Methods whose successful result is an object (so a field can be dropped or added).
@@ -279,6 +282,7 @@ _INT_FIELDS: Final = frozenset(
         "from_chat_id",
         "user_id",
         "receiver_user_id",
+        "ephemeral_message_id",
         "offset",
         "limit",
         "timeout",
@@ -1413,6 +1417,7 @@ class FakeTelegram:
             "sendMessageDraft": self._send_message_draft,
             "getChatMember": self._get_chat_member,
             "answerGuestQuery": self._answer_guest_query,
+            "editEphemeralMessageText": self._edit_ephemeral_message_text,
         }
 
     def _set_up_files(
@@ -1683,6 +1688,34 @@ class FakeTelegram:
         }
         self.push_update({"callback_query": callback})
         return query_id
+
+    def press_ephemeral_button(
+        self, chat_id: int, ephemeral_id: int, user_id: int, data: str
+    ) -> str:
+        """The receiver of an ephemeral message presses one of its buttons (nobody else
+        sees it): a ``callback_query`` carrying the message."""
+        message = self._ephemeral(chat_id, ephemeral_id)
+        markup = message.reply_markup or {}
+        held = [b.get("callback_data") for row in markup.get("inline_keyboard", []) for b in row]
+        if message.raw["receiver_user"]["id"] != user_id or data not in held:
+            raise ValueError(f"user {user_id} sees no button {data!r} of that message")
+        query_id = str(4_000_000_000_000 + len(self.open_queries) + len(self.query_answers))
+        self.open_queries[query_id] = (chat_id, 0)
+        callback = {
+            "id": query_id,
+            "from": self._ensure_user(user_id).as_dict(),
+            "message": copy.deepcopy(message.raw),
+            "chat_instance": f"ci{abs(chat_id)}",
+            "data": data,
+        }
+        self.push_update({"callback_query": callback})
+        return query_id
+
+    def _ephemeral(self, chat_id: int, ephemeral_id: int) -> StoredMessage:
+        for message in self.ephemerals:
+            if message.chat_id == chat_id and message.raw["ephemeral_message_id"] == ephemeral_id:
+                return message
+        raise KeyError(f"no ephemeral message {ephemeral_id} in chat {chat_id}")
 
     def expire_guest_query(self, query_id: str) -> None:
         """The query can no longer be answered (Telegram's "query is too old")."""
@@ -3008,6 +3041,17 @@ class FakeTelegram:
         query.answered = inline
         self._inline[inline] = (chat.id, message.message_id)
         return {"inline_message_id": inline}
+
+    def _edit_ephemeral_message_text(self, params: JSON) -> bool:
+        chat = self._target_chat(params)
+        try:
+            message = self._ephemeral(chat.id, _opt_int(params, "ephemeral_message_id") or 0)
+        except KeyError:
+            raise _ApiError(400, "Bad Request: message to edit not found") from None
+        if message.raw["receiver_user"]["id"] != _opt_int(params, "receiver_user_id"):
+            raise _ApiError(400, "Bad Request: message to edit not found")
+        self._apply_edit(message, params)
+        return True
 
     def _send_chat_action(self, params: JSON) -> bool:
         chat = self._target_chat(params)

@@ -233,13 +233,22 @@ class TelegramOut:
 
     async def send_personal(
         self, chat_id: int, text: str, *, receiver: int, reply_to: int | None,
-        thread_id: int | None,
+        thread_id: int | None, markup: InlineKeyboardMarkup | None = None,
     ) -> int:  # fmt: skip
-        """A notice for one person of a group (plain text): an ephemeral message to
-        ``receiver`` where the server has them (0: it has no message id), else a reply
-        everyone sees, as before (its id)."""
+        """A notice for one person of a group (plain text, buttons under it if given): an
+        ephemeral message to ``receiver`` where the server has them (0: it has no message
+        id; edit it with :meth:`edit_personal`), else a reply everyone sees, as before
+        (its id)."""
+
+        async def to_everyone() -> int:
+            if markup is None:
+                return await self.send_text(chat_id, text, reply_to=reply_to, thread_id=thread_id)
+            return await self.send_buttons(
+                chat_id, text, markup, reply_to=reply_to, thread_id=thread_id
+            )
+
         if not self.ephemeral:
-            return await self.send_text(chat_id, text, reply_to=reply_to, thread_id=thread_id)
+            return await to_everyone()
         try:
             message = await self._call(
                 self.bot.send_message(
@@ -249,11 +258,12 @@ class TelegramOut:
                     receiver_user_id=receiver,
                     reply_parameters=_reply(reply_to),
                     message_thread_id=thread_id,
+                    reply_markup=markup,
                 )
             )
         except TelegramBadRequest as exc:  # not to this person, here: to everyone, as before
             log.info("ephemeral notice in chat %s refused (%s)", chat_id, exc.message)
-            return await self.send_text(chat_id, text, reply_to=reply_to, thread_id=thread_id)
+            return await to_everyone()
         if not isinstance(message, Message):
             return 0
         if message.ephemeral_message_id is None:
@@ -265,6 +275,23 @@ class TelegramOut:
             self.ephemeral = False
             return message.message_id
         return 0
+
+    async def edit_personal(
+        self, chat_id: int, text: str, *, receiver: int, ephemeral_id: int
+    ) -> None:
+        """Replace an ephemeral notice's text (its buttons go); best effort: it may be gone."""
+        try:
+            await self._call(
+                self.bot.edit_ephemeral_message_text(
+                    chat_id=chat_id,
+                    receiver_user_id=receiver,
+                    ephemeral_message_id=ephemeral_id,
+                    text=text,
+                    parse_mode=None,
+                )
+            )
+        except (TelegramBadRequest, UnreadableResultError, UnknownMethodError) as exc:
+            log.info("could not edit an ephemeral notice in chat %s: %s", chat_id, exc.message)
 
     async def send_photo(
         self,

@@ -190,17 +190,17 @@ async def on_forget(message: Message, *, notifier: Notifier, settings: Settings)
             ]
         ]
     )
-    notifier.run(
-        lambda: notifier.out.send_buttons(
-            message.chat.id,
-            FORGET_ASK,
-            markup,
-            reply_to=message.message_id,
+    if message.chat.type == ChatType.PRIVATE:
+        ask = notifier.out.send_buttons(
+            message.chat.id, FORGET_ASK, markup, reply_to=message.message_id,
             thread_id=thread_of(message),
-        ),
-        name=f"forget-{message.chat.id}",
-        chat_id=message.chat.id,
-    )
+        )  # fmt: skip
+    else:  # to the asker only (an ephemeral message, where the server has them)
+        ask = notifier.out.send_personal(
+            message.chat.id, FORGET_ASK, receiver=user, reply_to=message.message_id,
+            thread_id=thread_of(message), markup=markup,
+        )  # fmt: skip
+    notifier.run(lambda: ask, name=f"forget-{message.chat.id}", chat_id=message.chat.id)
 
 
 async def on_forget_pressed(
@@ -220,6 +220,12 @@ async def on_forget_pressed(
     chat = message.chat.id
 
     async def say(text: str) -> None:
+        if message.ephemeral_message_id and message.receiver_user is not None:
+            await notifier.out.edit_personal(
+                chat, text, receiver=message.receiver_user.id,
+                ephemeral_id=message.ephemeral_message_id,
+            )  # fmt: skip
+            return
         await notifier.out.edit(chat, message.message_id, Chunk(escape_html(text), text))
 
     if who == "no":
