@@ -1625,15 +1625,21 @@ class FakeTelegram:
         text: str,
         *,
         reply_to: int | None = None,
+        photo: bool = False,
     ) -> dict[str, Any]:
         """A user mentions the bot in guest chat ``chat_id``: a ``guest_message`` update.
 
-        Telegram delivers nothing unless the text mentions the bot. ``reply_to`` is any
-        message of that chat (the bot's guest answers included); the update carries it
-        as ``reply_to_message`` as the chat shows it now.
+        Telegram delivers nothing unless the text (``photo``: a photo's caption) mentions
+        the bot. ``reply_to`` is any message of that chat (the bot's guest answers
+        included); the update carries it as ``reply_to_message`` as the chat shows it now.
         """
         chat = self._guest_chats[chat_id]
         entities = _auto_entities(text)
+        extra: JSON = {}
+        if photo:  # a real file the bot can getFile, as send_user_message's
+            extra = _media_payload("photo", -chat_id - 10**13, chat.next_message_id)
+            self._attach_files(extra, "photo", None, None, None, None, None, None)
+            extra.update(caption=text, caption_entities=entities)
         mention = f"@{self.username}".lower()
         if not any(
             e["type"] == "mention"
@@ -1645,9 +1651,11 @@ class FakeTelegram:
             chat,
             self._ensure_user(from_user_id).as_dict(),
             is_bot=False,
-            text=text,
-            entities=entities,
+            text=None if photo else text,
+            entities=[] if photo else entities,
             reply=self._user_reply_target(chat, reply_to),
+            extra=extra,
+            caption=text if photo else None,
         )
         query_id = str(7_000_000_000_000 + len(self.guest_queries))
         self.guest_queries[query_id] = _GuestQuery(

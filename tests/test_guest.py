@@ -330,3 +330,21 @@ async def test_a_long_answer_is_one_message_cut_with_a_note_and_stored_whole(
         _, more = await summon(tg, app, FRIENDS, "go on", reply_to=answer.message_id)
     assert more.text == "[depth:4] echo: ok"
     assert ("assistant", words) in said(llm)  # the model sees all it said
+
+
+async def test_a_photo_that_mentions_the_bot_is_read_and_stored_in_the_guest_scope(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory, redis: Redis
+) -> None:
+    tg.add_guest_chat(FRIENDS)
+    async with start_bot() as app:
+        done = app.runner.completed + 1
+        sent = tg.summon(FRIENDS, USER, f"@{tg.username} what is this?", photo=True)
+        await tg.wait_for(lambda: app.runner.completed >= done, TIMEOUT)
+        answer = answer_to(tg, FRIENDS, sent["message_id"])
+    assert answer.text == "[depth:2] echo: what is this?"
+    [user] = [m for m in llm.requests[-1].messages if m["role"] == "user"]
+    [text, image] = user["content"]
+    assert text == {"type": "text", "text": "what is this?"}
+    assert image["type"] == "image_url"
+    blobs = [k async for k in redis.scan_iter(match="rc:*:b:*")]
+    assert blobs and all(k.startswith(f"rc:{{g{FRIENDS}}}:".encode()) for k in blobs)

@@ -306,6 +306,9 @@ def _guest_router() -> Router:
         me = await bot.me()
         text = strip_mention(message.text or message.caption or "", me.username)
         command = text.split(maxsplit=1)[0].partition("@")[0].lower() if text else ""
+        if message.content_type in UNSUPPORTED:
+            notice(notifier, message, UNSUPPORTED_TEXT)
+            return
         if command in ("/start", "/help"):
             notice(notifier, message, guest.HELP)
             return
@@ -321,14 +324,15 @@ def _guest_router() -> Router:
             return
         if answer is None and not sent_by(message.reply_to_message, me.id):
             text = guest.quoted(message) + text  # somebody's message, given as context
-        if not text.strip():
+        media = media_of(message, settings.image_max_pixels)
+        if not text.strip() and not media:
             notice(notifier, message, EMPTY_MENTION_TEXT)
             return
         inbound = Inbound(
             chat_id=message.chat.id, message_id=message.message_id,
             user_id=message.from_user.id if message.from_user else 0, text=text,
             reply_to=answer, reply_to_bot=answer is not None, is_group=is_group(message),
-            kind=kind, guest=message.guest_query_id,
+            kind=kind, media=media, guest=message.guest_query_id,
         )  # fmt: skip
         if not await intake.record(inbound, stopping):
             await asyncio.Event().wait()  # stopping before it was stored: never confirm it
