@@ -32,7 +32,7 @@ from bot.bus.intake import Intake
 from bot.bus.runner import InFlight
 from bot.data import keys
 from bot.data.connection import connect
-from bot.data.lane import Lane
+from bot.data.pipeline_client import PipelineClient
 from bot.model import Usage
 from bot.prometheus import PrometheusMetrics
 from bot.retry import Outage
@@ -393,7 +393,7 @@ class RoundTrips:
     def counting(self) -> Iterator[None]:
         command: Any = Redis.execute_command
         pipeline: Any = Pipeline.execute
-        lane: Any = Lane.execute
+        direct: Any = PipelineClient.execute
         meter = self
 
         async def counted_command(client: Redis, *args: Any, **options: Any) -> Any:
@@ -406,19 +406,19 @@ class RoundTrips:
             async with meter._wave():
                 return await pipeline(pipe, raise_on_error)
 
-        async def counted_lane(sender: Lane, commands: Any) -> Any:
+        async def counted_direct(sender: PipelineClient, commands: Any) -> Any:
             async with meter._wave():
-                return await lane(sender, commands)
+                return await direct(sender, commands)
 
         Redis.execute_command = counted_command  # type: ignore[method-assign, assignment]
         Pipeline.execute = counted_pipeline  # type: ignore[method-assign, assignment]
-        Lane.execute = counted_lane  # type: ignore[method-assign, assignment]
+        PipelineClient.execute = counted_direct  # type: ignore[method-assign, assignment]
         try:
             yield
         finally:
             Redis.execute_command = command  # type: ignore[method-assign]
             Pipeline.execute = pipeline  # type: ignore[method-assign]
-            Lane.execute = lane  # type: ignore[method-assign]
+            PipelineClient.execute = direct  # type: ignore[method-assign]
 
     @contextlib.asynccontextmanager
     async def _wave(self) -> AsyncIterator[None]:

@@ -307,6 +307,7 @@ class Checker:
         requested_at: dict[tuple[int, int], float] | None = None,
         kill_times: Sequence[float] = (),
         failovers: Sequence[Failover] = (),
+        store_outages: Sequence[tuple[float, float]] = (),
     ) -> None:
         self.sent = sent
         #: When the bot got Telegram's answer to each of its messages (the soak may hold
@@ -315,6 +316,10 @@ class Checker:
         self.sent_at = sent_at or {}
         self.requested_at = requested_at or {}
         self.kill_times = sorted(kill_times)
+        #: (gone, back) of each time the one redis-server was down: a part accepted
+        #: just before it went cannot be recorded until it is back, so a bot killed
+        #: meanwhile lost it as if killed at the moment Redis went.
+        self.store_outages = store_outages
         self.failovers = failovers
         self.seed = seed
         self.observed = observed
@@ -341,11 +346,20 @@ class Checker:
         second = self.sent_at.get((chat_id, found[1].parts[0].message_id))
         if first is None or second is None:
             return None
-        for kill in self.kill_times:
+        for kill, killed in self._record_ends():
             sent_before = asked < kill if asked is not None else first <= kill + CRASH_WINDOW
-            if sent_before and kill - CRASH_WINDOW <= first and kill < second:
+            if sent_before and kill - CRASH_WINDOW <= first and killed < second:
                 return kill - first
         return None
+
+    def _record_ends(self) -> list[tuple[float, float]]:
+        """(from when nothing more could be recorded, when the bot died) for every
+        SIGKILL: the kill itself, or when Redis went if the bot died before it was
+        back."""
+        ends = [(kill, kill) for kill in self.kill_times]
+        for gone, back in self.store_outages:
+            ends += [(gone, kill) for kill in self.kill_times if gone <= kill <= back]
+        return ends
 
     def _failover_after(self, chat_id: int, first: float | None, last: float | None) -> bool:
         """Whether the chat's master failed over while (or just after) a message

@@ -254,7 +254,7 @@ class AnswerWriter:
         if self._fatal is not None:
             raise self._fatal
         await self._pace()
-        await self._push(text, reasoning)
+        await self._push(text, reasoning, final=True)
         return self.message_ids
 
     async def fail(self, notice: str) -> list[int]:
@@ -264,7 +264,7 @@ class AnswerWriter:
             raise self._fatal
         if self._latest.strip():
             await self._pace()
-            await self._push(f"{self._latest}\n\n{notice}")
+            await self._push(f"{self._latest}\n\n{notice}", final=True)
         else:
             await self._push_plain(notice)
         return self.message_ids
@@ -401,7 +401,10 @@ class AnswerWriter:
             self._dirty.clear()
             await self._dirty.wait()
 
-    async def _push(self, text: str, reasoning: str = "") -> None:
+    async def _push(self, text: str, reasoning: str = "", *, final: bool = False) -> None:
+        """Show ``text``: edit the parts on screen, send the new ones. ``final``: the
+        answer's final text (:meth:`finish`, :meth:`fail`), whose last new part the
+        turn's final write records; a streaming push records every part it sends."""
         # the pace counts attempts, failed ones too: a failing edit is not retried at once
         self._last_push = time.monotonic()
         chunks = self._render(text, reasoning)
@@ -424,8 +427,11 @@ class AnswerWriter:
                 message_id = await self._send_new(chunk, i + 1)
                 self.parts.append(Part(message_id, chunk))
                 # recorded before anything else is awaited: until then a crash would
-                # leave it on screen unrecorded
-                last = self._closing and i == len(chunks) - 1
+                # leave it on screen unrecorded. Only the final push's last part is
+                # left to the final write, which follows it with no Telegram call
+                # between; a streaming push that returns once the answer is closing
+                # is followed by the final text's pace (seconds in a busy group).
+                last = final and i == len(chunks) - 1
                 await self.journal.sent(self.message_ids, last=last)
                 if len(self.parts) == 1:
                     if self.first_shown_at is None:
@@ -435,7 +441,7 @@ class AnswerWriter:
         if drafting and not await self._draft(len(chunks), tail):
             # no drafts here after all: the same text goes on by editing
             if text.strip():
-                await self._push(text, reasoning)
+                await self._push(text, reasoning, final=final)
             else:
                 await self._start_typing()
             return

@@ -1,4 +1,4 @@
-"""Reading stored threads for the operator: ``export``, ``tree`` and ``why``.
+"""Reading stored conversations for the operator: ``export``, ``tree`` and ``why``.
 
 Everything here only reads. A message id is found through the store's public
 API (:meth:`TranscriptStore.resolve`, ``history``, ``path``, ``node``); two
