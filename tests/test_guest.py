@@ -16,6 +16,7 @@ from redis.asyncio import Redis
 from bot.app import App
 from bot.telegram import guest
 from bot.telegram.routers import REFUSAL_TEXT
+from bot.turn.state import PartLedger
 from transcript import TranscriptStore
 
 from .fake_openai import FakeOpenAI
@@ -348,3 +349,12 @@ async def test_a_photo_that_mentions_the_bot_is_read_and_stored_in_the_guest_sco
     assert image["type"] == "image_url"
     blobs = [k async for k in redis.scan_iter(match="rc:*:b:*")]
     assert blobs and all(k.startswith(f"rc:{{g{FRIENDS}}}:".encode()) for k in blobs)
+
+
+def test_a_guest_answer_announced_and_not_yet_recorded_is_waited_for() -> None:
+    """A reply to a guest answer posted a moment ago (or by a run that died before
+    recording it) waits for that turn: the ledger's announcement of turn m is part -m."""
+    ledger = PartLedger(parts={}, announced={"5": 0})
+    assert ledger.may_be_sending(guest.part_of(5))
+    assert not ledger.may_be_sending(guest.part_of(6))
+    assert not PartLedger(parts={}, announced={}).may_be_sending(guest.part_of(5))
