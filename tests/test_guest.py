@@ -53,7 +53,7 @@ async def summon(
     sent = tg.summon(chat, user, f"@{tg.username} {text}", reply_to=reply_to)
     asked = sent["message_id"]
     await tg.wait_for(
-        lambda: app.runner.completed >= done and answer_to(tg, chat, asked) is not None,
+        lambda: app.runner.completed >= done and bool(answer_to(tg, chat, asked)),
         TIMEOUT,
     )
     return asked, answer_to(tg, chat, asked)
