@@ -95,6 +95,7 @@ SETTINGS_HELP: dict[str, str] = {
     "PRICE_OUTPUT_PER_MTOK": "USD per million output tokens (0: none)",
     "MAX_INPUT_CHARS": "longest user message sent to the model (16000)",
     "TOPIC_TITLES": "title private-chat topics whose name Telegram made up (true)",
+    "GUEST_MODE": "answer mentions in chats the bot is not in (Bot API 10.0 guest mode) (true)",
     "IMAGE_MAX_PIXELS": "longest side of a photo sent to the model (2048)",
     "TRANSCRIBE_MODEL": "speech-to-text model for voice notes and audio (whisper-1)",
     "TRANSCRIBE_BASE_URL": "endpoint for transcription (default: OPENAI_BASE_URL)",

@@ -712,7 +712,7 @@ async def test_edit_rules(fake: FakeTelegram, bot: Bot) -> None:
         await bot.edit_message_text(
             "<b>x", chat_id=4, message_id=draft.message_id, parse_mode="HTML"
         )
-    with pytest.raises(TelegramBadRequest, match="inline"):
+    with pytest.raises(TelegramBadRequest, match="MESSAGE_ID_INVALID"):  # no such inline message
         await bot.edit_message_text("x", inline_message_id="abc")
     fake.delete_message(4, draft.message_id)
     with pytest.raises(TelegramBadRequest, match="message to edit not found"):
