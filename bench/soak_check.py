@@ -346,16 +346,17 @@ class Checker:
         second = self.sent_at.get((chat_id, found[1].parts[0].message_id))
         if first is None or second is None:
             return None
-        for kill, killed in self._record_ends():
-            sent_before = asked < kill if asked is not None else first <= kill + CRASH_WINDOW
-            if sent_before and kill - CRASH_WINDOW <= first and killed < second:
-                return kill - first
+        for end, killed in self._record_ends():
+            sent_before = asked < killed if asked is not None else first <= killed + CRASH_WINDOW
+            if sent_before and end - CRASH_WINDOW <= first and killed < second:
+                return end - first
         return None
 
     def _record_ends(self) -> list[tuple[float, float]]:
         """(from when nothing more could be recorded, when the bot died) for every
         SIGKILL: the kill itself, or when Redis went if the bot died before it was
-        back."""
+        back (a part announced before Redis went and accepted meanwhile cannot be
+        recorded: the same window, as long as the outage)."""
         ends = [(kill, kill) for kill in self.kill_times]
         for gone, back in self.store_outages:
             ends += [(gone, kill) for kill in self.kill_times if gone <= kill <= back]
@@ -518,7 +519,8 @@ class Checker:
             result.crash_window_duplicates += 1
             self._problem(
                 s, f"(crash window: the first copy was accepted {gap * 1000:.0f} ms "
-                f"before a SIGKILL) {len(found)} answers {texts}",
+                f"before a SIGKILL, or before Redis went away until one) {len(found)} "
+                f"answers {texts}",
             )  # fmt: skip
             return
         when = self.accepted(s.chat_id, found)

@@ -158,6 +158,7 @@ class Model(Protocol):
         *,
         media: Media = None,
         stop: asyncio.Event | None = None,
+        on_thoughts: Callable[[str], None] | None = None,
     ) -> Answer: ...
 
     async def complete(self, messages: Sequence[ChatMessage], *, max_tokens: int) -> Answer: ...
@@ -250,6 +251,11 @@ class _Progress:
     @property
     def reasoning(self) -> str:
         return "\n\n".join(part for part in (self.thought.strip(), self.think.strip()) if part)
+
+    @property
+    def thought_size(self) -> int:
+        """How much of the thoughts has arrived (it grows with each of their deltas)."""
+        return len(self.thought) + len(self.think)
 
     @property
     def generated(self) -> str:
@@ -643,6 +649,7 @@ class ModelClient:
         tools: bytes | None = None,
         media: Media = None,
         stop: asyncio.Event | None = None,
+        on_thoughts: Callable[[str], None] | None = None,
     ) -> Answer:
         """Stream one answer, calling ``on_text`` with the whole text so far.
 
@@ -651,7 +658,8 @@ class ModelClient:
         is exactly what it was before tools existed. ``media`` holds the bytes
         of the messages' images (see :data:`Media`). Setting ``stop`` ends the
         call at once: the stream is closed and what arrived so far is returned
-        as a ``stopped`` answer.
+        as a ``stopped`` answer. ``on_thoughts`` gets a reasoning model's thoughts
+        so far as they grow, until its answer's text begins (for a live view only).
         """
         client = self._client
         body: bytes | list[dict[str, Any]] = (
@@ -669,7 +677,7 @@ class ModelClient:
             progress = _Progress()  # a retried stream starts over
             return self._stream_once(
                 client, messages, body=body, on_text=on_text, started=started,
-                progress=progress, tools=tools,
+                progress=progress, tools=tools, on_thoughts=on_thoughts,
             )  # fmt: skip
 
         try:
@@ -727,6 +735,7 @@ class ModelClient:
         started: float,
         progress: _Progress,
         tools: bytes | None = None,
+        on_thoughts: Callable[[str], None] | None = None,
     ) -> Answer:
         from . import sdk  # noqa: PLC0415 - loaded by self._client
 
@@ -736,9 +745,12 @@ class ModelClient:
         try:
             async with contextlib.aclosing(chunks):
                 async for chunk in chunks:
+                    thought = progress.thought_size
                     usage, grew = _read_chunk(chunk, progress, calls, usage)
                     if grew:
                         on_text(progress.text)  # its failure is its own, not the model's
+                    elif on_thoughts and not progress.text and progress.thought_size > thought:
+                        on_thoughts(progress.reasoning)
         except ModelError as error:
             error.partial = progress.text
             raise

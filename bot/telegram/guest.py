@@ -184,6 +184,9 @@ class GuestWriter:
     def update(self, text: str) -> None:
         self._latest = text
 
+    def think(self, thoughts: str) -> None:
+        """A reasoning model's thoughts: nowhere to show them before the answer."""
+
     def ended(self) -> None:
         """The text is complete; :meth:`finish` posts it."""
 

@@ -654,8 +654,9 @@ class Engine:
                 )
             else:
                 answer = await self.model.stream(
-                    window.messages, turn.writer.update, media=window.media, stop=stop
-                )
+                    window.messages, turn.writer.update, media=window.media, stop=stop,
+                    on_thoughts=turn.writer.think,
+                )  # fmt: skip
         except ModelError as exc:
             if exc.kind == "no_images":
                 await self.context.text_only()
