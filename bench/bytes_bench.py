@@ -149,9 +149,9 @@ class BaselineAccounting(Accounting):
         replies = await run_together(self._redis, step, *([also] if also else []))
         return replies[1] if also else []
 
-    async def last_call(self, chat_id: int, sent: NodeId) -> tuple[int, int, str] | None:
+    async def last_call(self, chat: int | str, sent: NodeId) -> tuple[int, int, str] | None:
         fields = [f"{sent.ref}:{name}" for name in ("p", "c", "n", "v")]
-        values: list[Any] = await self._redis.hmget(_old_key("n", chat_id), fields)
+        values: list[Any] = await self._redis.hmget(_old_key("n", chat), fields)
         p, c, n, view = values
         if n is None or int(n) != 1:
             return None

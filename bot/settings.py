@@ -104,6 +104,7 @@ SETTINGS_HELP: dict[str, str] = {
     "DAILY_SPEND_ALERT_USD": "tell the owners once when a day's spend passes this (0: off)",
     "MAX_INPUT_CHARS": "longest user message sent to the model (16000)",
     "TOPIC_TITLES": "title private-chat topics whose name Telegram made up (true)",
+    "GUEST_MODE": "answer mentions in chats the bot is not in (Bot API 10.0 guest mode) (true)",
     "IMAGE_MAX_PIXELS": "longest side of a photo sent to the model (2048)",
     "TRANSCRIBE_MODEL": "speech-to-text model for voice notes and audio (whisper-1)",
     "TRANSCRIBE_BASE_URL": "endpoint for transcription (default: OPENAI_BASE_URL)",
@@ -276,6 +277,8 @@ class Settings(BaseSettings):
     max_input_chars: int = Field(16000, ge=100)
     #: Rename a private-chat topic whose name Telegram made up after its first answer.
     topic_titles: bool = True
+    #: Answer ``guest_message`` updates (Bot API 10.0: summoned in chats the bot is not in).
+    guest_mode: bool = True
     #: Longest side (pixels) of the photo size sent to the model.
     image_max_pixels: int = Field(2048, ge=64)
     #: Speech-to-text model (voice notes, audio) and its endpoint (unset: OPENAI_BASE_URL).

@@ -43,6 +43,29 @@ draft shown with ``can_stop``): it queues a ``stopped_message_generation`` updat
 older or self-hosted server, ``unsupported_methods={"sendMessageDraft"}`` (or adding it to
 that set while running) answers ``404 Not Found: method not found``.
 
+Guest mode (Bot API 10.0): :meth:`FakeTelegram.add_guest_chat` is a chat the bot is not
+in (kept apart from the bot's own chats, even under the same id, as Telegram says it "may
+not coincide" with them); :meth:`FakeTelegram.summon` is a user mentioning the bot there (a
+``guest_message`` update with a ``guest_query_id``; only a text that mentions the bot is
+delivered, and its ``reply_to_message`` is the message replied to as the chat shows it);
+:meth:`FakeTelegram.post_in_guest_chat` is a message the bot never sees. ``answerGuestQuery``
+answers a query once (again, or after :meth:`FakeTelegram.expire_guest_query`, Telegram's
+"query is too old" error), takes an ``article`` result and posts it into the chat as the
+bot's message (text, entities and inline keyboard as sent, ``guest_bot_caller_user`` set, a
+reply to the summoning message), answering an ``inline_message_id`` with which
+``editMessageText`` edits it (``True`` as the result). ``sendMessage`` never reaches a guest
+chat. ``guest_mode=False`` is a bot whose guest mode is off in @BotFather (getMe
+``supports_guest_queries``).
+
+Ephemeral messages (Bot API 10.2): ``sendMessage`` with ``receiver_user_id`` (or 10.3's
+``ephemeral_message_parameters``) in a group shows the message to that user only: it is kept
+in :attr:`FakeTelegram.ephemerals`, not among the chat's messages, with ``message_id`` 0 and an
+``ephemeral_message_id``; :meth:`FakeTelegram.visible_to` is what one user sees.
+Its receiver may press its buttons (:meth:`FakeTelegram.press_ephemeral_button`) and the bot
+edit it with ``editEphemeralMessageText`` (Bot API 10.3). ``ephemeral=False`` is an older
+server: it ignores those parameters and sends the message to everyone, as such a server
+does with any parameter it does not know.
+
 Deliberately stricter than Telegram (real Telegram silently passes these through):
 a bare ``&`` that does not start ``&lt;``/``&gt;``/``&amp;``/``&quot;``/``&#NN;``/``&#xHH;``
 (``;`` included) and ``<a>`` without ``href`` are rejected.  Pass ``strict_html=False`` to get
@@ -157,6 +180,8 @@ _METHODS: Final = (
     "sendRichMessage",
     "sendRichMessageDraft",
     "getChatMember",
+    "answerGuestQuery",
+    "editEphemeralMessageText",
 )
 _CANONICAL: Final = {name.lower(): name for name in _METHODS}
 # Methods whose successful result is an object (so a field can be dropped or added).
@@ -271,6 +296,8 @@ _INT_FIELDS: Final = frozenset(
         "reply_to_message_id",
         "from_chat_id",
         "user_id",
+        "receiver_user_id",
+        "ephemeral_message_id",
         "offset",
         "limit",
         "timeout",
@@ -290,6 +317,7 @@ _STRING_FIELDS: Final = frozenset(
         "business_connection_id",
         "message_effect_id",
         "callback_query_id",
+        "guest_query_id",
         "secret_token",
         "ip_address",
         "language_code",
@@ -494,6 +522,16 @@ class _Poll:
     def connected(self) -> bool:
         transport = self.request.transport
         return transport is not None and not transport.is_closing()
+
+
+@dataclass
+class _GuestQuery:
+    chat_id: int
+    message_id: int
+    caller: JSON
+    #: The inline_message_id of the answer posted (None: not answered yet).
+    answered: str | None = None
+    expired: bool = False
 
 
 @dataclass
@@ -1282,7 +1320,7 @@ class _MarkdownParser:
 class FakeTelegram:
     """A Bot API server for one bot. See the module docstring for usage."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0915 - one attribute a statement
         self,
         *,
         token: str = "123456:TEST-token-abcdefghijklmnopqrstuvw",
@@ -1300,8 +1338,21 @@ class FakeTelegram:
         files_dir: str | Path | None = None,
         server_dir: str | Path | None = None,
         serve_local_files: bool = False,
+        guest_mode: bool = True,
+        ephemeral: bool = True,
     ) -> None:
         self.token = token
+        #: The bot's guest mode is on in @BotFather (getMe ``supports_guest_queries``).
+        self.guest_mode = guest_mode
+        #: The server knows ephemeral messages (Bot API 10.2).
+        self.ephemeral = ephemeral
+        self._guest_chats: dict[int, _Chat] = {}
+        #: Guest queries by id: (guest chat, summoning message, caller) and their state.
+        self.guest_queries: dict[str, _GuestQuery] = {}
+        #: inline_message_id -> (guest chat, message id) of each answer posted.
+        self._inline: dict[str, tuple[int, int]] = {}
+        #: Every ephemeral message sent, oldest first (never among a chat's messages).
+        self.ephemerals: list[StoredMessage] = []
         self._set_up_files(local_mode, files_dir, server_dir, serve_local_files)
         self.bot_id = bot_id
         self.username = username
@@ -1392,6 +1443,8 @@ class FakeTelegram:
             "sendRichMessage": self._send_rich_message,
             "sendRichMessageDraft": self._send_rich_message_draft,
             "getChatMember": self._get_chat_member,
+            "answerGuestQuery": self._answer_guest_query,
+            "editEphemeralMessageText": self._edit_ephemeral_message_text,
         }
 
     def _set_up_files(
@@ -1576,6 +1629,146 @@ class FakeTelegram:
     def unblock_chat(self, chat_id: int) -> None:
         self._chat(chat_id).blocked = False
         self._notify()
+
+    # ----------------------------------------------------------------- guest mode
+
+    def add_guest_chat(self, chat_id: int, kind: str = "private", *, title: str = "Friends") -> int:
+        """A chat the bot is not a member of, where users may summon it (Bot API 10.0).
+
+        Kept apart from the bot's own chats: ``chat_id`` may equal one of theirs.
+        """
+        if kind not in ("private", "group", "supergroup"):
+            raise ValueError("guest bots are summoned in private chats, groups and supergroups")
+        chat = _Chat(chat_id, kind, title=None if kind == "private" else title)
+        if kind == "private":
+            chat.first_name = "Friend"
+        self._guest_chats[chat_id] = chat
+        return chat_id
+
+    def summon(
+        self,
+        chat_id: int,
+        from_user_id: int,
+        text: str,
+        *,
+        reply_to: int | None = None,
+        photo: bool = False,
+    ) -> dict[str, Any]:
+        """A user mentions the bot in guest chat ``chat_id``: a ``guest_message`` update.
+
+        Telegram delivers nothing unless the text (``photo``: a photo's caption) mentions
+        the bot. ``reply_to`` is any message of that chat (the bot's guest answers
+        included); the update carries it as ``reply_to_message`` as the chat shows it now.
+        """
+        chat = self._guest_chats[chat_id]
+        entities = _auto_entities(text)
+        extra: JSON = {}
+        if photo:  # a real file the bot can getFile, as send_user_message's
+            extra = _media_payload("photo", -chat_id - 10**13, chat.next_message_id)
+            self._attach_files(extra, "photo", None, None, None, None, None, None)
+            extra.update(caption=text, caption_entities=entities)
+        mention = f"@{self.username}".lower()
+        if not any(
+            e["type"] == "mention"
+            and text[e["offset"] : e["offset"] + e["length"]].lower() == mention
+            for e in entities
+        ):
+            raise ValueError("a guest message reaches the bot only when it mentions the bot")
+        message = self._store(
+            chat,
+            self._ensure_user(from_user_id).as_dict(),
+            is_bot=False,
+            text=None if photo else text,
+            entities=[] if photo else entities,
+            reply=self._user_reply_target(chat, reply_to),
+            extra=extra,
+            caption=text if photo else None,
+        )
+        query_id = str(7_000_000_000_000 + len(self.guest_queries))
+        self.guest_queries[query_id] = _GuestQuery(
+            chat_id, message.message_id, self._ensure_user(from_user_id).as_dict()
+        )
+        update = copy.deepcopy(message.raw)
+        update["guest_query_id"] = query_id
+        self.push_update({"guest_message": update})
+        return update
+
+    def post_in_guest_chat(self, chat_id: int, from_user_id: int, text: str) -> int:
+        """Somebody writes in the guest chat without mentioning the bot: it sees nothing."""
+        chat = self._guest_chats[chat_id]
+        user = self._ensure_user(from_user_id).as_dict()
+        return self._store(
+            chat, user, is_bot=False, text=text, entities=_auto_entities(text)
+        ).message_id
+
+    def press_guest_button(self, chat_id: int, message_id: int, user_id: int, data: str) -> str:
+        """A user presses a button of the bot's guest answer: a ``callback_query`` with
+        the answer's ``inline_message_id`` and no message (an inline message's)."""
+        message = self._guest_chats[chat_id].messages[message_id]
+        markup = message.reply_markup or {}
+        held = [b.get("callback_data") for row in markup.get("inline_keyboard", []) for b in row]
+        inline = next(
+            (i for i, where in self._inline.items() if where == (chat_id, message_id)), None
+        )
+        if inline is None or data not in held:
+            raise ValueError(f"guest message {message_id} in chat {chat_id} has no button {data!r}")
+        query_id = str(4_000_000_000_000 + len(self.open_queries) + len(self.query_answers))
+        self.open_queries[query_id] = (chat_id, message_id)
+        callback = {
+            "id": query_id,
+            "from": self._ensure_user(user_id).as_dict(),
+            "inline_message_id": inline,
+            "chat_instance": f"gi{abs(chat_id)}",
+            "data": data,
+        }
+        self.push_update({"callback_query": callback})
+        return query_id
+
+    def press_ephemeral_button(
+        self, chat_id: int, ephemeral_id: int, user_id: int, data: str
+    ) -> str:
+        """The receiver of an ephemeral message presses one of its buttons (nobody else
+        sees it): a ``callback_query`` carrying the message."""
+        message = self._ephemeral(chat_id, ephemeral_id)
+        markup = message.reply_markup or {}
+        held = [b.get("callback_data") for row in markup.get("inline_keyboard", []) for b in row]
+        if message.raw["receiver_user"]["id"] != user_id or data not in held:
+            raise ValueError(f"user {user_id} sees no button {data!r} of that message")
+        query_id = str(4_000_000_000_000 + len(self.open_queries) + len(self.query_answers))
+        self.open_queries[query_id] = (chat_id, 0)
+        callback = {
+            "id": query_id,
+            "from": self._ensure_user(user_id).as_dict(),
+            "message": copy.deepcopy(message.raw),
+            "chat_instance": f"ci{abs(chat_id)}",
+            "data": data,
+        }
+        self.push_update({"callback_query": callback})
+        return query_id
+
+    def _ephemeral(self, chat_id: int, ephemeral_id: int) -> StoredMessage:
+        for message in self.ephemerals:
+            if message.chat_id == chat_id and message.raw["ephemeral_message_id"] == ephemeral_id:
+                return message
+        raise KeyError(f"no ephemeral message {ephemeral_id} in chat {chat_id}")
+
+    def expire_guest_query(self, query_id: str) -> None:
+        """The query can no longer be answered (Telegram's "query is too old")."""
+        self.guest_queries[query_id].expired = True
+
+    def guest_messages(self, chat_id: int) -> list[StoredMessage]:
+        """Every message of guest chat ``chat_id``, in id order."""
+        return sorted(self._guest_chats[chat_id].messages.values(), key=lambda m: m.message_id)
+
+    def guest_answers(self, chat_id: int) -> list[StoredMessage]:
+        """The bot's answers posted into guest chat ``chat_id``."""
+        return [m for m in self.guest_messages(chat_id) if m.is_bot]
+
+    def visible_to(self, chat_id: int, user_id: int) -> list[StoredMessage]:
+        """What ``user_id`` sees in the chat: its messages and the ephemeral ones sent to them."""
+        mine = [m for m in self.ephemerals
+                if m.chat_id == chat_id and m.raw["receiver_user"]["id"] == user_id]  # fmt: skip
+        return [*self.messages(chat_id), *mine]
 
     # ----------------------------------------------------------------- inbound traffic
 
@@ -2235,6 +2428,7 @@ class FakeTelegram:
             "can_connect_to_business": False,
             "has_main_web_app": self.main_web_app,
             "has_topics_enabled": self.topics_enabled,
+            "supports_guest_queries": self.guest_mode,
         }
 
     def _bot_user(self) -> JSON:
@@ -2578,7 +2772,9 @@ class FakeTelegram:
         text, entities, mode, raw_text = self._format(params)
         thread_id, reply = self._placement(chat, params)
         markup = _reply_markup(params, chat)
+        receiver = self._ephemeral_receiver(chat, params)
         self._draft_on_screen.pop(chat.id, None)  # a message the bot sends replaces its draft
+        next_id = chat.next_message_id
         message = self._store(
             chat,
             self._bot_user(),
@@ -2591,7 +2787,30 @@ class FakeTelegram:
             parse_mode=mode,
             reply_markup=markup,
         )
+        if receiver is not None:
+            # shown to one user only: no message id of the chat, an ephemeral one instead
+            del chat.messages[message.message_id]
+            chat.next_message_id = next_id
+            message.message_id = message.raw["message_id"] = 0
+            message.raw["ephemeral_message_id"] = len(self.ephemerals) + 1
+            message.raw["receiver_user"] = receiver.as_dict()
+            self.ephemerals.append(message)
         return copy.deepcopy(message.raw)
+
+    def _ephemeral_receiver(self, chat: _Chat, params: JSON) -> _User | None:
+        """The receiver of an ephemeral message (None: an ordinary one, or a server that
+        knows no ephemeral messages and ignores the parameters)."""
+        nested = params.get("ephemeral_message_parameters")
+        raw = nested.get("receiver_user_id") if isinstance(nested, dict) else None
+        raw = params.get("receiver_user_id") if raw is None else raw
+        if raw is None or not self.ephemeral:
+            return None
+        if chat.type not in ("group", "supergroup"):
+            raise _ApiError(400, "Bad Request: ephemeral messages can be sent only to groups")
+        user = self._users.get(_coerce_int(raw) or 0)
+        if user is None:
+            raise _ApiError(400, "Bad Request: user not found")
+        return user
 
     def _send_photo(self, params: JSON) -> JSON:
         """sendPhoto with an uploaded PNG or JPEG (multipart/form-data, directly or via
@@ -2771,9 +2990,18 @@ class FakeTelegram:
         self._notify()
         return True
 
-    def _edit_message_text(self, params: JSON) -> JSON:
-        if params.get("inline_message_id"):
-            raise _ApiError(400, "Bad Request: inline messages are not supported by FakeTelegram")
+    def _edit_message_text(self, params: JSON) -> JSON | bool:
+        inline = params.get("inline_message_id")
+        if inline:
+            # an inline message (a guest answer): no chat_id, and True as the result
+            where = self._inline.get(str(inline))
+            if where is None:
+                raise _ApiError(400, "Bad Request: MESSAGE_ID_INVALID")
+            posted = self._guest_chats[where[0]].messages[where[1]]
+            if posted.deleted:
+                raise _ApiError(400, "Bad Request: MESSAGE_ID_INVALID")
+            self._apply_edit(posted, params)
+            return True
         chat = self._target_chat(params)
         message_id = _opt_int(params, "message_id")
         if message_id is None:
@@ -2783,6 +3011,10 @@ class FakeTelegram:
             raise _ApiError(400, "Bad Request: message to edit not found")
         if not message.is_bot or message.text is None:
             raise _ApiError(400, "Bad Request: message can't be edited")
+        self._apply_edit(message, params)
+        return copy.deepcopy(message.raw)
+
+    def _apply_edit(self, message: StoredMessage, params: JSON) -> None:
         if params.get("rich_message") is not None and params.get("text") not in (None, ""):
             raise _ApiError(400, "Bad Request: text and rich_message can't be specified together")
         rich: Rich | None = None
@@ -2814,7 +3046,6 @@ class FakeTelegram:
         _set_or_drop(raw, "entities", copy.deepcopy(entities) or None)
         _set_or_drop(raw, "reply_markup", _visible_markup(markup))
         self._notify()
-        return copy.deepcopy(raw)
 
     def _edit_forum_topic(self, params: JSON) -> bool:
         """Rename a topic: the bot in a private chat with topics, or a forum's admin."""
@@ -2859,6 +3090,64 @@ class FakeTelegram:
             raise _ApiError(400, "Bad Request: MESSAGE_TOO_LONG")
         del self.open_queries[str(query_id)]
         self.query_answers[str(query_id)] = None if text is None else str(text)
+        return True
+
+    def _answer_guest_query(self, params: JSON) -> JSON:
+        query = self.guest_queries.get(str(params.get("guest_query_id") or ""))
+        if query is None or query.answered is not None or query.expired:
+            raise _ApiError(
+                400,
+                "Bad Request: query is too old and response timeout expired or query ID is invalid",
+            )
+        result = params.get("result")
+        if not isinstance(result, dict):
+            raise _ApiError(400, "Bad Request: can't parse inline query result JSON object")
+        if result.get("type") != "article":
+            raise _ApiError(400, "Bad Request: only article results are supported by FakeTelegram")
+        if not 1 <= len(str(result.get("id") or "").encode()) <= 64:
+            raise _ApiError(400, "Bad Request: RESULT_ID_INVALID")
+        if not result.get("title"):
+            raise _ApiError(400, "Bad Request: RESULT_TITLE_EMPTY")
+        content = result.get("input_message_content")
+        if not isinstance(content, dict) or "message_text" not in content:
+            raise _ApiError(400, "Bad Request: can't parse input message content")
+        text, entities, mode, raw_text = self._format(
+            {
+                "text": content["message_text"],
+                "parse_mode": content.get("parse_mode"),
+                "entities": content.get("entities"),
+            }
+        )
+        markup = _reply_markup({"reply_markup": result.get("reply_markup")})
+        if markup is not None and "inline_keyboard" not in markup:
+            raise _ApiError(400, "Bad Request: REPLY_MARKUP_INVALID")
+        chat = self._guest_chats[query.chat_id]
+        message = self._store(
+            chat,
+            self._bot_user(),
+            is_bot=True,
+            text=text,
+            entities=entities,
+            reply=chat.messages[query.message_id],
+            html=raw_text,
+            parse_mode=mode,
+            reply_markup=markup,
+            extra={"guest_bot_caller_user": copy.deepcopy(query.caller)},
+        )
+        inline = hashlib.sha256(f"{query.chat_id}:{message.message_id}".encode()).hexdigest()[:27]
+        query.answered = inline
+        self._inline[inline] = (chat.id, message.message_id)
+        return {"inline_message_id": inline}
+
+    def _edit_ephemeral_message_text(self, params: JSON) -> bool:
+        chat = self._target_chat(params)
+        try:
+            message = self._ephemeral(chat.id, _opt_int(params, "ephemeral_message_id") or 0)
+        except KeyError:
+            raise _ApiError(400, "Bad Request: message to edit not found") from None
+        if message.raw["receiver_user"]["id"] != _opt_int(params, "receiver_user_id"):
+            raise _ApiError(400, "Bad Request: message to edit not found")
+        self._apply_edit(message, params)
         return True
 
     def _send_chat_action(self, params: JSON) -> bool:

@@ -170,7 +170,7 @@ async def answered_parts(
 ) -> list[StoredMessage]:
     """Wait for this message's turn, not any turn: answered and no longer running (with
     at least ``done`` turns completed); its answer's parts."""
-    key = (chat, message_id)
+    key = (str(chat), message_id)
     await tg.wait_for(
         lambda: (
             app.runner.completed >= done

@@ -32,7 +32,9 @@ from aiogram.types import (
     BufferedInputFile,
     InlineKeyboardButton,
     InlineKeyboardMarkup,
+    InlineQueryResultArticle,
     InputRichMessage,
+    InputTextMessageContent,
     Message,
     MessageEntity,
     ReplyParameters,
@@ -711,7 +713,7 @@ async def test_edit_rules(fake: FakeTelegram, bot: Bot) -> None:
         await bot.edit_message_text(
             "<b>x", chat_id=4, message_id=draft.message_id, parse_mode="HTML"
         )
-    with pytest.raises(TelegramBadRequest, match="inline"):
+    with pytest.raises(TelegramBadRequest, match="MESSAGE_ID_INVALID"):  # no such inline message
         await bot.edit_message_text("x", inline_message_id="abc")
     fake.delete_message(4, draft.message_id)
     with pytest.raises(TelegramBadRequest, match="message to edit not found"):
@@ -1397,6 +1399,90 @@ async def test_private_chat_topics_and_edit_forum_topic(fake: FakeTelegram, bot:
         await bot.edit_forum_topic(1, topic + 100, name="Other")
     with pytest.raises(TelegramBadRequest, match="thread not found"):
         await bot.send_message(1, "nowhere", message_thread_id=topic + 100)
+
+
+# --------------------------------------------------------------------------- guest mode
+
+
+def _article(text: str, **extra: Any) -> InlineQueryResultArticle:
+    content = InputTextMessageContent(message_text=text, parse_mode="HTML")
+    return InlineQueryResultArticle(id="1", title="Answer", input_message_content=content, **extra)
+
+
+async def test_a_guest_query_is_answered_once_into_its_chat_as_the_bots_message(
+    fake: FakeTelegram, bot: Bot
+) -> None:
+    assert (await bot.get_me()).supports_guest_queries is True
+    fake.add_guest_chat(5, "group")
+    with pytest.raises(ValueError, match="mentions the bot"):
+        fake.summon(5, 42, "no mention here")
+    update = fake.summon(5, 42, "@replychain_bot what now?")
+    [pushed] = await bot.get_updates()
+    assert pushed.guest_message is not None and pushed.guest_message.guest_query_id
+    query = update["guest_query_id"]
+    button = InlineKeyboardButton(text="b", callback_data="x:1")
+    markup = InlineKeyboardMarkup(inline_keyboard=[[button]])
+    sent = await bot.answer_guest_query(
+        guest_query_id=query, result=_article("<b>now</b> this", reply_markup=markup)
+    )
+    [asked, answer] = fake.guest_messages(5)
+    assert (answer.text, answer.is_bot, answer.reply_to) == ("now this", True, asked.message_id)
+    assert answer.entities == [{"type": "bold", "offset": 0, "length": 3}]
+    assert answer.raw["guest_bot_caller_user"]["id"] == 42
+    assert answer.raw["reply_markup"] == markup.model_dump(exclude_none=True)
+    with pytest.raises(TelegramBadRequest, match="query is too old"):
+        await bot.answer_guest_query(guest_query_id=query, result=_article("again"))
+    # the bot is not in the chat: nothing reaches it by its id
+    with pytest.raises(TelegramBadRequest, match="chat not found"):
+        await bot.send_message(chat_id=5, text="hello")
+    # edited by inline_message_id: True, not a message
+    edited = await bot.edit_message_text(inline_message_id=sent.inline_message_id, text="later")
+    assert edited is True and fake.guest_answers(5)[0].text == "later"
+    with pytest.raises(TelegramBadRequest, match="MESSAGE_ID_INVALID"):
+        await bot.edit_message_text(inline_message_id="nope", text="x")
+
+
+async def test_a_reply_to_a_guest_answer_carries_it_and_a_query_expires(
+    fake: FakeTelegram, bot: Bot
+) -> None:
+    fake.add_guest_chat(5)
+    first = fake.summon(5, 42, "@replychain_bot hi")["guest_query_id"]
+    button = InlineKeyboardButton(text="b", callback_data="guest:1")
+    result = _article("hello", reply_markup=InlineKeyboardMarkup(inline_keyboard=[[button]]))
+    await bot.answer_guest_query(guest_query_id=first, result=result)
+    [answer] = fake.guest_answers(5)
+    reply = fake.summon(5, 42, "@replychain_bot more", reply_to=answer.message_id)
+    replied = reply["reply_to_message"]
+    assert replied["text"] == "hello" and replied["from"]["id"] == fake.bot_id
+    assert replied["reply_markup"]["inline_keyboard"][0][0]["callback_data"] == "guest:1"
+    assert "reply_to_message" not in replied
+    fake.expire_guest_query(reply["guest_query_id"])
+    with pytest.raises(TelegramBadRequest, match="query is too old"):
+        await bot.answer_guest_query(guest_query_id=reply["guest_query_id"], result=result)
+    with pytest.raises(TelegramBadRequest, match="RESULT_TITLE_EMPTY"):
+        await bot.answer_guest_query(
+            guest_query_id=fake.summon(5, 42, "@replychain_bot x")["guest_query_id"],
+            result=_article("t").model_copy(update={"title": ""}),
+        )
+
+
+async def test_ephemeral_messages_reach_their_receiver_only_and_an_older_server_ignores_them(
+    fake: FakeTelegram, bot: Bot
+) -> None:
+    fake.add_group(-9, "Team")
+    fake.add_user(42)
+    sent = await bot.send_message(chat_id=-9, text="for you", receiver_user_id=42)
+    assert (sent.message_id, sent.ephemeral_message_id) == (0, 1)
+    assert sent.receiver_user is not None and sent.receiver_user.id == 42
+    assert not fake.messages(-9) and [m.text for m in fake.visible_to(-9, 42)] == ["for you"]
+    assert fake.visible_to(-9, 7) == []
+    fake.add_private_chat(42)
+    with pytest.raises(TelegramBadRequest, match="only to groups"):
+        await bot.send_message(chat_id=42, text="x", receiver_user_id=42)
+    fake.ephemeral = False
+    plain = await bot.send_message(chat_id=-9, text="for all", receiver_user_id=42)
+    assert plain.ephemeral_message_id is None and plain.message_id > 0
+    assert [m.text for m in fake.messages(-9)] == ["for all"]
 
 
 # --------------------------------------------------------------------------- rich messages

@@ -100,6 +100,7 @@ async def test_doctor_passes_a_good_set_up(
     assert line_of(out, "✓ settings")
     assert "@" in line_of(out, "✓ Telegram:")
     assert "none set" in line_of(out, "✓ Telegram webhook:")
+    assert "on: @replychain_bot answers" in line_of(out, "✓ guest mode:")
     assert line_of(out, "✓ Redis: Redis ")
     assert "none yet" in line_of(out, "✓ Redis key layout:")  # the bot never ran here
     assert "AOF on" in line_of(out, "✓ Redis persistence:")
@@ -110,6 +111,18 @@ async def test_doctor_passes_a_good_set_up(
     assert "✗" not in out and "⚠" not in out
     assert_no_secrets(out + result.err, tg)
     assert [r.body.get("max_tokens") for r in llm.requests] == [1]
+
+
+async def test_doctor_says_how_to_turn_guest_mode_on(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, redis_server: RedisServer, redis: Redis
+) -> None:
+    tg.guest_mode = False  # not switched on in @BotFather
+    result = await cli(tmp_path, env_for(tg, llm, redis_server.url), "doctor")
+    assert result.code == 0, result  # the bot runs; nobody can summon it elsewhere
+    line = line_of(result.out, "⚠ guest mode:")
+    assert "supports_guest_queries" in line and "@BotFather" in line
+    off = await cli(tmp_path, env_for(tg, llm, redis_server.url, GUEST_MODE="false"), "doctor")
+    assert "GUEST_MODE=false" in line_of(off.out, "✓ guest mode:")
 
 
 async def test_doctor_names_a_rejected_token(

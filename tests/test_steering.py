@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from redis.asyncio import Redis
 
 from bot.bus.inbound import EDIT, RETRY, Inbound
@@ -267,7 +268,7 @@ async def test_an_edit_while_the_first_answer_streams(
         await tg.wait_for(
             lambda: (
                 bool(answers_to(tg, USER, asked))
-                and app.runner.in_flight.get((USER, asked)) is not None
+                and app.runner.in_flight.get((str(USER), asked)) is not None
             ),
             TIMEOUT,
         )
@@ -466,6 +467,9 @@ async def group_reply(tg: FakeTelegram, text: str, user: int, **kw: Any) -> Stor
 async def test_forget_in_a_group_is_the_owners_and_only_the_asker_confirms(
     tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory, redis: Redis
 ) -> None:
+    """On a server without ephemeral messages the confirmation is the group's to see: only
+    the asker's press counts."""
+    tg.ephemeral = False
     tg.add_group(GROUP, "Team")
     async with start_bot(owner_user_ids=str(USER)) as app:
         await ask(tg, app, GROUP, "@replychain_bot remember MARKER-G", user=OTHER_USER)
@@ -481,6 +485,31 @@ async def test_forget_in_a_group_is_the_owners_and_only_the_asker_confirms(
         tg.press_button(GROUP, confirm.message_id, USER, erase["callback_data"])
         await tg.wait_for(lambda: tg.message(GROUP, confirm.message_id).edits == 1, TIMEOUT)
         assert holding(await stored_bytes(redis), "MARKER-G") == []
+
+
+async def test_forget_in_a_group_asks_the_owner_alone_with_an_ephemeral_message(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory, redis: Redis
+) -> None:
+    tg.add_group(GROUP, "Team")
+    async with start_bot(owner_user_ids=str(USER)) as app:
+        await ask(tg, app, GROUP, "@replychain_bot remember MARKER-E", user=OTHER_USER)
+        asked = tg.send_user_message(GROUP, OTHER_USER, "/forget@replychain_bot")["message_id"]
+        # the refusal goes to the asker only (test_ephemeral.py)
+        await tg.wait_for(lambda: any(m.reply_to == asked for m in tg.ephemerals), TIMEOUT)
+        [refused] = [m for m in tg.ephemerals if m.reply_to == asked]
+        assert refused.text == FORGET_OWNERS_ONLY
+        asked = tg.send_user_message(GROUP, USER, "/forget@replychain_bot")["message_id"]
+        await tg.wait_for(lambda: any(m.reply_to == asked for m in tg.ephemerals), TIMEOUT)
+        [confirm] = [m for m in tg.ephemerals if m.reply_to == asked]
+        assert confirm.raw["receiver_user"]["id"] == USER and confirm.text == FORGET_ASK
+        [[erase, _]] = (confirm.reply_markup or {})["inline_keyboard"]
+        ephemeral = confirm.raw["ephemeral_message_id"]
+        with pytest.raises(ValueError, match="sees no button"):  # nobody else sees it
+            tg.press_ephemeral_button(GROUP, ephemeral, OTHER_USER, erase["callback_data"])
+        tg.press_ephemeral_button(GROUP, ephemeral, USER, erase["callback_data"])
+        await tg.wait_for(lambda: confirm.edits == 1, TIMEOUT)
+        assert holding(await stored_bytes(redis), "MARKER-E") == []
+        assert confirm.text is not None and "rased" in confirm.text
 
 
 async def test_group_edits_count_only_for_messages_the_bot_answers(

@@ -10,8 +10,9 @@ from typing import Any, Literal
 import msgpack
 
 #: Fields of an intake entry: chat, message, user, text, reply_to, thread, is_group,
-#: reply_to_bot, kind, media, group (the layout's version is rc:layout, bot/data/layout.py).
-_FIELDS = 11
+#: reply_to_bot, kind, media, group, guest (the layout's version is rc:layout,
+#: bot/data/layout.py).
+_FIELDS = 12
 
 #: A new message.
 MESSAGE = ""
@@ -78,6 +79,9 @@ class Inbound:
     kind: str = MESSAGE
     media: tuple[MediaRef, ...] = ()
     group: str | None = None
+    #: A guest message (Bot API 10.0): its ``guest_query_id``, which the answer is
+    #: posted with (once); ``None`` for a message of a chat the bot is in.
+    guest: str | None = None
 
     @property
     def turn(self) -> str:
@@ -94,8 +98,10 @@ class Inbound:
 
     @property
     def scope(self) -> str:
-        """The transcript store's scope of this message: its chat."""
-        return str(self.chat_id)
+        """The transcript store's scope of this message: its chat, and for a guest
+        message the guest chat ("g<chat>"), which Telegram says "may not coincide" with
+        a chat of the bot's sharing its id: their threads, turns and ledgers never mix."""
+        return f"g{self.chat_id}" if self.guest is not None else str(self.chat_id)
 
     def encode(self) -> bytes:
         """The msgpack form kept in the intake stream: an array of the fields in order."""
@@ -112,6 +118,7 @@ class Inbound:
                 self.kind,
                 [m.encode() for m in self.media],
                 self.group,
+                self.guest,
             ]
         )
         return data
@@ -123,10 +130,24 @@ class Inbound:
             fields = msgpack.unpackb(data)
             if len(fields) != _FIELDS:
                 return None
-            chat, message, user, text, reply_to, thread, group, to_bot, kind, media, album = fields
+            (
+                chat,
+                message,
+                user,
+                text,
+                reply_to,
+                thread,
+                group,
+                to_bot,
+                kind,
+                media,
+                album,
+                guest,
+            ) = fields
             return cls(
                 chat, message, user, text, reply_to, thread, bool(group), bool(to_bot),
                 str(kind), tuple(MediaRef.decode(m) for m in media), album,
+                None if guest is None else str(guest),
             )  # fmt: skip
         except Exception:  # a damaged entry must not stop the bus
             return None

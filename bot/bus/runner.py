@@ -56,7 +56,7 @@ BEATS_PER_TAKEOVER = 6
 #: Looks for a dead process's entries per takeover time.
 CLAIMS_PER_TAKEOVER = 4
 
-TurnKey = tuple[int, int]
+TurnKey = tuple[str, int]
 
 
 class TurnBusy(Exception):
@@ -331,7 +331,7 @@ class TurnRunner:
             log.error("parking an intake entry that does not decode (%s)", entry.id.decode())
             await self._settle(lambda: self.intake.park(entry, "undecodable entry"))
             return
-        key = (inbound.chat_id, inbound.message_id)
+        key = (inbound.scope, inbound.message_id)
         earlier = self.in_flight.get(key)
         if earlier is not None:  # the same message twice: let the first finish
             await asyncio.shield(earlier)

@@ -230,6 +230,7 @@ def usage_total_key(bucket: int, *parts: object) -> str:
     return ":".join([f"{NAMESPACE}:{{usage:{bucket}}}", *map(str, parts)])
 
 
-def chat_usage_key(chat_id: int, *parts: object) -> str:
-    """A usage detail key in the chat's slot, e.g. ``chat_usage_key(chat, "t", day)``."""
-    return scope_prefix(str(chat_id)) + ":".join(["u", *map(str, parts)])
+def chat_usage_key(chat: int | str, *parts: object) -> str:
+    """A usage detail key in the chat's slot, e.g. ``chat_usage_key(chat, "t", day)``;
+    ``chat`` is its id or its scope (a guest chat's "g<chat>": its own detail)."""
+    return scope_prefix(str(chat)) + ":".join(["u", *map(str, parts)])

@@ -141,6 +141,7 @@ async def check_telegram(settings: Settings, report: Report) -> None:
             )
             return
         report.ok("Telegram", f"@{me.username} (bot id {me.id}) at {server}")
+        _guest_mode(settings, me.username or "", me.supports_guest_queries, report)
         try:
             info = await bot.get_webhook_info()
         except TelegramAPIError as exc:
@@ -161,6 +162,22 @@ async def check_telegram(settings: Settings, report: Report) -> None:
             )
     finally:
         await session.close()
+
+
+def _guest_mode(settings: Settings, username: str, supported: bool | None, report: Report) -> None:
+    """Guest mode (Bot API 10.0): getMe's ``supports_guest_queries`` beside GUEST_MODE."""
+    if not settings.guest_mode:
+        report.ok("guest mode", "GUEST_MODE=false: mentions in chats the bot is not in are ignored")
+    elif supported:
+        report.ok("guest mode", f"on: @{username} answers where it is mentioned, even in chats "
+                  "it is not in")  # fmt: skip
+    else:
+        report.warn(
+            "guest mode",
+            f"off for @{username} (getMe: supports_guest_queries is not set): to be "
+            "summoned in chats it is not in, open @BotFather, choose the bot (/mybots) and "
+            "turn guest mode on in its Bot Settings; or set GUEST_MODE=false",
+        )
 
 
 # ---------------------------------------------------------------------- Redis

@@ -10,6 +10,8 @@ Telegram tells most of its 400s apart only by the text of ``description``.
     ├── EditTargetGoneError      "message to edit not found", "MESSAGE_ID_INVALID"
     ├── DraftPeerInvalidError    "TEXTDRAFT_PEER_INVALID" (a draft outside a private chat)
     ├── ThreadGoneError          "message thread not found" (the topic was deleted)
+    ├── QueryClosedError         "query is too old …", "QUERY_ID_INVALID" (answered already,
+    │                            or too old: a guest message's or a button's query)
     └── OversizeFileError        "file is too big" (getFile: the server will not serve it)
     TelegramNotFound (aiogram: 404)
     └── UnknownMethodError       "method not found" (an older or self-hosted server)
@@ -42,6 +44,11 @@ class ThreadGoneError(TelegramBadRequest):
     """The forum topic the message was meant for no longer exists."""
 
 
+class QueryClosedError(TelegramBadRequest):
+    """The query can no longer be answered: answered already, too old, or unknown
+    (Telegram tells these apart in no way)."""
+
+
 class OversizeFileError(TelegramBadRequest):
     """A file too big for the Bot API server: getFile will not serve it, or an upload is
     over the server's limit."""
@@ -59,6 +66,7 @@ _BY_DESCRIPTION: tuple[tuple[tuple[str, ...], type[TelegramAPIError]], ...] = (
     (("message to edit not found", "message_id_invalid"), EditTargetGoneError),
     (("textdraft_peer_invalid",), DraftPeerInvalidError),
     (("message thread not found",), ThreadGoneError),
+    (("query is too old", "query_id_invalid"), QueryClosedError),
     (("file is too big",), OversizeFileError),
     (("method not found",), UnknownMethodError),
 )

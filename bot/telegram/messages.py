@@ -15,6 +15,8 @@ from aiogram.types import Message, TelegramObject
 from aiogram.utils.magic_filter import MagicFilter
 
 from ..bus.inbound import Inbound, MediaRef
+from . import guest
+from .format import Chunk, escape_html
 from .out import Notifier
 
 
@@ -124,7 +126,22 @@ def inbound_of(
     )
 
 
-def notice(notifier: Notifier, message: Message, text: str) -> None:
+def notice(notifier: Notifier, message: Message, text: str, *, personal: bool = False) -> None:
     """Answer ``message`` locally with ``text``, in its topic, in the background: the
-    update handler never waits on Telegram (the answer belongs to no conversation)."""
-    notifier.say(message.chat.id, text, reply_to=message.message_id, thread_id=thread_of(message))
+    update handler never waits on Telegram (the answer belongs to no conversation).
+    A guest message is answered through its query (bot/telegram/guest.py); a
+    ``personal`` notice in a group goes to the sender only (an ephemeral message)."""
+    query = message.guest_query_id
+    if query is not None:
+        chunk = Chunk(escape_html(text), text)
+
+        async def answer() -> None:
+            await guest.post(notifier.out, query, chunk, name=None)
+
+        notifier.run(answer, name=f"guest-notice-{message.chat.id}")
+        return
+    receiver = message.from_user.id if personal and message.from_user else None
+    notifier.say(
+        message.chat.id, text, reply_to=message.message_id, thread_id=thread_of(message),
+        receiver=receiver if is_group(message) else None,
+    )  # fmt: skip

@@ -142,6 +142,9 @@ class TelegramOut:
     #: Whether answers stream as drafts in private chats; the first server that knows no
     #: ``sendMessageDraft`` turns it off for the life of the process.
     drafts = True
+    #: Whether notices for one person of a group go to that person only (Bot API 10.2
+    #: ephemeral messages); the first server that sends one to everyone turns it off.
+    ephemeral = True
     #: Whether answers go out as rich messages (RICH_MESSAGES=auto); the first server that
     #: knows none turns it off for the life of the process.
     rich = True
@@ -261,6 +264,68 @@ class TelegramOut:
     ) -> int:
         """A short notice (plain text, never parsed)."""
         return await self.send(chat_id, Chunk(text, text), reply_to=reply_to, thread_id=thread_id)
+
+    async def send_personal(
+        self, chat_id: int, text: str, *, receiver: int, reply_to: int | None,
+        thread_id: int | None, markup: InlineKeyboardMarkup | None = None,
+    ) -> int:  # fmt: skip
+        """A notice for one person of a group (plain text, buttons under it if given): an
+        ephemeral message to ``receiver`` where the server has them (0: it has no message
+        id; edit it with :meth:`edit_personal`), else a reply everyone sees, as before
+        (its id)."""
+
+        async def to_everyone() -> int:
+            if markup is None:
+                return await self.send_text(chat_id, text, reply_to=reply_to, thread_id=thread_id)
+            return await self.send_buttons(
+                chat_id, text, markup, reply_to=reply_to, thread_id=thread_id
+            )
+
+        if not self.ephemeral:
+            return await to_everyone()
+        try:
+            message = await self._call(
+                self.bot.send_message(
+                    chat_id=chat_id,
+                    text=text,
+                    parse_mode=None,
+                    receiver_user_id=receiver,
+                    reply_parameters=_reply(reply_to),
+                    message_thread_id=thread_id,
+                    reply_markup=markup,
+                )
+            )
+        except TelegramBadRequest as exc:  # not to this person, here: to everyone, as before
+            log.info("ephemeral notice in chat %s refused (%s)", chat_id, exc.message)
+            return await to_everyone()
+        if not isinstance(message, Message):
+            return 0
+        if message.ephemeral_message_id is None:
+            if self.ephemeral:  # one line, however many notices were on their way
+                log.warning(
+                    "the Bot API server sent an ephemeral notice to everyone (no Bot API "
+                    "10.2 ephemeral messages); notices in groups go to everyone from now on"
+                )
+            self.ephemeral = False
+            return message.message_id
+        return 0
+
+    async def edit_personal(
+        self, chat_id: int, text: str, *, receiver: int, ephemeral_id: int
+    ) -> None:
+        """Replace an ephemeral notice's text (its buttons go); best effort: it may be gone."""
+        try:
+            await self._call(
+                self.bot.edit_ephemeral_message_text(
+                    chat_id=chat_id,
+                    receiver_user_id=receiver,
+                    ephemeral_message_id=ephemeral_id,
+                    text=text,
+                    parse_mode=None,
+                )
+            )
+        except (TelegramBadRequest, UnreadableResultError, UnknownMethodError) as exc:
+            log.info("could not edit an ephemeral notice in chat %s: %s", chat_id, exc.message)
 
     async def send_photo(
         self,
@@ -449,10 +514,23 @@ class Notifier:
         self._unthreaded = unthreaded
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def say(self, chat_id: int, text: str, *, reply_to: int, thread_id: int | None) -> None:
-        """Send ``text`` as a reply, in the background."""
+    def say(
+        self, chat_id: int, text: str, *, reply_to: int, thread_id: int | None,
+        receiver: int | None = None,
+    ) -> None:  # fmt: skip
+        """Send ``text`` as a reply, in the background; to ``receiver`` only (a group's
+        member) where the server has ephemeral messages."""
+        if receiver is None:
+            self.run(
+                lambda: self.out.send_text(chat_id, text, reply_to=reply_to, thread_id=thread_id),
+                name=f"notice-{chat_id}",
+                chat_id=chat_id,
+            )
+            return
         self.run(
-            lambda: self.out.send_text(chat_id, text, reply_to=reply_to, thread_id=thread_id),
+            lambda: self.out.send_personal(
+                chat_id, text, receiver=receiver, reply_to=reply_to, thread_id=thread_id
+            ),
             name=f"notice-{chat_id}",
             chat_id=chat_id,
         )

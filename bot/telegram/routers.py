@@ -18,18 +18,26 @@ from typing import Any
 from aiogram import BaseMiddleware, Bot, F, Router
 from aiogram.enums import ChatType, ContentType
 from aiogram.filters import Command, CommandStart, Filter
-from aiogram.types import BotCommand, Message, MessageGenerationStopped, TelegramObject, Update
+from aiogram.types import (
+    BotCommand,
+    CallbackQuery,
+    Message,
+    MessageGenerationStopped,
+    TelegramObject,
+    Update,
+)
 from aiogram.types.update import UpdateTypeLookupError
 
 from transcript import StoreUnavailableError, TranscriptStore
 
 from ..bus.albums import Albums
-from ..bus.inbound import EDIT, MESSAGE, MediaRef
+from ..bus.inbound import EDIT, MESSAGE, RETRY, Inbound, MediaRef
 from ..bus.intake import Intake
 from ..bus.relay import Relay
 from ..settings import Settings
 from ..usage.accounting import Accounting
 from ..usage.reports import OWNER_ONLY_TEXT, stats_chart, stats_report, usage_report
+from . import guest
 from .choices import choices_router
 from .messages import (
     Checked,
@@ -45,7 +53,7 @@ from .messages import (
     thread_of,
 )
 from .out import Notifier
-from .steering import steering_router, topic_router
+from .steering import RETRY_USAGE, steering_router, topic_router
 
 log = logging.getLogger("replychain.handlers")
 
@@ -148,7 +156,7 @@ class AccessControl(BaseMiddleware):
         if now - self._refused.get(key, -REFUSAL_EVERY) >= REFUSAL_EVERY:
             self._refused[key] = now
             log.info("refused user %s (not in ALLOWED_USER_IDS)", key)
-            notice(data["notifier"], event, REFUSAL_TEXT)
+            notice(data["notifier"], event, REFUSAL_TEXT, personal=True)
         return None
 
 
@@ -174,9 +182,16 @@ def build_router(allowed_user_ids: frozenset[int]) -> Router:
     """The bot's router; ``notifier``, ``intake`` and the rest come from the dispatcher's data."""
     root = Router(name="replychain")
     access = AccessControl(allowed_user_ids)
-    for child in (_usage_router(), steering_router(), choices_router(), _conversation_router()):
+    for child in (
+        _usage_router(),
+        steering_router(),
+        choices_router(),
+        _conversation_router(),
+        _guest_router(),
+    ):
         child.message.middleware(access)  # only for messages a handler would answer
         child.edited_message.middleware(access)
+        child.guest_message.middleware(access)  # the person who summoned the bot
         root.include_router(child)
     root.include_router(topic_router())  # service messages: noted, never answered
 
@@ -213,7 +228,7 @@ def _conversation_router() -> Router:
         me = await bot.me()
         if target and target.lower() != (me.username or "").lower():
             return  # a command for another bot in this group
-        notice(notifier, message, UNKNOWN_COMMAND_TEXT)
+        notice(notifier, message, UNKNOWN_COMMAND_TEXT, personal=True)
 
     @router.message(Checked(F.photo | F.document | F.audio), InAddressedAlbum())
     @router.message(Checked(F.photo | F.voice | F.audio | F.document), Addressed())
@@ -278,6 +293,66 @@ async def _take_in(
         await asyncio.Event().wait()
 
 
+def _guest_router() -> Router:
+    """Guest messages (Bot API 10.0): the bot was mentioned in a chat it is not in."""
+    router = Router(name="guest")
+
+    @router.guest_message()
+    async def on_guest(
+        message: Message,
+        *,
+        notifier: Notifier,
+        intake: Intake,
+        stopping: asyncio.Event,
+        bot: Bot,
+        settings: Settings,
+    ) -> None:
+        if not settings.guest_mode:
+            log.debug("guest message in chat %s ignored (GUEST_MODE=false)", message.chat.id)
+            return
+        me = await bot.me()
+        text = strip_mention(message.text or message.caption or "", me.username)
+        command = text.split(maxsplit=1)[0].partition("@")[0].lower() if text else ""
+        if message.content_type in UNSUPPORTED:
+            notice(notifier, message, UNSUPPORTED_TEXT)
+            return
+        if command in ("/start", "/help"):
+            notice(notifier, message, guest.HELP)
+            return
+        answer = guest.replied_answer(message, me.id)
+        kind = MESSAGE
+        if command == "/retry":
+            if answer is None:
+                notice(notifier, message, RETRY_USAGE)
+                return
+            kind = RETRY
+        elif command.startswith("/"):
+            notice(notifier, message, guest.COMMAND_HINT)
+            return
+        if answer is None and not sent_by(message.reply_to_message, me.id):
+            text = guest.quoted(message) + text  # somebody's message, given as context
+        media = media_of(message, settings.image_max_pixels)
+        if not text.strip() and not media:
+            notice(notifier, message, EMPTY_MENTION_TEXT)
+            return
+        inbound = Inbound(
+            chat_id=message.chat.id, message_id=message.message_id,
+            user_id=message.from_user.id if message.from_user else 0, text=text,
+            reply_to=answer, reply_to_bot=answer is not None, is_group=is_group(message),
+            kind=kind, media=media, guest=message.guest_query_id,
+        )  # fmt: skip
+        if not await intake.record(inbound, stopping):
+            await asyncio.Event().wait()  # stopping before it was stored: never confirm it
+
+    @router.callback_query(Checked(F.data.startswith(guest.answer_data(0)[:-1])))
+    async def on_how_to_continue(query: CallbackQuery, bot: Bot) -> None:
+        """The button under a guest answer (it names the answer for replies)."""
+        me = await bot.me()
+        await query.answer(guest.HOW_TO_CONTINUE.format(bot=me.username or "me"))
+
+    return router
+
+
 def _usage_router() -> Router:
     """/usage for everyone, /stats for the owners."""
     router = Router(name="usage")
@@ -303,7 +378,7 @@ def _usage_router() -> Router:
                 replied_to=replied,
                 daily_limit=settings.user_daily_token_limit,
             )
-            notice(notifier, message, text)
+            notice(notifier, message, text, personal=True)
 
         notifier.run(reply, name=f"usage-{message.chat.id}")
 
@@ -313,7 +388,7 @@ def _usage_router() -> Router:
     ) -> None:
         user = message.from_user.id if message.from_user else 0
         if user not in settings.owner_user_ids:
-            notice(notifier, message, OWNER_ONLY_TEXT)
+            notice(notifier, message, OWNER_ONLY_TEXT, personal=True)
             return
 
         async def reply() -> list[int]:

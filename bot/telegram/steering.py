@@ -114,7 +114,7 @@ async def on_tree(
 ) -> None:
     target = replied_id(message)
     if target is None:
-        notice(notifier, message, TREE_HINT)
+        notice(notifier, message, TREE_HINT, personal=True)
         return
     chat = message.chat.id
 
@@ -144,7 +144,7 @@ async def on_retry(
     command: CommandObject | None = None,
 ) -> None:
     if replied_id(message) is None:
-        notice(notifier, message, RETRY_USAGE)
+        notice(notifier, message, RETRY_USAGE, personal=True)
         return
     model, unknown = retry_model(command, catalogue)  # /retry <model>: that model answers
     if unknown:
@@ -166,7 +166,7 @@ async def on_export(
 ) -> None:
     target = replied_id(message)
     if target is None:
-        notice(notifier, message, EXPORT_HINT)
+        notice(notifier, message, EXPORT_HINT, personal=True)
         return
     chat = message.chat.id
 
@@ -190,7 +190,7 @@ async def on_export(
 async def on_forget(message: Message, *, notifier: Notifier, settings: Settings) -> None:
     user = message.from_user.id if message.from_user else 0
     if message.chat.type != ChatType.PRIVATE and user not in settings.owner_user_ids:
-        notice(notifier, message, FORGET_OWNERS_ONLY)
+        notice(notifier, message, FORGET_OWNERS_ONLY, personal=True)
         return
     markup = InlineKeyboardMarkup(
         inline_keyboard=[
@@ -203,17 +203,17 @@ async def on_forget(message: Message, *, notifier: Notifier, settings: Settings)
             ]
         ]
     )
-    notifier.run(
-        lambda: notifier.out.send_buttons(
-            message.chat.id,
-            FORGET_ASK,
-            markup,
-            reply_to=message.message_id,
+    if message.chat.type == ChatType.PRIVATE:
+        ask = notifier.out.send_buttons(
+            message.chat.id, FORGET_ASK, markup, reply_to=message.message_id,
             thread_id=thread_of(message),
-        ),
-        name=f"forget-{message.chat.id}",
-        chat_id=message.chat.id,
-    )
+        )  # fmt: skip
+    else:  # to the asker only (an ephemeral message, where the server has them)
+        ask = notifier.out.send_personal(
+            message.chat.id, FORGET_ASK, receiver=user, reply_to=message.message_id,
+            thread_id=thread_of(message), markup=markup,
+        )  # fmt: skip
+    notifier.run(lambda: ask, name=f"forget-{message.chat.id}", chat_id=message.chat.id)
 
 
 async def on_forget_pressed(
@@ -233,6 +233,12 @@ async def on_forget_pressed(
     chat = message.chat.id
 
     async def say(text: str) -> None:
+        if message.ephemeral_message_id and message.receiver_user is not None:
+            await notifier.out.edit_personal(
+                chat, text, receiver=message.receiver_user.id,
+                ephemeral_id=message.ephemeral_message_id,
+            )  # fmt: skip
+            return
         await notifier.out.edit(chat, message.message_id, Chunk(escape_html(text), text))
 
     if who == "no":
@@ -261,7 +267,7 @@ async def _read(notifier: Notifier, message: Message, reading: Awaitable[str]) -
     try:
         text = await reading
     except conversations.OpsError:
-        notice(notifier, message, NOT_A_THREAD)
+        notice(notifier, message, NOT_A_THREAD, personal=True)
         return None
     except TranscriptError as exc:
         log.warning("chat %s: a thread could not be read: %s", message.chat.id, exc)

@@ -348,7 +348,7 @@ class ContextWindow:
         """Reported size of the previous call on this chain plus the new tail, if known."""
         previous = _previous_user(nodes)
         if previous is not None:
-            known = await self.accounting.last_call(inbound.chat_id, nodes[previous].id)
+            known = await self.accounting.last_call(inbound.scope, nodes[previous].id)
             if known is not None and known[2] == view_of(fold, dropped):
                 prompt, completion, _ = known
                 tail = [m for n in nodes[previous + 1 :] for m in inserts.get(n.id, ())] + [

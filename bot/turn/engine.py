@@ -55,6 +55,9 @@ from ..metrics import Metrics
 from ..model import Answer, Model, ModelError
 from ..retry import Outage, retrying
 from ..telegram.drafts import StopButtons
+from ..telegram.format import Chunk, escape_html
+from ..telegram.guest import GuestWriter, part_of
+from ..telegram.guest import post as post_guest
 from ..telegram.out import AnswerRejectedError, ChatUnavailableError, TelegramOut
 from ..telegram.writer import AnswerWriter, ChatBudget, JournalUnavailableError
 from ..usage.accounting import Accounting, CallRecord, next_reset
@@ -108,6 +111,8 @@ class Reply:
     notice: bool = False
     #: Thoughts shown collapsed with the answer (only with SHOW_REASONING).
     reasoning: str = ""
+    #: A notice for the asker alone: in a group, an ephemeral message (Bot API 10.2).
+    personal: bool = False
 
 
 class TurnEnded(Exception):
@@ -124,7 +129,7 @@ class Turn:
 
     inbound: Inbound
     state: TurnState
-    writer: AnswerWriter
+    writer: Writer
     #: Queues the bus's acknowledgement on the turn's final write.
     ack: Ack
     #: An earlier run may have left a part on screen unrecorded: it announced a part in
@@ -149,6 +154,10 @@ class _Early:
 
     parent: NodeId
     placement: Placement
+
+
+#: An answer's writer: streaming into a chat of the bot's, or one guest answer.
+Writer = AnswerWriter | GuestWriter
 
 
 class _NothingToDo(Exception):
@@ -261,17 +270,7 @@ class Engine:
                 await self.states.finish(inbound, state, [], with_writes=[ack])
                 return True
             inbound, album = gathered
-        writer = AnswerWriter(
-            self.out,
-            chat_id=inbound.chat_id,
-            reply_to=inbound.message_id,
-            thread_id=inbound.thread_id,
-            edit_interval=GROUP_EDIT_INTERVAL if inbound.is_group else PRIVATE_EDIT_INTERVAL,
-            existing=state.parts,
-            # drafts (with a stop button) exist in private chats only
-            draft_of=None if inbound.is_group else inbound.message_id,
-            budget=self.group_budget if inbound.is_group else None,
-        )
+        writer = self._writer(inbound, state)
         turn = Turn(
             inbound, state, writer, ack, lost_a_part=state.sending > 0, album=tuple(album),
             prefs=prefs,
@@ -309,6 +308,24 @@ class Engine:
         finally:
             await writer.close()  # after a failure nothing more is sent; a later run resumes
         return True
+
+    def _writer(self, inbound: Inbound, state: TurnState) -> Writer:
+        if inbound.guest is not None:  # one message, posted once (bot/telegram/guest.py)
+            return GuestWriter(
+                self.out, query_id=inbound.guest, message_id=inbound.message_id,
+                existing=state.parts,
+            )  # fmt: skip
+        return AnswerWriter(
+            self.out,
+            chat_id=inbound.chat_id,
+            reply_to=inbound.message_id,
+            thread_id=inbound.thread_id,
+            edit_interval=GROUP_EDIT_INTERVAL if inbound.is_group else PRIVATE_EDIT_INTERVAL,
+            existing=state.parts,
+            # drafts (with a stop button) exist in private chats only
+            draft_of=None if inbound.is_group else inbound.message_id,
+            budget=self.group_budget if inbound.is_group else None,
+        )
 
     async def _steps(self, turn: Turn) -> Reply:
         user = await self._store_user_node(turn)
@@ -376,17 +393,18 @@ class Engine:
         """
         inbound, node = turn.inbound, reply.node
         if reply.notice:
-            ids = await turn.writer.fail(reply.text)
+            personal = await self._personal(turn, reply.text) if reply.personal else None
+            ids = await turn.writer.fail(reply.text) if personal is None else personal
         else:
             text = reply.text if reply.text.strip() else notices.EMPTY_ANSWER
             ids = await turn.writer.finish(text, reasoning=reply.reasoning)
-        writes: list[Queued] = [turn.ack, self.accounting.queue_settled(inbound.chat_id)]
+        writes: list[Queued] = [turn.ack, self.accounting.queue_settled(inbound.scope)]
         if node is None:  # a reply to it starts a new conversation
             writes.append(lambda pipe: self.store.queue_unthreaded(pipe, inbound.scope, ids))
         else:
             writes.append(lambda pipe: self.store.queue_alias(pipe, inbound.scope, ids, node))
             new = [i for i in ids if i not in turn.writer.existing]
-            if turn.lost_a_part and new:
+            if turn.lost_a_part and new and inbound.guest is None:
                 # an earlier run may have died between sending a part and recording
                 # it: that message lies after the parts it recorded and before the
                 # first one sent now (without a new one there is no bound: no range)
@@ -398,6 +416,23 @@ class Engine:
         await self._durably(
             lambda: self.states.finish(inbound, turn.state, ids, with_writes=writes)
         )
+
+    async def _personal(self, turn: Turn, text: str) -> list[int] | None:
+        """A notice for the asker alone, as an ephemeral message of a group where the
+        server has them (nothing to alias: it has no message id); ``None``: not here (a
+        private or guest chat, an answer on screen, a server without them)."""
+        inbound = turn.inbound
+        if (
+            not (inbound.is_group and self.out.ephemeral)
+            or inbound.guest
+            or turn.writer.message_ids
+        ):
+            return None
+        sent = await self.out.send_personal(
+            inbound.chat_id, text, receiver=inbound.user_id, reply_to=inbound.message_id,
+            thread_id=inbound.thread_id,
+        )  # fmt: skip
+        return [sent] if sent else []
 
     # ----------------------------------------------------------------- the steps
 
@@ -614,7 +649,7 @@ class Engine:
             owner = ledger.parts.get(target)
             if owner is not None:
                 waiting = True
-                if not await self.in_flight.wait((inbound.chat_id, message_of(owner)), PART_WAIT):
+                if not await self.in_flight.wait((scope, message_of(owner)), PART_WAIT):
                     raise _StillSending  # its turn runs in another process
             elif inbound.reply_to_bot and ledger.may_be_sending(target):
                 waiting = True
@@ -639,7 +674,7 @@ class Engine:
         inbound, state, rules = turn.inbound, turn.state, self.rules
         spent = 0
         if rules.max_tokens_per_turn:
-            spent = (await self.accounting.turn(inbound.chat_id, inbound.message_id)).tokens
+            spent = (await self.accounting.turn(inbound.scope, inbound.message_id)).tokens
         max_calls = rules.max_calls_per_turn + (self.tools.max_rounds if self.tools else 0)
         if state.calls > max_calls or (
             rules.max_tokens_per_turn and spent >= rules.max_tokens_per_turn
@@ -654,11 +689,11 @@ class Engine:
             today = await self.accounting.user_today(inbound.user_id)
             if daily and today.tokens >= daily:
                 text = notices.daily_limit(daily, self.accounting.clock())
-                raise TurnEnded(Reply(text, user.id, notice=True))
+                raise TurnEnded(Reply(text, user.id, notice=True, personal=True))
             if dollars and today.dollars >= dollars:
                 reset = next_reset(self.accounting.clock()).strftime("%H:%M")
                 text = choice_texts.BUDGET_REACHED.format(budget=dollars, reset=reset)
-                raise TurnEnded(Reply(text, user.id, notice=True))
+                raise TurnEnded(Reply(text, user.id, notice=True, personal=True))
 
     async def _window(self, turn: Turn, leaf: Node) -> Window:
         try:
@@ -790,10 +825,15 @@ class Engine:
         if shown is not None and state.parts:
             await self.store.alias(inbound.scope, state.parts, shown)
         try:
-            notice = await self.out.send_text(
-                inbound.chat_id, notices.GAVE_UP, reply_to=inbound.message_id,
-                thread_id=inbound.thread_id,
-            )  # fmt: skip
+            if inbound.guest is not None:
+                text = Chunk(escape_html(notices.GAVE_UP), notices.GAVE_UP)
+                await post_guest(self.out, inbound.guest, text, name=inbound.message_id)
+                notice = part_of(inbound.message_id)
+            else:
+                notice = await self.out.send_text(
+                    inbound.chat_id, notices.GAVE_UP, reply_to=inbound.message_id,
+                    thread_id=inbound.thread_id,
+                )  # fmt: skip
         except Exception as exc:  # the chat may be gone too; the dead letter has the turn
             log.warning("could not tell chat %s: %s", inbound.chat_id, type(exc).__name__)
         else:

@@ -598,5 +598,11 @@ class PartLedger:
         return cls(parts, announced)
 
     def may_be_sending(self, message_id: int) -> bool:
-        """Whether a turn announced a part whose id may turn out to be ``message_id``."""
+        """Whether a turn announced a part whose id may turn out to be ``message_id``.
+
+        A guest answer's id is known before it is posted (part ``-m`` of the turn
+        answering message ``m``, bot/telegram/guest.py): it is that turn's announcement.
+        """
+        if message_id < 0:
+            return str(-message_id) in self.announced
         return any(after < message_id for after in self.announced.values())

@@ -318,7 +318,7 @@ class _Recording:
 
     def keys(self) -> list[str]:
         call = self.call
-        chat = call.chat_id
+        chat = call.sent.scope  # the chat's, or a guest chat's (g<chat>): never mixed
         found = [
             keys.chat_usage_key(chat, "t", self.day),  # 1: the chat's turns of the day
             keys.chat_usage_key(chat, "n", call.sent.tree),  # 2: per node, this tree
@@ -423,12 +423,12 @@ class Accounting:
         self.detail_days = detail_days
         #: Per chat, the pending entries whose totals this process wrote (removed with
         #: the turn's final write, or the chat's next record).
-        self._done: dict[int, set[str]] = {}
+        self._done: dict[str, set[str]] = {}  # by chat scope
         self.metrics = metrics or Metrics()
         #: The size of calls this process made, by the node they were sent up to (what
         #: :meth:`last_call` reads first: the next turn of a long chain asks for it);
         #: None where this process made several.
-        self._sizes: LRUCache[tuple[int, NodeId], tuple[int, int, str] | None] = LRUCache(
+        self._sizes: LRUCache[tuple[str, NodeId], tuple[int, int, str] | None] = LRUCache(
             maxsize=LAST_CALLS_KEPT
         )
 
@@ -493,7 +493,8 @@ class Accounting:
             audit = msgpack.packb(record, use_single_float=True)
             recording = replace(recording, audit_ttl=self.audit_days * 24 * 3600, audit=audit)
         marker = _marker(call.call_id)
-        done = self._done.pop(call.chat_id, set())
+        scope = call.sent.scope
+        done = self._done.pop(scope, set())
 
         def steps(pipe: Pipeline) -> None:
             detail = recording.keys()
@@ -505,16 +506,16 @@ class Accounting:
                 self._redis, steps, *([with_writes] if with_writes else [])
             )
         except BaseException:
-            self._done.setdefault(call.chat_id, set()).update(done)
+            self._done.setdefault(scope, set()).update(done)
             raise
         (_, flat), totals = replies[0]
         if self.on_spent is not None and recording.cost and isinstance(totals, list):
             self.on_spent(int(totals[1]))
         stale = {_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat), 2)}
         if stale:
-            await self._finish(call.chat_id, stale, now)
-        self._done.setdefault(call.chat_id, set()).add(marker)
-        sent = (call.chat_id, call.sent)
+            await self._finish(scope, stale, now)
+        self._done.setdefault(scope, set()).add(marker)
+        sent = (scope, call.sent)
         usage = call.usage
         self._sizes[sent] = (
             None
@@ -523,7 +524,7 @@ class Accounting:
         )
         return replies[1] if with_writes else []
 
-    async def _finish(self, chat_id: int, stale: dict[str, str], now: datetime) -> None:
+    async def _finish(self, scope: str, stale: dict[str, str], now: datetime) -> None:
         """Write the totals of pending entries a crash left behind, then remove them."""
         recent = {day_of(now), day_of(now - timedelta(days=1))}
         finish = {m: entry for m, entry in stale.items() if entry.split(" ")[1] in recent}
@@ -536,26 +537,27 @@ class Accounting:
 
         if finish:  # (the buckets may be other slots: removed only once this succeeded)
             await run_together(self._redis, totals)
-        await guarded(self._redis.hdel(keys.chat_usage_key(chat_id, "p"), *stale))
+        await guarded(self._redis.hdel(keys.chat_usage_key(scope, "p"), *stale))
 
-    def queue_settled(self, chat_id: int) -> Queued:
-        """Queues the removal of the chat's pending entries whose totals are written.
+    def queue_settled(self, chat: int | str) -> Queued:
+        """Queues the removal of the chat's pending entries whose totals are written
+        (``chat``: its id, or its scope, a guest chat's "g<chat>").
 
         The turn's final write carries it (no round trip of its own); entries it
         does not carry go with the chat's next record.
         """
-        done = self._done.pop(chat_id, set())
+        done = self._done.pop(str(chat), set())
 
         def queue(pipe: Pipeline) -> None:
             if done:
-                pipe.hdel(keys.chat_usage_key(chat_id, "p"), *done)
+                pipe.hdel(keys.chat_usage_key(chat, "p"), *done)
 
         return queue
 
-    async def settled(self, chat_id: int) -> None:
+    async def settled(self, chat: int | str) -> None:
         """Remove the chat's pending entries whose totals are written, now."""
         pipe = self._redis.pipeline(transaction=False)
-        self.queue_settled(chat_id)(pipe)
+        self.queue_settled(chat)(pipe)
         await guarded(pipe.execute())
 
     # ----------------------------------------------------------------- reads
@@ -574,12 +576,13 @@ class Accounting:
     async def user_all_time(self, user_id: int) -> Totals:
         return await self._totals(self._user_key(user_id))
 
-    async def turn(self, chat_id: int, message_id: int) -> Totals:
-        """The calls of the turn answering ``message_id`` (those of today and yesterday)."""
+    async def turn(self, chat: int | str, message_id: int) -> Totals:
+        """The calls of the turn answering ``message_id`` (those of today and yesterday);
+        ``chat``: its id, or its scope (a guest chat's "g<chat>")."""
         now = self.clock()
         pipe = self._redis.pipeline(transaction=False)
         for day in (day_of(now), day_of(now - timedelta(days=1))):
-            pipe.hget(keys.chat_usage_key(chat_id, "t", day), str(message_id))
+            pipe.hget(keys.chat_usage_key(chat, "t", day), str(message_id))
         total = Totals()
         for value in await guarded(pipe.execute()):
             if value is not None:
@@ -588,26 +591,26 @@ class Accounting:
                 total = total + Totals(p, c, k, n, e, x)
         return total
 
-    async def _nodes(self, chat_id: int, nodes: Sequence[NodeId]) -> dict[NodeId, Any]:
+    async def _nodes(self, chat: int | str, nodes: Sequence[NodeId]) -> dict[NodeId, Any]:
         """Each node's entry "p c k n markers view", or None: one HMGET per tree hash."""
         by_tree: dict[int, list[NodeId]] = {}
         for node in nodes:
             by_tree.setdefault(node.tree, []).append(node)
         pipe = self._redis.pipeline(transaction=False)
         for tree, group in by_tree.items():
-            pipe.hmget(keys.chat_usage_key(chat_id, "n", tree), [n.ref for n in group])
+            pipe.hmget(keys.chat_usage_key(chat, "n", tree), [n.ref for n in group])
         found: dict[NodeId, Any] = {}
         for group, values in zip(by_tree.values(), await guarded(pipe.execute()), strict=True):
             found.update(zip(group, values, strict=True))
         return found
 
-    async def chain(self, chat_id: int, path: Sequence[NodeId]) -> Totals:
+    async def chain(self, chat: int | str, path: Sequence[NodeId]) -> Totals:
         """Usage of the turns along one root → leaf path (a branch's own chain); its cost
         only while every model has the same prices (:attr:`uniform_prices`)."""
         if not path:
             return Totals()
         sums = [0, 0, 0, 0]
-        for value in (await self._nodes(chat_id, path)).values():
+        for value in (await self._nodes(chat, path)).values():
             if value is not None:
                 sums = [a + b for a, b in zip(sums, _entry(value)[:4], strict=True)]
         totals = Totals(prompt=sums[0], completion=sums[1], cached=sums[2], calls=sums[3])
@@ -615,16 +618,16 @@ class Accounting:
         uniform = self.uniform_prices
         return replace(totals, cost=round(uniform.cost(totals) * NANO)) if uniform else totals
 
-    async def last_call(self, chat_id: int, sent: NodeId) -> tuple[int, int, str] | None:
+    async def last_call(self, chat: int | str, sent: NodeId) -> tuple[int, int, str] | None:
         """Prompt and completion tokens of the one call sent up to ``sent``, and its view.
 
         A call this process recorded is answered from memory (none where it made
         several, as the stored entry, which sums them, says).
         """
-        known = self._sizes.get((chat_id, sent), _UNKNOWN)
+        known = self._sizes.get((str(chat), sent), _UNKNOWN)
         if known is not _UNKNOWN:
             return known if known is None else cast(tuple[int, int, str], known)
-        value = (await self._nodes(chat_id, [sent])).get(sent)
+        value = (await self._nodes(chat, [sent])).get(sent)
         if value is None:
             return None
         prompt, completion, _, calls, view = _entry(value)
