@@ -13,6 +13,7 @@ import asyncio
 import signal
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -287,6 +288,34 @@ async def test_a_cluster_without_replicas_and_a_single_server_send_no_wait(
     assert await waits_sent(cluster.ports) == 0
     assert sum([int(await cluster_redis.xlen(stream)) for stream in intake.streams]) == 8
     assert Intake(redis, "a").replicas is None
+
+
+async def test_a_connection_closed_under_the_intake_write_is_an_outage_not_a_loss(
+    cluster_redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redis-py's cluster pipeline raised AttributeError ('NoneType' object has no
+    attribute 'writelines') when a node failed and another task had closed the
+    connection: it escaped the update handler, polling confirmed the update, and the
+    message was lost (soak --cluster --lossy, seed 1). It is a lost connection: the
+    intake waits it out and the message enters once."""
+    from redis.asyncio.cluster import ClusterPipeline  # noqa: PLC0415
+
+    execute = ClusterPipeline.execute
+    broken = [1]
+
+    async def closed_once(self: ClusterPipeline, *args: Any, **kwargs: Any) -> Any:
+        if broken:
+            broken.pop()
+            raise AttributeError("'NoneType' object has no attribute 'writelines'")
+        return await execute(self, *args, **kwargs)
+
+    monkeypatch.setattr(ClusterPipeline, "execute", closed_once)
+    intake = Intake(cluster_redis, "a")
+    await intake.ensure_group()
+    assert intake.replicas is not None
+    assert await intake.record(Inbound(USER, 1, USER, "hello"), asyncio.Event())
+    assert not broken  # the first write did fail
+    assert int(await cluster_redis.xlen(keys.INTAKE_STREAM)) == 1
 
 
 async def cluster_state(port: int, state: str) -> None:

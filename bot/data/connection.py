@@ -207,6 +207,11 @@ class ReplicaAck:
             replies = await pipe.execute(raise_on_error=False)
         except RedisClusterException as exc:  # the topology changed under a retry
             raise ConnectionError("the cluster changed during the write") from exc
+        except AttributeError as exc:
+            # redis-py's cluster pipeline writes on a connection another task closed
+            # meanwhile (its stream writer is None) when a node fails: a lost
+            # connection, not a bug of the write (soak --cluster --lossy)
+            raise ConnectionError("the connection closed during the write") from exc
         written = replies[:-1] if waits else replies
         for reply in written:
             if isinstance(reply, Exception):
