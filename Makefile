@@ -100,11 +100,15 @@ test: dev-install redis-server lint typecheck pytest
 
 # The chaos soak (not part of `make test`): the real bot killed at random, Redis
 # restarted, model and Telegram faults; every message answered once on its chain.
-# `make soak SEEDS="1 2 3" MINUTES=8` runs one soak per seed.
+# `make soak SEEDS="1 2 3" MINUTES=8` runs one soak per seed; SOAK_ARGS passes more
+# options, e.g. SOAK_ARGS="--processes 3 --webhook" or SOAK_ARGS="--cluster".
 SEEDS ?= 1
 MINUTES ?= 8
+SOAK_ARGS ?=
 soak: dev-install redis-server
-	@for seed in $(SEEDS); do $(BIN)/python -m bench.soak --seed $$seed --minutes $(MINUTES) || exit 1; done
+	@for seed in $(SEEDS); do \
+		$(BIN)/python -m bench.soak --seed $$seed --minutes $(MINUTES) $(SOAK_ARGS) || exit 1; \
+	done
 
 # A quick run (tens of seconds) by default; `make bench FULL=1` for the full sizes.
 bench: dev-install redis-server

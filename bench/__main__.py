@@ -31,6 +31,7 @@ BENCHES = {
     "scale": "bench.scale_bench",
     "streaming": "bench.streaming_bench",
     "viewer": "bench.viewer_bench",
+    "process": "bench.process_bench",
 }
 #: Run only when named (``python -m bench scale``): real processes, minutes.
 NAMED_ONLY = {"scale"}

@@ -19,7 +19,8 @@ column is this process's (bot, test servers and relay together; redis-server apa
 2. Fairness: one user sends ``FAIRNESS_BACKLOG`` messages at once, then another user
    sends one: how long the second user waits, and how long the first user's backlog takes.
 3. From the model's last token to the final text in Telegram, one answer per private chat.
-4. Start-up: ``python -m bot`` from launch to its first getUpdates, beside the imports.
+
+Start-up is measured by ``bench/process_bench.py``, beside the floor.
 """
 
 from __future__ import annotations
@@ -29,13 +30,10 @@ import contextlib
 import json
 import logging
 import math
-import signal
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import aiohttp
@@ -45,9 +43,9 @@ from bot.data.connection import connect
 from bot.settings import Settings
 from tests.fake_openai import FakeOpenAI, Request
 from tests.fake_telegram import FakeTelegram
-from tests.harness import ROOT, BotProcess, env_for, running_bot, settings_for
+from tests.harness import running_bot, settings_for
 
-from .common import median, percentile, progress, redis_server, sized, table
+from .common import percentile, progress, redis_server, sized, table
 
 #: Users sending one message each at once (quick: 50 and 200).
 CONCURRENT_USERS: tuple[int, ...] = (200, 2000)
@@ -57,11 +55,6 @@ FAIRNESS_BACKLOG = 300
 #: own chat; the quick run takes twice as many at once).
 LATENCY_SAMPLES = 20
 LATENCY_BATCH = 5
-#: Launches of ``python -m bot`` (and of each floor command); the quick run makes fewer
-#: and skips ``python -c "import bot.app"``.
-STARTUP_RUNS = 5
-#: Seconds a stopping bot gets after SIGTERM before it is killed.
-EXIT_WAIT = 30.0
 #: The turn cap the runner had before MAX_CONCURRENT_TURNS.
 OLD_CAP = 64
 #: The model: a reply of REPLY_CHARS characters in STREAM_CHUNKS chunks over MODEL_SECONDS.
@@ -568,118 +561,6 @@ async def final_text(ctx: Context) -> str:
     )
 
 
-async def _command(*argv: str) -> float:
-    started = time.monotonic()
-    proc = await asyncio.create_subprocess_exec(
-        *argv, cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
-    )
-    await asyncio.wait_for(proc.wait(), 60)
-    return time.monotonic() - started
-
-
-def _polled_more(tg: TimedTelegram, polls: int) -> bool:
-    return len(tg.polls_at) > polls
-
-
-@dataclass
-class Launch:
-    to_poll: float | None  # launch to the first getUpdates (None: never)
-    before_poll: list[str]  # Bot API methods called before it
-    to_exit: float | None  # SIGTERM to exit (None: killed)
-    code: int | None
-    output: str
-
-    @property
-    def tail(self) -> str:
-        return self.output[-400:].replace("\n", " | ")
-
-
-async def _launch(tg: TimedTelegram, llm: FakeOpenAI, redis_url: str) -> Launch:
-    """``python -m bot`` until its first poll, then SIGTERM (killed after EXIT_WAIT s)."""
-    polls, calls = len(tg.polls_at), len(tg.calls)
-    bot = BotProcess(env_for(tg, llm, redis_url), ROOT)
-    started = time.monotonic()
-    await bot.start()
-    assert bot.proc is not None
-    output = asyncio.create_task(bot.proc.communicate())
-    to_poll, before = None, []
-    try:
-        await tg.wait_for(partial(_polled_more, tg, polls), 60, what="first poll")
-        polled = tg.polls_at[polls]
-        to_poll = polled - started
-        before = [c.method for c in tg.calls[calls:] if c.at < polled]
-    except AssertionError:
-        pass
-    to_exit: float | None = None
-    stopped = time.monotonic()
-    bot.proc.send_signal(signal.SIGTERM)
-    try:
-        await asyncio.wait_for(asyncio.shield(output), EXIT_WAIT)
-        to_exit = time.monotonic() - stopped
-    except TimeoutError:
-        bot.proc.kill()
-    out, _ = await output
-    return Launch(to_poll, before, to_exit, bot.proc.returncode, out.decode(errors="replace"))
-
-
-async def start_up(ctx: Context) -> str:
-    runs = sized(3, STARTUP_RUNS)
-    rows: list[tuple[object, ...]] = []
-    commands = [
-        ("python -c pass", "pass"),
-        ('python -c "import aiogram" (the floor)', "import aiogram"),
-    ]
-    if sized(False, True):
-        commands.append(('python -c "import bot.app" (every import of the bot)', "import bot.app"))
-    for label, source in commands:
-        progress(f"load: start-up, {label}")
-        times = [await _command(sys.executable, "-c", source) for _ in range(runs)]
-        rows.append((label, median(times), min(times), max(times)))
-    progress("load: start-up, python -m bot")
-    times, exits, before_poll, notes = [], [], [], []
-    async with servers() as (tg, llm):
-        for _ in range(runs):
-            redis = connect(ctx.redis_url)
-            try:
-                await redis.flushall()
-            finally:
-                await redis.aclose()
-            launch = await _launch(tg, llm, ctx.redis_url)
-            if launch.to_poll is None:
-                notes.append("a launch never polled")
-            else:
-                times.append(launch.to_poll)
-                before_poll.append(launch.before_poll)
-            if launch.to_exit is None:
-                notes.append(f"no exit {EXIT_WAIT:.0f} s after SIGTERM (killed): {launch.tail}")
-            else:
-                exits.append(launch.to_exit)
-            if launch.code not in (0, None):
-                notes.append(f"exit code {launch.code}: {launch.tail}")
-            if "Traceback" in launch.output or " ERROR " in launch.output:
-                notes.append(f"errors in the output: {launch.tail}")
-        odd = Odd("python -m bot", notes)
-        odd.check(tg, llm, [])
-        ctx.odd.append(odd)
-    for label, values in (
-        ("python -m bot, launch to first getUpdates", times),
-        ("python -m bot, SIGTERM to exit", exits),
-    ):
-        rows.append(
-            (label, median(values), min(values), max(values)) if values else (label, "-", "-", "-")
-        )
-    methods = ", ".join(before_poll[0]) if before_poll else "?"
-    same = all(m == before_poll[0] for m in before_poll)
-    return (
-        table(
-            f"Start-up ({runs} runs each; seconds)",
-            ["command", "median s", "min s", "max s"],
-            rows,
-        )
-        + f"\nBot API calls before the first poll: {methods}{'' if same else ' (varied)'}\n"
-    )
-
-
 @contextlib.contextmanager
 def _collecting() -> Iterator[_Problems]:
     """Every WARNING+ log record of this process is kept, not printed."""
@@ -696,7 +577,7 @@ async def run() -> str:
     with redis_server() as server, _collecting() as problems:
         ctx = Context(server.url, problems)
         parts = []
-        for scenario in (concurrent_answers, fairness, final_text, start_up):
+        for scenario in (concurrent_answers, fairness, final_text):
             try:
                 parts.append(await scenario(ctx))
             except Exception as exc:  # one broken scenario must not lose the others' tables

@@ -11,6 +11,14 @@ more processes can add; the bench prints how many it has.
 Takeover: two processes, the model holding every call, one SIGKILLed; the time
 from the kill until the other one has answered all of the dead one's messages,
 with the default ``TAKEOVER_SECONDS`` (30) - DESIGN.md's target is 60 s.
+
+Intake appends: what one message's entry into the intake (``Intake.record``, awaited by
+the update handler before Telegram hears back) costs on one redis-server, on the
+3-master cluster, and on a cluster with a replica per master, where it waits for the
+replica (``WAIT``, bot/data/connection.ReplicaAck) - beside the same appends on that
+cluster without the wait. Every server there with ``appendfsync everysec``, as
+config/redis.conf ships (with ``always`` a replica acknowledges only after its fsync:
+a few ms more per append on this machine's disk).
 """
 
 from __future__ import annotations
@@ -23,6 +31,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import redis
+
+from bot.bus.inbound import Inbound
+from bot.bus.intake import Intake
+from bot.data.connection import connect
 from tests.fake_openai import FakeOpenAI
 from tests.fake_telegram import FakeTelegram
 from tests.harness import BotProcess, answers_to, env_for
@@ -35,6 +48,7 @@ MESSAGES = 400
 CHATS = 100
 TAKEOVER_MESSAGES = 16
 FIRST_CHAT = 5000
+APPENDS = 1000
 
 
 def _chats(tg: FakeTelegram) -> list[int]:
@@ -133,6 +147,8 @@ async def run() -> str:
                 rows.append([count, one, many])
             common.progress("scale: takeover after SIGKILL (TAKEOVER_SECONDS=30)")
             took, once = await _takeover(single.url, cwd)
+            common.progress("scale: intake appends")
+            appends = await _append_rows(single, cluster, cwd)
         finally:
             single.stop()
             if cluster is not None:
@@ -149,7 +165,54 @@ async def run() -> str:
         ["turns held", "answered once", "seconds from SIGKILL to the last answer"],
         [[TAKEOVER_MESSAGES, once, took]],
     )
-    return out
+    return out + "\n" + appends
+
+
+async def _appends(url: str, *, cluster: bool, wait: bool = True) -> list[float]:
+    """p50 and p99 (ms) of APPENDS intake appends, one at a time as the handler makes them."""
+    client = connect(url, cluster=cluster)
+    intake = Intake(client, "bench")
+    if not wait:
+        intake.replicas = None
+    await intake.ensure_group()
+    stopping = asyncio.Event()
+    took = []
+    for index in range(APPENDS):
+        started = time.perf_counter()
+        await intake.record(Inbound(FIRST_CHAT + index % CHATS, index, 1, "hello"), stopping)
+        took.append(time.perf_counter() - started)
+    await client.aclose()
+    return [common.percentile(took, 50) * 1000, common.percentile(took, 99) * 1000]
+
+
+async def _append_rows(single: RedisServer, cluster: RedisCluster | None, cwd: Path) -> str:
+    rows: list[list[object]] = [["one redis-server", *await _appends(single.url, cluster=False)]]
+    if cluster is not None:
+        for node in cluster.nodes:
+            _config_set(node, "appendfsync", "everysec")
+        rows.append(["3 masters", *await _appends(cluster.url, cluster=True)])
+        replicated = RedisCluster(cwd / "replicated", masters=3, replicas=1)
+        replicated.start()
+        try:
+            for node in replicated.nodes:  # as config/redis.conf ships (the suite's: always)
+                _config_set(node, "appendfsync", "everysec")
+            url = replicated.url
+            rows.append(
+                ["3 masters + replicas, no WAIT", *await _appends(url, cluster=True, wait=False)]
+            )
+            rows.append(["3 masters + replicas, WAIT", *await _appends(url, cluster=True)])
+        finally:
+            replicated.stop()
+    return common.table(
+        f"intake append (Intake.record), {APPENDS} one at a time, ms",
+        ["Redis", "p50", "p99"],
+        rows,
+    )
+
+
+def _config_set(server: RedisServer, name: str, value: str) -> None:
+    with redis.Redis(port=server.port, socket_timeout=5) as client:
+        client.config_set(name, value)
 
 
 def _flush(server: RedisServer) -> None:

@@ -1,18 +1,41 @@
 """Chaos soak: the real bot (``python -m bot``) under seeded, bounded chaos, then a check
 that every message got exactly one answer on the right chain.
 
-Run from the repository root::
+Run from the repository root (``make soak SEEDS="1 2 3" MINUTES=5 SOAK_ARGS="--processes 3"``
+runs one soak per seed with those options)::
 
-    .venv/bin/python -m bench.soak --seed 1 --minutes 8          # the full run (22 chats)
-    .venv/bin/python -m bench.soak --seed 2 --minutes 1 --chats 8 # a smoke run
+    .venv/bin/python -m bench.soak --seed 1 --minutes 8              # one process, one Redis
+    .venv/bin/python -m bench.soak --seed 1 --processes 3            # 3 pollers, one Redis
+    .venv/bin/python -m bench.soak --seed 1 --processes 3 --webhook  # 3 behind a proxy
+    .venv/bin/python -m bench.soak --seed 1 --cluster                # on a failing cluster
+    .venv/bin/python -m bench.soak --seed 1 --cluster --lossy        # failovers lose writes
+    .venv/bin/python -m bench.soak --seed 2 --minutes 1 --chats 8    # a smoke run
 
 Everything runs on loopback: the Bot API test server (``tests.fake_telegram``) and the
-OpenAI test server (``tests.fake_openai``) in this process, a real redis-server
-(``tests.redis_server``, ``appendfsync always``) and the bot as a subprocess
-(``tests.harness.BotProcess``, environment from ``tests.harness.env_for``). The bot's
-output and the soak's own events (every message sent, every fault, kill and restart, with
-the same clock) go to ``<run dir>/bot.log``; the run dir (``--out``, default under /tmp)
-also holds Redis's data and log.
+OpenAI test server (``tests.fake_openai``) in this process, real redis-servers
+(``tests.redis_server``, ``appendfsync always``) and the bot as subprocesses
+(``tests.harness.BotProcess``, environment from ``tests.harness.env_for``). The bots'
+output (each line prefixed ``p<process>g<generation>``) and the soak's own events (every
+message sent, every fault, kill and restart, with the same clock) go to
+``<run dir>/bot.log``; the run dir (``--out``, default under /tmp) also holds Redis's data
+and logs, and every bot message as the run left it (``messages.jsonl``).
+
+Deployments (bench/soak_deploy.py)
+----------------------------------
+* ``--processes N`` (default 1): N bot processes on one Redis, each with its own
+  ``BOT_INSTANCE`` (``soak-<i>``) and ``TAKEOVER_SECONDS`` = ``--takeover`` (default 8).
+  Polling by default: one process polls at a time (the poller lease). ``--webhook``: every
+  process serves the webhook (``WEBHOOK_URL``/``WEBHOOK_SECRET``/``WEBHOOK_LISTEN``, a
+  port each) behind a round-robin proxy on loopback, the fake Telegram's
+  ``webhook_target``; a POST to a dead process gets 502 and Telegram delivers it again.
+* ``--cluster``: a Redis Cluster of 3 masters with a replica each
+  (``cluster-node-timeout`` 1500 ms) and the bot with ``REDIS_CLUSTER=true``. Instead of
+  whole-Redis restarts, a master is SIGKILLed every 30-60 s (once the cluster has
+  healed from the last one: every master has a replica in sync); its replica is
+  promoted, and the killed node is started again 3-10 s later and rejoins as a replica.
+  What a failover can lose is measured at each kill (the module docstring of
+  ``bench/soak_deploy.py``). ``--lossy`` makes every failover lose writes: the replica
+  is stopped and cut off 0.2-0.8 s before its master is killed.
 
 What happens (all times and counts drawn from ``--seed``; choices that depend on the bot's
 progress, such as which visible answer is replied to, follow the run)
@@ -26,17 +49,27 @@ progress, such as which visible answer is replied to, follow the run)
   same part at once); in private chats a reply to the user's own answered message. Every
   text carries a unique marker ``c<chat>m<n>``; the model's reply to it is
   ``echo c<chat>m<n> w..`` (deterministic; about one in 40 is long enough to be split).
+* Replies to answers still being written: whenever Telegram accepts a new part of an
+  answer (``sendMessage``; in groups the part then grows by edits, in private chats the
+  next part is drafted), the user replies to it at once with probability 0.25, from the
+  fake Telegram's ``after_call`` hook: the reply is queued and handed to the bot (taken by
+  getUpdates or answered 200 by a webhook, waited for up to 1 s) before the bot gets
+  Telegram's answer naming the part; and with probability 0.3 it replies 0.1-3 s later,
+  whatever the answer is doing (flood windows included). These replies are chaos too:
+  they stop when the chaos does.
 * Model: per-chunk delay redrawn every 2-6 s so answers take 0-3 s, short gate closures
   (every request held 0.5-3 s), 500 and 429 bursts, streams cut after 0-3 chunks, streams
   stalled past the bot's 5 s timeout.
 * Telegram: 429s with ``retry_after`` for one chat, flood windows (sendMessage and
   editMessageText 429 for 3-8 s), 502s, getUpdates failures, and redelivered updates (the
   same message pushed again, at once or up to 10 s later).
-* The bot is SIGKILLed every 30-60 s and restarted 0.2-2.5 s later; Redis is restarted twice
-  (once gracefully, once SIGKILLed), down 1-5 s each time.
+* A bot process is SIGKILLed every 30-60 s (one at random) and restarted 0.2-2.5 s later;
+  with several processes, every other kill (at random) leaves the process down for
+  ``--takeover`` + 3-12 s, so the others take its turns over. Redis is restarted twice
+  (once gracefully, once SIGKILLed), down 1-5 s each time, or (``--cluster``) fails over.
 * Then a quiet drain: no new messages, queued faults dropped, fast model; it ends when
   every message has a finished answer, no update is pending and Telegram has been quiet for
-  3 s (checked again 5 s later), or after ``--drain`` seconds. The bot then gets SIGTERM.
+  3 s (checked again 5 s later), or after ``--drain`` seconds. The bots then get SIGTERM.
 
 What is checked (bench/soak_check.py)
 -------------------------------------
@@ -44,21 +77,38 @@ What is checked (bench/soak_check.py)
   ``[depth:`` or with ``⚠️`` (a notice; a notice appended to streamed text stays part of
   its answer); the further parts of a split answer follow it. Exactly one answer: answered
   once (notices counted apart: acceptable, the user can retry); more: *duplicated*; none:
-  *lost*. Bot replies of other shapes are counted as unexpected.
+  *lost*. Bot replies of other shapes are counted as unexpected. The one tolerated
+  duplicate is the window the README names: the bot got Telegram's answer naming its
+  first copy less than 250 ms before a SIGKILL of a bot process, or never (killed while
+  that answer was on its way: the soak may hold it, see the replies above); counted on
+  its own line.
 * *Wrong chain*: the expected chain of a message is known from what it replied to. A new
   message starts one (``[depth:2]``). A reply to a part of an answer continues that
   answer's message: +2 if that answer was a model answer, +1 if it was a notice (notices
   are aliased to the user's node; ``[depth:N] partial … ⚠️ …`` is a notice too). A reply to
-  the user's own message continues from that message's node (+1). The ``[depth:N]`` of the
-  answer must match. A chain through an answer that never finished is not checkable
-  (counted apart, not a failure).
+  the user's own message continues from that message's node (+1). A message answered with
+  the lost-track notice (a reply to a bot message no conversation knows) is stored as a
+  new conversation: replies below it count from there. The ``[depth:N]`` of the answer
+  must match. A chain through an answer that never finished is not checkable (counted
+  apart, not a failure).
+* *Lost track*: a reply answered with the lost-track notice is a failure, unless the chat's
+  master failed over within 2 s of the replied-to answer's parts being accepted (the
+  failover lost the write recording them: counted apart). Likewise a second answer whose
+  first copy was recorded just before such a failover is a re-answer after a lost write
+  (counted apart), not a duplicate.
 * *Wrong history*: every model request that ends with a soak message must hold exactly the
   expected chain: the user messages' markers in order, each answered one followed by its
   exact reply, nothing else (summaries are never triggered: the token budget is raised).
 * *Wrong chat*: a bot message showing another chat's marker, or a model request holding
   another chat's messages. *Wrong content*: an answer that does not end with its own reply
   or shows other markers.
-* Exit status 1 when any message was lost, duplicated or mixed (any wrong-* count).
+* *Takeover*: at each kill the soak reads the intake entries the killed process held
+  (XPENDING for its consumer name) and times how long each of those turns, unfinished at
+  the kill, takes to show its finished answer: by another process when the killed one
+  stays down past ``TAKEOVER_SECONDS``, else by the restarted process. A turn taken over
+  later than ``TAKEOVER_SECONDS`` + 20 s fails the run.
+* Exit status 1 when any message was lost, duplicated or mixed (any wrong-* count), a
+  reply lost track outside a failover, or a takeover was late.
 """
 
 from __future__ import annotations
@@ -66,19 +116,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import random
 import re
+import statistics
 import sys
 import time
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from redis.asyncio import Redis
+
+from bot.data import keys
 from tests.fake_openai import FakeOpenAI
-from tests.fake_telegram import FakeTelegram, StoredMessage
-from tests.harness import BotProcess, env_for
-from tests.redis_server import RedisServer
+from tests.fake_telegram import Call, FakeTelegram, StoredMessage
+from tests.harness import env_for
 
 from .soak_check import (
     Checker,
@@ -92,8 +146,9 @@ from .soak_check import (
     observe,
     reply_text,
 )
+from .soak_deploy import ClusterRedis, Fleet, SingleRedis, Worker, pending_turns
 
-EXCEPTION_RE = re.compile(r"^\s*[\d.]+ g\d+ \w+(Error|Exception): ")
+EXCEPTION_RE = re.compile(r"^\s*[\d.]+ p\d+g\d+ \w+(Error|Exception): ")
 BOT_NAME = "replychain_bot"  # FakeTelegram's default username
 PROGRESS_EVERY = 30.0
 OUT_METHODS = frozenset({"sendMessage", "editMessageText"})
@@ -107,6 +162,15 @@ PHRASES = (
     "summarise this please",
     "what about the other case",
 )
+#: Chances that a new answer part is replied to the moment Telegram accepts it, and
+#: 0.1-3 s later (:meth:`Soak.on_call`).
+REPLY_AT_ONCE = 0.25
+REPLY_SOON = 0.3
+#: Longest a reply sent at once waits to be handed to the bot before Telegram's
+#: answer naming the part is released.
+HANDOVER_WAIT = 1.0
+#: A dead process's turns must be finished within TAKEOVER_SECONDS + this.
+TAKEOVER_MARGIN = 20.0
 
 
 @dataclass(frozen=True)
@@ -125,45 +189,6 @@ class Event:
     chat: int
     action: str
     roll: float
-
-
-class LoggedBot(BotProcess):
-    """``python -m bot`` whose output is copied line by line to a sink as it comes
-    (the harness keeps it in a pipe until exit, which would stall a long run)."""
-
-    def __init__(
-        self, env: dict[str, str], cwd: Path, sink: Callable[[str], None], generation: int
-    ) -> None:
-        super().__init__(env, cwd)
-        self.sink = sink
-        self.generation = generation
-        self._pump: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        await super().start()
-        assert self.proc is not None and self.proc.stdout is not None
-        self._pump = asyncio.create_task(self._copy(self.proc.stdout))
-
-    async def _copy(self, stream: asyncio.StreamReader) -> None:
-        while True:
-            try:
-                line = await stream.readline()
-            except ValueError:  # a line longer than the reader's limit
-                line = await stream.read(65536)
-            if not line:
-                return
-            self.sink(f"g{self.generation} {line.decode(errors='replace').rstrip()}")
-
-    async def wait(self, timeout: float = 30.0) -> int:  # noqa: ASYNC109
-        assert self.proc is not None
-        code = await asyncio.wait_for(self.proc.wait(), timeout)
-        if self._pump is not None:
-            await self._pump
-        return code
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.returncode is None
 
 
 def make_chats(count: int) -> list[ChatSpec]:
@@ -196,6 +221,18 @@ def plan(rng: random.Random, specs: list[ChatSpec], chaos: float, gap: float) ->
     return sorted(events, key=lambda e: e.at)
 
 
+@dataclass
+class Orphans:
+    """The turns a killed process left unfinished, and when each showed its answer."""
+
+    killed_at: float
+    worker: str
+    #: The process stayed down past TAKEOVER_SECONDS: another one had to take them over.
+    taken_over: bool
+    waiting: set[tuple[int, int]]
+    finished: dict[tuple[int, int], float] = field(default_factory=dict)
+
+
 class Soak:
     def __init__(self, args: argparse.Namespace, run_dir: Path) -> None:
         self.args = args
@@ -204,42 +241,53 @@ class Soak:
         self.run_dir = run_dir
         self.sched = random.Random(args.seed)
         self.rng = random.Random(args.seed * 7919 + 1)
+        #: Replies to new answer parts (their timing follows the bot's progress).
+        self.live_rng = random.Random(args.seed * 104729 + 3)
         self.specs = make_chats(args.chats)
+        self.by_chat = {spec.chat_id: spec for spec in self.specs}
         self.events = plan(self.sched, self.specs, self.chaos, args.gap)
         self.kill_times: list[float] = []
-        #: When each SIGKILL was actually sent (the soak's clock).
+        #: When each SIGKILL of a bot process was actually sent (the soak's clock).
         self.killed_at: list[float] = []
         t = self.sched.uniform(30, 60)
         while t < self.chaos:
             self.kill_times.append(t)
             t += self.sched.uniform(30, 60)
-        self.redis_plan = [
-            (self.chaos * self.sched.uniform(0.25, 0.4), False),
-            (self.chaos * self.sched.uniform(0.6, 0.75), True),
-        ]
+        self.store: SingleRedis | ClusterRedis = (
+            ClusterRedis(run_dir, self.sched, self.chaos, lossy=args.lossy)
+            if args.cluster
+            else SingleRedis(run_dir, self.sched, self.chaos)
+        )
         self.log_path = run_dir / "bot.log"
         self.log: TextIO = self.log_path.open("w", encoding="utf-8", buffering=1)
         self.t0 = time.monotonic()
         self.tg = FakeTelegram()
         self.llm = FakeOpenAI()
-        self.redis = RedisServer(run_dir / "redis")
-        self.bot: LoggedBot | None = None
-        self.generation = 0
-        self.lifecycle = asyncio.Lock()  # one kill/restart of the bot at a time
+        self.fleet = Fleet(
+            args.processes, webhook=args.webhook, env=self.bot_env, cwd=run_dir, sink=self.note
+        )
+        self.client: Redis | None = None  # the soak's own Redis client (takeover checks)
         self.sent: list[Sent] = []
         self.by_id: dict[tuple[int, int], Sent] = {}
         self.counters = [0] * len(self.specs)
         self.observed: list[Observed] = []
         self.model_calls = 0
         self.tg_calls_dropped = 0
-        #: (chat, bot message id) -> when Telegram accepted it (the soak's clock)
+        #: (chat, bot message id) -> when the bot's request to send it arrived, and when
+        #: Telegram's answer naming it went back to the bot (the soak's clock)
+        self.requested_at: dict[tuple[int, int], float] = {}
         self.accepted_at: dict[tuple[int, int], float] = {}
+        #: The highest update_id handed out by getUpdates.
+        self.polled_through = 0
+        #: When each getUpdates call arrived (the soak's clock), and poller kills.
+        self.polls: list[float] = []
+        self.poller_kills: list[float] = []
+        self.orphans: list[Orphans] = []
         self.kills = 0
-        self.redis_restarts = 0
         self.self_exits = 0
         self.redeliveries = 0
         self.faults = {"model": 0, "telegram": 0, "gate": 0}
-        self.sigterm_note = ""
+        self.sigterm_notes: list[str] = []
         self.tasks: set[asyncio.Task[Any]] = set()
         self.chaos_over = False
 
@@ -261,21 +309,16 @@ class Soak:
         if delay > 0:
             await asyncio.sleep(delay)
 
-    async def start_bot(self) -> None:
-        self.generation += 1
-        env = env_for(
+    def bot_env(self) -> dict[str, str]:
+        extra = {"REDIS_CLUSTER": "true"} if self.store.cluster else {}
+        return env_for(
             self.tg,
             self.llm,
-            self.redis.url,
-            BOT_INSTANCE="soak",
+            self.store.url,
             CONTEXT_TOKEN_BUDGET="500000",
             LOG_LEVEL="INFO",
-        )
-        bot = LoggedBot(env, self.run_dir, self.note, self.generation)
-        await bot.start()
-        self.bot = bot
-        self.note(
-            f"SOAK bot generation {self.generation} started (pid {bot.proc and bot.proc.pid})"
+            TAKEOVER_SECONDS=f"{self.args.takeover:g}",
+            **extra,
         )
 
     # ------------------------------------------------------------------ users
@@ -340,7 +383,15 @@ class Soak:
             return found[-1]
         return None
 
-    def send(self, spec: ChatSpec, kind: Kind, target: int | None, *, live: bool = False) -> None:
+    def send(
+        self,
+        spec: ChatSpec,
+        kind: Kind,
+        target: int | None,
+        *,
+        live: bool = False,
+        unrecorded: bool = False,
+    ) -> Sent:
         n = self.counters[spec.idx]
         self.counters[spec.idx] += 1
         key = f"c{spec.idx}m{n}"
@@ -353,19 +404,80 @@ class Soak:
                 thread = self.rng.choice(spec.topics)
         raw = self.tg.send_user_message(spec.chat_id, user, text, reply_to=target, thread_id=thread)
         s = Sent(key, spec.idx, spec.chat_id, raw["message_id"], user, self.now(), kind, target)
-        s.target_live = live
+        s.target_live = live or unrecorded
+        s.target_unrecorded = unrecorded
+        s.in_flood = kind == "part" and self.tg.flood_remaining(spec.chat_id) > 0
         self.sent.append(s)
         self.by_id[(spec.chat_id, s.message_id)] = s
+        how = " (before the bot knew the part)" if unrecorded else ""
         self.note(
             f"SOAK send {key} chat {spec.chat_id} msg {s.message_id} {kind}"
             + (f" reply_to {target}" if target else "")
             + (" (target still streaming)" if live else "")
+            + how
+            + (" (flood window)" if s.in_flood else "")
         )
         roll = self.rng.random()
         if roll < 0.02:
             self.redeliver(s, raw, 0.0)
         elif roll < 0.08:
             self.spawn(self.redeliver_later(s, raw, self.rng.uniform(0.5, 10)))
+        return s
+
+    # ------------------------------------------------------------------ replies to live answers
+
+    async def on_call(self, call: Call) -> None:
+        """The fake Telegram's ``after_call``: a call was applied, its answer not sent yet."""
+        try:
+            if call.method == "getUpdates":
+                self.polls.append(call.at - self.t0)
+                ids = [u.get("update_id", 0) for u in call.result or () if isinstance(u, dict)]
+                self.polled_through = max([self.polled_through, *ids])
+            elif call.method == "sendMessage" and isinstance(call.result, dict):
+                await self.new_part(call.result, call.at - self.t0)
+        except Exception as exc:  # a bug of the soak: noted, never a 500 to the bot
+            self.note(f"SOAK after_call failed: {exc!r}")
+
+    async def new_part(self, message: dict[str, Any], at: float) -> None:
+        chat, part = int(message["chat"]["id"]), int(message["message_id"])
+        self.requested_at[(chat, part)] = at
+        try:
+            spec = self.by_chat.get(chat)
+            replied = (message.get("reply_to_message") or {}).get("message_id")
+            if self.chaos_over or spec is None or (chat, replied) not in self.by_id:
+                return
+            roll = self.live_rng.random()
+            if roll < REPLY_AT_ONCE:
+                s = self.send(spec, "part", part, unrecorded=True)
+                await self.handed_over(s)
+            elif roll < REPLY_AT_ONCE + REPLY_SOON:
+                self.spawn(self.reply_soon(spec, part, self.live_rng.uniform(0.1, 3.0)))
+        finally:
+            # the bot learns the part's id now (a held answer is a slow network's)
+            self.accepted_at[(chat, part)] = self.now()
+
+    async def handed_over(self, s: Sent) -> None:
+        """Wait (bounded) until the update carrying ``s`` reached a bot process, and a
+        few ms more: the bot hears the reply before it learns the part's id."""
+        update_id = self.tg.last_update_id
+        deadline = time.monotonic() + HANDOVER_WAIT
+        while time.monotonic() < deadline:
+            if self.polled_through >= update_id or any(
+                u == update_id and 200 <= status < 300
+                for u, status in self.tg.webhook_deliveries[-50:]
+            ):
+                await asyncio.sleep(self.live_rng.uniform(0, 0.03))
+                return
+            await asyncio.sleep(0.002)
+
+    async def reply_soon(self, spec: ChatSpec, part: int, delay: float) -> None:
+        await asyncio.sleep(delay)
+        message = self.tg.message(spec.chat_id, part)
+        if self.chaos_over or message.deleted:
+            return
+        found = self.copy_of(message)
+        live = found is None or not found[1].complete(reply_text(found[0].key, self.seed))
+        self.send(spec, "part", part, live=live)
 
     def redeliver(self, s: Sent, raw: dict[str, Any], delay: float) -> None:
         update_id = self.tg.push_update({"message": raw})
@@ -464,30 +576,82 @@ class Soak:
         await self.until(self.chaos)
 
     async def killer(self) -> None:
+        """SIGKILL one bot process at a time; restart it soon, or (with several
+        processes, every other kill at random) only after the others took over."""
         for at in self.kill_times:
             await self.until(at)
-            async with self.lifecycle:
-                assert self.bot is not None
+            async with self.fleet.lock:
+                alive = self.fleet.alive()
+                if not alive:
+                    continue
+                worker = self.sched.choice(alive)
+                taken_over = len(self.fleet.workers) > 1 and self.sched.random() < 0.5
+                poller = await self.poller()
+                held = await self.held(worker)
                 self.killed_at.append(self.now())
-                await self.bot.kill()
+                await self.fleet.kill(worker)
                 self.kills += 1
-                self.note(f"SOAK SIGKILL bot generation {self.generation}")
+                if poller == worker.name:
+                    self.poller_kills.append(self.killed_at[-1])
+                self.orphaned(worker, held, taken_over)
+            if taken_over:
+                down = self.args.takeover + self.sched.uniform(3, 12)
+                self.note(f"SOAK {worker.name} stays down {down:.1f}s (takeover)")
+                await asyncio.sleep(down)
+            else:
                 await asyncio.sleep(self.sched.uniform(0.2, 1.0))
                 # issue 12 #1: replies to one chain that wait while the bot is down
                 self.fan_out(self.specs[self.rng.randrange(len(self.specs))], 4)
                 await asyncio.sleep(self.sched.uniform(0.2, 1.5))
-                await self.start_bot()
+            async with self.fleet.lock:
+                await self.fleet.start(worker)
+
+    async def poller(self) -> str | None:
+        """The BOT_INSTANCE holding the poller lease (None: unknown or webhook mode)."""
+        if self.fleet.webhook or self.client is None:
+            return None
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(2):
+                holder = await self.client.get(keys.POLLER_LEASE)
+                return holder.decode() if isinstance(holder, bytes) else None
+        return None
+
+    async def held(self, worker: Worker) -> list[tuple[int, int]] | None:
+        """The turns a process holds (read right before it is killed; None: unknown)."""
+        if self.client is None:
+            return None
+        try:
+            async with asyncio.timeout(2):
+                return await pending_turns(self.client, worker.name)
+        except Exception as exc:  # Redis restarting or failing over: not measured
+            self.note(f"SOAK could not read {worker.name}'s pending turns: {exc!r}")
+            return None
+
+    def orphaned(
+        self, worker: Worker, held: list[tuple[int, int]] | None, taken_over: bool
+    ) -> None:
+        """Note the turns the killed process held and had not finished showing."""
+        if held is None:
+            return
+        waiting = {key for key in held if key in self.by_id and not self.answered(key)}
+        self.note(f"SOAK {worker.name} left {len(waiting)} turns unfinished: {sorted(waiting)}")
+        if waiting:
+            self.orphans.append(Orphans(self.killed_at[-1], worker.name, taken_over, waiting))
+
+    def answered(self, key: tuple[int, int]) -> bool:
+        return self.finished(self.by_id[key]) is not None
+
+    async def takeovers(self) -> None:
+        """Time each orphaned turn until its answer is finished on screen."""
+        while True:
+            await asyncio.sleep(0.2)
+            for orphans in self.orphans:
+                for key in [k for k in orphans.waiting if self.answered(k)]:
+                    orphans.waiting.discard(key)
+                    orphans.finished[key] = self.now() - orphans.killed_at
 
     async def redis_chaos(self) -> None:
-        for at, crash in self.redis_plan:
-            await self.until(at)
-            down = self.sched.uniform(1, 5)
-            self.note(f"SOAK redis {'SIGKILL' if crash else 'stop'}, down for {down:.1f}s")
-            await asyncio.to_thread(self.redis.kill if crash else self.redis.stop)
-            await asyncio.sleep(down)
-            await asyncio.to_thread(self.redis.start_same_port)
-            self.redis_restarts += 1
-            self.note("SOAK redis started again")
+        await self.store.chaos(self.now, self.until, self.note)
 
     async def watchdog(self) -> None:
         """Progress lines; a bot that exited on its own is noted and started again."""
@@ -495,13 +659,16 @@ class Soak:
         while True:
             await asyncio.sleep(1)
             self.absorb()
-            if not self.lifecycle.locked() and self.bot is not None and not self.bot.alive:
-                async with self.lifecycle:
-                    code = await self.bot.wait()
+            for worker in self.fleet.workers:
+                bot = worker.bot
+                if self.fleet.lock.locked() or worker.down or bot is None or bot.alive:
+                    continue
+                async with self.fleet.lock:
+                    code = await bot.wait()
                     self.self_exits += 1
-                    self.note(f"SOAK bot generation {self.generation} exited by itself ({code})")
-                    print(f"  bot exited by itself with status {code}; starting it again")
-                    await self.start_bot()
+                    self.note(f"{worker.label} SOAK bot {worker.name} exited by itself ({code})")
+                    print(f"  {worker.name} exited by itself with status {code}; starting it again")
+                    await self.fleet.start(worker)
             if self.now() >= next_line:
                 next_line += PROGRESS_EVERY
                 self.progress()
@@ -514,7 +681,8 @@ class Soak:
         print(
             f"[{self.now():6.0f}s] sent {len(self.sent)}, answered {answered}, "
             f"pending {len(self.sent) - answered}, model calls {self.model_calls}, "
-            f"kills {self.kills}, redis restarts {self.redis_restarts}",
+            f"kills {self.kills}, redis {'failovers' if self.store.cluster else 'restarts'} "
+            f"{self.store.restarts}",
             flush=True,
         )
 
@@ -525,15 +693,6 @@ class Soak:
                 if m.reply_to is not None:
                     index.setdefault((spec.chat_id, m.reply_to), []).append(m)
         return index
-
-    def note_accepted(self) -> None:
-        """When Telegram accepted each bot message (kept before old calls are dropped)."""
-        for call in self.tg.calls:
-            if call.method == "sendMessage" and call.status == 200:
-                result = call.result
-                if isinstance(result, dict) and "message_id" in result:
-                    key = (int(call.params["chat_id"]), int(result["message_id"]))
-                    self.accepted_at[key] = call.at - self.t0
 
     def absorb(self) -> None:
         """Reduce the model requests to what the checks need; bound the servers' logs."""
@@ -546,7 +705,6 @@ class Soak:
         del requests[:count]
         self.model_calls += count
         if len(self.tg.calls) > 4000:
-            self.note_accepted()
             drop = len(self.tg.calls) - 500
             del self.tg.calls[:drop]
             self.tg_calls_dropped += drop
@@ -586,38 +744,27 @@ class Soak:
                 break
         return self.now() - started
 
-    async def stop_bot(self) -> None:
-        async with self.lifecycle:
-            if self.bot is None:
-                return
-            try:
-                code = await self.bot.terminate(timeout=40)
-                self.note(f"SOAK bot exited with {code} after SIGTERM")
-                if code != 0:
-                    self.sigterm_note = f"exit status {code} after SIGTERM"
-            except TimeoutError:
-                self.sigterm_note = "still running 40 s after SIGTERM (killed)"
-                await self.bot.kill()
-
     # ------------------------------------------------------------------ the run
 
     async def run(self) -> int:
         async with self.tg, self.llm:
-            await asyncio.to_thread(self.redis.start)
+            await asyncio.to_thread(self.store.start)
             try:
                 return await self._run()
             finally:
                 for task in list(self.tasks):
                     task.cancel()
                 await asyncio.gather(*self.tasks, return_exceptions=True)
-                if self.bot is not None and self.bot.alive:
-                    await self.bot.kill()
-                await asyncio.to_thread(self.redis.stop)
+                await self.fleet.reap()
+                if self.client is not None:
+                    await self.client.aclose()
+                await asyncio.to_thread(self.store.stop)
                 self.log.close()
 
     async def _run(self) -> int:
         self.llm.responder = self.respond
         self.llm.chunk_chars = 64
+        self.tg.after_call = self.on_call
         for spec in self.specs:
             if spec.kind == "private":
                 self.tg.add_private_chat(spec.chat_id, f"User{spec.chat_id}")
@@ -629,31 +776,60 @@ class Soak:
             self.specs[forum.idx] = ChatSpec(
                 forum.idx, forum.chat_id, "forum", forum.users, (None, *topics)
             )
+            self.by_chat[forum.chat_id] = self.specs[forum.idx]
+        redis_chaos = (
+            f"{len(self.store.plan)} master failovers" if self.store.cluster else "2 Redis restarts"
+        )
         print(
-            f"soak seed {self.seed}: {len(self.specs)} chats, {self.chaos / 60:g} min of chaos, "
+            f"soak seed {self.seed} ({self.mode}): {len(self.specs)} chats, "
+            f"{self.chaos / 60:g} min of chaos, "
             f"{sum(e.kind == 'msg' for e in self.events)} planned sends, "
-            f"{len(self.kill_times)} kills, 2 Redis restarts; log {self.log_path}",
+            f"{len(self.kill_times)} kills, {redis_chaos}; log {self.log_path}",
             flush=True,
         )
-        self.t0 = time.monotonic()
-        await self.start_bot()
-        self.spawn(self.watchdog())
-        loops = [
-            asyncio.create_task(c) for c in (self.timeline(), self.killer(), self.redis_chaos())
-        ]
-        await asyncio.gather(*loops)
-        drained = await self.drain()
-        await self.stop_bot()
+        self.client = self.store.client()
+        async with self.fleet.proxy() as target:
+            self.tg.webhook_target = target
+            self.t0 = time.monotonic()
+            for worker in self.fleet.workers:
+                await self.fleet.start(worker)
+            self.spawn(self.watchdog())
+            self.spawn(self.takeovers())
+            loops = [
+                asyncio.create_task(c) for c in (self.timeline(), self.killer(), self.redis_chaos())
+            ]
+            await asyncio.gather(*loops)
+            drained = await self.drain()
+            async with self.fleet.lock:
+                self.sigterm_notes = await self.fleet.stop(timeout=40)
         self.absorb()
         bot_messages = {s.chat_id: self.tg.bot_messages(s.chat_id) for s in self.specs}
-        self.note_accepted()
-        sent_at = self.accepted_at
+        self.dump(bot_messages)
         result = Checker(
             self.sent, bot_messages, self.observed, self.seed,
-            sent_at=sent_at, kill_times=self.killed_at,
+            sent_at=self.accepted_at, requested_at=self.requested_at,
+            kill_times=self.killed_at,
+            failovers=self.store.failovers,
         ).run()  # fmt: skip
-        self.report(result, drained)
-        return 1 if result.failed else 0
+        late = self.report(result, drained)
+        return 1 if result.failed or late else 0
+
+    def dump(self, bot_messages: dict[int, list[StoredMessage]]) -> None:
+        """Every bot message as the run left it (``<run dir>/messages.jsonl``), for the
+        post-mortem of a problem."""
+        with (self.run_dir / "messages.jsonl").open("w", encoding="utf-8") as out:
+            for chat, messages in bot_messages.items():
+                for m in messages:
+                    row: dict[str, object] = {"chat": chat, "id": m.message_id}
+                    row |= {"reply_to": m.reply_to, "deleted": m.deleted, "text": m.text}
+                    out.write(json.dumps(row) + "\n")
+
+    @property
+    def mode(self) -> str:
+        processes = self.args.processes
+        how = "webhook" if self.args.webhook else "polling"
+        redis = "Redis Cluster" if self.args.cluster else "one Redis"
+        return f"{processes} process{'es' if processes > 1 else ''} {how}, {redis}"
 
     def respond(self, messages: list[dict[str, Any]]) -> str:
         obs = observe(messages, self.seed)
@@ -661,18 +837,30 @@ class Soak:
 
     # ------------------------------------------------------------------ report
 
-    def report(self, result: Result, drained: float) -> None:
+    def report(self, result: Result, drained: float) -> int:
+        """Print the table; returns how many takeovers were late."""
+        bound = self.args.takeover + TAKEOVER_MARGIN
+        taken = [t for o in self.orphans if o.taken_over for t in o.finished.values()]
+        restarted = [t for o in self.orphans if not o.taken_over for t in o.finished.values()]
+        late: int = sum(t > bound for t in taken) + sum(len(o.waiting) for o in self.orphans)
+        share = result.live_targets / result.part_replies if result.part_replies else 0.0
         rows: list[tuple[str, object]] = [
             ("messages sent that must be answered", result.sent),
             ("answered exactly once", result.once),
-            ("  of which with a notice (model outage etc.)", result.once_notice),
+            ("  of which with a notice", f"{result.once_notice} {self.notice_kinds(result)}"),
             ("answered twice or more (duplicated)", result.duplicated),
             (
                 "  twice, first copy accepted within 250 ms of a SIGKILL (README)",
                 result.crash_window_duplicates,
             ),
+            ("  a later part shown twice, the same window", result.crash_window_parts),
             ("never answered (lost)", result.lost),
             ("answers on the wrong chain ([depth:N])", result.wrong_depth),
+            (
+                "  of which first mistakes (replied to a message on its chain)",
+                result.wrong_depth_first,
+            ),
+            ("lost-track notices outside a failover (failures)", result.lost_track),
             ("model requests with the wrong history (messages)", result.wrong_history),
             ("answers with the wrong content", result.wrong_content),
             ("bot messages in the wrong chat", result.wrong_chat_messages),
@@ -683,7 +871,13 @@ class Soak:
                 f"{result.unexpected_replies} / {result.stray_bot_messages}",
             ),
             ("deepest answer checked ([depth:N])", result.deepest),
-            ("replies sent while the target was still streaming", result.live_targets),
+            ("replies to bot answer parts", result.part_replies),
+            (
+                "  replies to live answers (still being written)",
+                f"{result.live_targets} ({share:.0%})",
+            ),
+            ("    sent before the bot knew the part's id", result.unrecorded_targets),
+            ("  replies sent under flood control", result.flood_replies),
             ("updates redelivered", result.redelivered),
             ("model calls (requests checked)", f"{self.model_calls} ({result.requests_checked})"),
             (
@@ -692,22 +886,77 @@ class Soak:
             ),
             ("Telegram calls inside a retry_after window", len(self.tg.violations)),
             ("bot SIGKILLs / exits by itself", f"{self.kills} / {self.self_exits}"),
-            ("Redis restarts", self.redis_restarts),
+            (
+                f"turns taken over (process down > {self.args.takeover:g} s): n, p50, max",
+                spread(taken),
+            ),
+            ("turns finished by the restarted process: n, p50, max", spread(restarted)),
+            (f"takeovers later than {bound:g} s, or never", late),
+            ("poller replaced after a poller kill: n, p50, max", spread(self.poller_gaps())),
+            *self.redis_rows(result),
             ("drain (s)", f"{drained:.0f}"),
             ("wall time (s)", f"{self.now():.0f}"),
         ]
         width = max(len(name) for name, _ in rows)
-        print(f"\nsoak seed {self.seed}, {self.args.chats} chats, {self.args.minutes:g} min")
+        print(
+            f"\nsoak seed {self.seed}, {self.mode}, {self.args.chats} chats, "
+            f"{self.args.minutes:g} min"
+        )
         print(f"{'what':<{width}}  value")
         print(f"{'-' * width}  -----")
         for name, value in rows:
             print(f"{name:<{width}}  {value}")
         for violation in self.tg.violations[:3]:
             print(f"Telegram violation (e.g.): {violation}")
-        if self.sigterm_note:
-            print(f"shutdown: {self.sigterm_note}")
-        print(f"verdict: {'FAIL' if result.failed else 'ok'}; bot log {self.log_path}")
+        for line in self.sigterm_notes:
+            print(f"shutdown: {line}")
+        failed = result.failed or late
+        print(f"verdict: {'FAIL' if failed else 'ok'}; bot log {self.log_path}")
+        for orphans in self.orphans:
+            slow = {k: t for k, t in orphans.finished.items() if t > bound and orphans.taken_over}
+            if slow or orphans.waiting:
+                print(
+                    f"late takeover: {orphans.worker} killed at {orphans.killed_at:.1f}s: "
+                    f"finished late {slow}, never {sorted(orphans.waiting)}"
+                )
         self.print_problems(result.problems)
+        return late
+
+    @staticmethod
+    def notice_kinds(result: Result) -> str:
+        if not result.notices:
+            return ""
+        return "(" + ", ".join(f"{k} {n}" for k, n in sorted(result.notices.items())) + ")"
+
+    def redis_rows(self, result: Result) -> list[tuple[str, object]]:
+        store = self.store
+        if not isinstance(store, ClusterRedis):
+            return [("Redis restarts", store.restarts)]
+        failovers = store.failovers
+        promoted = [f.promoted_after for f in failovers if f.promoted_after is not None]
+        lossy = [f for f in failovers if f.lost_bytes]
+        return [
+            (
+                "master failovers (skipped: cluster not healed)",
+                f"{len(failovers)} ({store.skipped})",
+            ),
+            ("  replica promoted after (s): n, p50, max", spread(promoted)),
+            (
+                "  failovers that lost acknowledged writes (bytes)",
+                f"{len(lossy)} ({', '.join(str(f.lost_bytes) for f in lossy) or '-'})",
+            ),
+            ("  visible: lost-track notices after a failover", result.lost_track_failover),
+            ("  visible: answers repeated after a lost write", result.failover_duplicates),
+        ]
+
+    def poller_gaps(self) -> list[float]:
+        """Seconds from each kill of the polling process to the next getUpdates."""
+        gaps = []
+        for killed in self.poller_kills:
+            later = [t for t in self.polls if t > killed]
+            if later:
+                gaps.append(later[0] - killed)
+        return gaps
 
     def print_problems(self, problems: list[Problem]) -> None:
         if not problems:
@@ -748,6 +997,13 @@ class Soak:
         return errors[:6] + context[: 16 - min(6, len(errors))]
 
 
+def spread(values: Sequence[float]) -> str:
+    """n, median and max of some seconds (``0`` when there are none)."""
+    if not values:
+        return "0"
+    return f"{len(values)}, {statistics.median(values):.1f} s, {max(values):.1f} s"
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench.soak", description="Chaos soak of the real bot (see the module)."
@@ -758,12 +1014,33 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--gap", type=float, default=7.0, help="mean seconds between a chat's messages"
     )
+    parser.add_argument("--processes", type=int, default=1, help="bot processes (1)")
+    parser.add_argument(
+        "--webhook", action="store_true", help="webhook mode behind a round-robin proxy"
+    )
+    parser.add_argument(
+        "--cluster", action="store_true", help="a Redis Cluster with replicas, failing over"
+    )
+    parser.add_argument(
+        "--lossy",
+        action="store_true",
+        help="with --cluster: cut each killed master's replica off first (writes lost)",
+    )
+    parser.add_argument(
+        "--takeover", type=float, default=8.0, help="TAKEOVER_SECONDS of the bots (8)"
+    )
     parser.add_argument("--drain", type=float, default=180.0, help="longest quiet drain, s")
     parser.add_argument("--details", type=int, default=12, help="problems shown with log lines")
     parser.add_argument("--out", type=Path, default=None, help="run dir (default under /tmp)")
     args = parser.parse_args(argv)
     if args.chats < 1 or args.minutes <= 0:
         parser.error("--chats must be >= 1 and --minutes > 0")
+    if args.processes < 1:
+        parser.error("--processes must be >= 1")
+    if args.lossy and not args.cluster:
+        parser.error("--lossy needs --cluster")
+    if args.takeover < 2:
+        parser.error("--takeover must be >= 2 (TAKEOVER_SECONDS's least value)")
     return args
 
 

@@ -12,7 +12,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from redis.crc import key_slot
+
+from bot.data.keys import INTAKE_STREAM
+from bot.turn import notices
 from tests.fake_telegram import StoredMessage
+from transcript.keys import scope_prefix
 
 #: Every user text carries one marker ``c<chat index>m<number>``; model replies echo it.
 MARKER_RE = re.compile(r"\bc(\d+)m(\d+)\b")
@@ -55,6 +60,9 @@ class Sent:
     kind: Kind  # new conversation, reply to a bot answer part, reply to the user's own message
     target: int | None = None  # the message id replied to
     target_live: bool = False  # the replied-to answer was still being written
+    #: Sent before the bot got Telegram's answer naming the replied-to part.
+    target_unrecorded: bool = False
+    in_flood: bool = False  # sent while the chat was under flood control
     redeliveries: int = 0
 
 
@@ -77,9 +85,44 @@ class Copy:
         match = DEPTH_RE.match(self.parts[0].text or "")
         return int(match.group(1)) if match else None
 
+    @property
+    def lost_track(self) -> bool:
+        """The notice for a reply to a bot message no conversation knows (the message is
+        stored as a new conversation: a reply to the notice goes on from it)."""
+        return self.text.startswith(_LOST_TRACK)
+
+    @property
+    def notice_kind(self) -> str:
+        text = self.text
+        for kind, start in _NOTICE_KINDS:
+            if start in text:
+                return kind
+        return "other"
+
+    @property
+    def repeats(self) -> list[StoredMessage]:
+        """Parts after the first shown again later: a part sent again because a crash
+        left the first one unrecorded (what it shows begins a later part's text)."""
+        found = []
+        for i, part in enumerate(self.parts[1:], start=1):
+            mine = squash(part.text or "")
+            if mine and any(squash(p.text or "").startswith(mine) for p in self.parts[i + 1 :]):
+                found.append(part)
+        return found
+
     def complete(self, reply: str) -> bool:
-        """Finished: a notice, or the whole reply is shown."""
-        return self.notice or squash(self.text).endswith(squash(reply))
+        """Finished: a notice, or the whole reply is shown (a repeated part once)."""
+        repeated = {p.message_id for p in self.repeats}
+        shown = "".join(squash(p.text or "") for p in self.parts if p.message_id not in repeated)
+        return self.notice or shown.endswith(squash(reply))
+
+
+_LOST_TRACK = notices.LOST_TRACK[:60]
+_NOTICE_KINDS = (
+    ("lost track", _LOST_TRACK),
+    ("damaged history", notices.DAMAGED_HISTORY[:40]),
+    ("gave up", notices.GAVE_UP[:40]),
+)
 
 
 def starts_answer(message: StoredMessage, seen_depth: bool) -> bool:
@@ -139,6 +182,44 @@ def observe(messages: Sequence[dict[str, Any]], seed: int) -> Observed | None:
     return Observed(key, tuple(items), foreign)
 
 
+@dataclass(frozen=True)
+class Failover:
+    """A Redis Cluster master SIGKILLed (its replica promoted), on the soak's clock."""
+
+    at: float
+    port: int
+    slots: tuple[tuple[int, int], ...]
+    #: Seconds until the replica reported itself master (None: not within the wait).
+    promoted_after: float | None
+    #: The master's replication offset read right before the kill minus the offset
+    #: its replica had when promoted: bytes of acknowledged writes the cluster lost
+    #: (a lower bound: a write between the read and the kill is not seen).
+    lost_bytes: int | None
+
+    def covers(self, chat_id: int) -> bool:
+        """Whether the killed master served the chat's keys (they share one slot)."""
+        return self.serves(slot_of(chat_id))
+
+    def serves(self, slot: int) -> bool:
+        return any(low <= slot <= high for low, high in self.slots)
+
+
+#: The Redis Cluster slot of the intake stream (INTAKE_SHARDS=1).
+INTAKE_SLOT = key_slot(INTAKE_STREAM.encode())
+
+
+def slot_of(chat_id: int) -> int:
+    """The Redis Cluster slot of every key of the chat (its hash tag)."""
+    return key_slot(scope_prefix(str(chat_id)).encode())
+
+
+#: Writes a failover can lose were acknowledged just before it: a turn records a part
+#: milliseconds after Telegram accepted it. An anomaly is put down to a failover of its
+#: chat's master only when that master died within this long after the message the lost
+#: write recorded (else it is a failure).
+FAILOVER_WINDOW = 2.0
+
+
 @dataclass
 class Problem:
     key: str
@@ -157,8 +238,13 @@ class Result:
     #: Duplicates whose first copy Telegram accepted just before a SIGKILL: the one
     #: window the README names (a part accepted, the bot killed before recording it).
     crash_window_duplicates: int = 0
+    #: Answers showing one of their later parts twice, its first copy in that window.
+    crash_window_parts: int = 0
     lost: int = 0
     wrong_depth: int = 0
+    #: Of them, those whose parent message was on its right chain (the others inherit
+    #: a mistake by continuing a wrong chain).
+    wrong_depth_first: int = 0
     wrong_history: int = 0
     wrong_content: int = 0
     wrong_chat_messages: int = 0
@@ -166,7 +252,19 @@ class Result:
     unknown_chain: int = 0
     unexpected_replies: int = 0
     stray_bot_messages: int = 0
+    #: Replies to a bot answer part; of them to answers still being written, sent
+    #: before the bot knew the part's id, sent during a flood window.
+    part_replies: int = 0
     live_targets: int = 0
+    unrecorded_targets: int = 0
+    flood_replies: int = 0
+    #: Answered with a lost-track notice: right after a failover of the chat's master
+    #: (an alias the failover lost: acceptable), or not (a failure).
+    lost_track_failover: int = 0
+    lost_track: int = 0
+    #: Answered twice because a failover lost the write recording the first answer.
+    failover_duplicates: int = 0
+    notices: dict[str, int] = field(default_factory=dict)
     redelivered: int = 0
     requests_checked: int = 0
     deepest: int = 0
@@ -184,7 +282,7 @@ class Result:
 
     @property
     def failed(self) -> bool:
-        return bool(self.lost or self.duplicated or self.mixed)
+        return bool(self.lost or self.duplicated or self.mixed or self.lost_track)
 
 
 Chain = list[tuple[str, bool]]  # (marker, answered) of the ancestors' user messages
@@ -206,13 +304,18 @@ class Checker:
         seed: int,
         *,
         sent_at: dict[tuple[int, int], float] | None = None,
+        requested_at: dict[tuple[int, int], float] | None = None,
         kill_times: Sequence[float] = (),
+        failovers: Sequence[Failover] = (),
     ) -> None:
         self.sent = sent
-        #: When Telegram accepted each bot message, and when the bot was SIGKILLed
-        #: (both on the soak's clock).
+        #: When the bot got Telegram's answer to each of its messages (the soak may hold
+        #: it, as a slow network would), when that request arrived, and when a bot
+        #: process was SIGKILLed (all on the soak's clock).
         self.sent_at = sent_at or {}
+        self.requested_at = requested_at or {}
         self.kill_times = sorted(kill_times)
+        self.failovers = failovers
         self.seed = seed
         self.observed = observed
         self.by_id = {(s.chat_id, s.message_id): s for s in sent}
@@ -226,19 +329,73 @@ class Checker:
                 if message.reply_to is not None:
                     self.replies.setdefault((chat_id, message.reply_to), []).append(message)
         self.result = Result(sent=len(sent))
+        self._wrong: set[str] = set()  # markers of messages answered on a wrong chain
 
     def _killed_after(self, chat_id: int, found: list[Copy]) -> float | None:
-        """How long before a SIGKILL the first copy was accepted (negative: after it, a
-        request the killed bot had sent), if the next copy came after that kill and
-        the gap is within :data:`CRASH_WINDOW` (else None)."""
-        first = self.sent_at.get((chat_id, found[0].parts[-1].message_id))
+        """How long before a SIGKILL the bot got Telegram's answer to the first copy's
+        last part (negative: after it, a request the killed bot had sent: it never got
+        the answer), if that is within :data:`CRASH_WINDOW` and the next copy came after
+        that kill (else None)."""
+        last = (chat_id, found[0].parts[-1].message_id)
+        first, asked = self.sent_at.get(last), self.requested_at.get(last)
         second = self.sent_at.get((chat_id, found[1].parts[0].message_id))
         if first is None or second is None:
             return None
         for kill in self.kill_times:
-            if abs(kill - first) <= CRASH_WINDOW and kill < second:
+            sent_before = asked < kill if asked is not None else first <= kill + CRASH_WINDOW
+            if sent_before and kill - CRASH_WINDOW <= first and kill < second:
                 return kill - first
         return None
+
+    def _failover_after(self, chat_id: int, first: float | None, last: float | None) -> bool:
+        """Whether the chat's master failed over while (or just after) a message
+        accepted between ``first`` and ``last`` was recorded."""
+        if first is None or last is None:
+            return False
+        return any(
+            f.covers(chat_id) and first - FAILOVER_WINDOW <= f.at <= last + FAILOVER_WINDOW
+            for f in self.failovers
+        )
+
+    def _copy_times(self, chat_id: int, copy: Copy) -> tuple[float | None, float | None]:
+        return (
+            self.sent_at.get((chat_id, copy.parts[0].message_id)),
+            self.sent_at.get((chat_id, copy.parts[-1].message_id)),
+        )
+
+    def _intake_failover(self, s: Sent) -> str:
+        """A note when the intake's master failed over, losing writes, just after ``s``
+        was sent (its entry may be among them)."""
+        for f in self.failovers:
+            if f.lost_bytes and f.serves(INTAKE_SLOT) and s.at - 1 <= f.at <= s.at + 5:
+                return f" (the intake's master failed over {f.at - s.at:.1f}s later, losing writes)"
+        return ""
+
+    def _lost_by_failover(self, s: Sent) -> bool:
+        """A reply answered with the lost-track notice: the part it replied to was
+        recorded just before a failover of its chat's master (the alias was lost)."""
+        if s.kind != "part" or s.target is None:
+            return False
+        part = self.bot_by_id.get((s.chat_id, s.target))
+        parent = self.by_id.get((s.chat_id, part.reply_to or 0)) if part else None
+        if part is None or parent is None:
+            return False
+        for copy in self.answers(parent):
+            if any(p.message_id == part.message_id for p in copy.parts):
+                return self._failover_after(s.chat_id, *self._copy_times(s.chat_id, copy))
+        return False
+
+    def _duplicated_by_failover(self, chat_id: int, found: list[Copy]) -> bool:
+        """The first copy was recorded just before a failover of the chat's master that
+        lost that write, and the next copy came after it."""
+        _first, last = self._copy_times(chat_id, found[0])
+        second, _ = self._copy_times(chat_id, found[1])
+        if last is None or second is None:
+            return False
+        return any(
+            f.covers(chat_id) and last - 0.05 <= f.at <= last + FAILOVER_WINDOW and f.at < second
+            for f in self.failovers
+        )
 
     def accepted(self, chat_id: int, found: list[Copy]) -> str:
         """When Telegram accepted each copy's first part (the soak's clock)."""
@@ -267,11 +424,17 @@ class Checker:
                 return parent, not copy.notice
         raise LookupError(f"message {s.target} belongs to no answer of {parent.key}")
 
+    def _restarted(self, s: Sent) -> bool:
+        """``s`` was answered with the lost-track notice: it was stored as the first
+        message of a new conversation."""
+        found = self.answers(s)
+        return len(found) == 1 and found[0].lost_track
+
     def chain(self, s: Sent) -> Chain:
         """(marker, answered) of every earlier user message on the chain of ``s``."""
         entries: Chain = []
         current = s
-        while (step := self._parent(current)) is not None:
+        while not self._restarted(current) and (step := self._parent(current)) is not None:
             parent, answered = step
             entries.append((parent.key, answered))
             current = parent
@@ -292,39 +455,95 @@ class Checker:
 
     def _check_message(self, s: Sent) -> None:
         result = self.result
-        result.live_targets += s.target_live
+        if s.kind == "part":
+            result.part_replies += 1
+            result.live_targets += s.target_live
+            result.unrecorded_targets += s.target_unrecorded
+            result.flood_replies += s.in_flood
         result.redelivered += s.redeliveries
         found, other = copies(self.replies.get((s.chat_id, s.message_id), []))
         result.unexpected_replies += len(other)
         if not found:
             result.lost += 1
-            self._problem(s, "lost: never answered")
+            self._problem(s, "lost: never answered" + self._intake_failover(s))
             return
         if len(found) > 1:
-            texts = [c.text[:60] for c in found]
-            gap = self._killed_after(s.chat_id, found)
-            if gap is not None:
-                result.crash_window_duplicates += 1
-                self._problem(
-                    s, f"(crash window: the first copy was accepted {gap * 1000:.0f} ms "
-                    f"before a SIGKILL) {len(found)} answers {texts}",
-                )  # fmt: skip
-                return
-            result.duplicated += 1
-            when = self.accepted(s.chat_id, found)
-            self._problem(s, f"duplicated: {len(found)} answers (accepted at {when}) {texts}")
+            self._check_copies(s, found)
             return
         [copy] = found
+        if copy.repeats and not self._check_repeats(s, copy):
+            return
         result.once += 1
         result.once_notice += copy.notice
+        if copy.notice:
+            kind = copy.notice_kind
+            result.notices[kind] = result.notices.get(kind, 0) + 1
+        if copy.lost_track:
+            if self._lost_by_failover(s):
+                result.lost_track_failover += 1
+                self._problem(s, "(failover: the replied-to part's record was lost) notice")
+            else:
+                result.lost_track += 1
+                self._problem(s, "lost track: a notice, no failover lost the part replied to")
+            return
         reply = reply_text(s.key, self.seed)
         if not copy.complete(reply) or any(
             m.group(0) != s.key for m in MARKER_RE.finditer(copy.text)
         ):
             result.wrong_content += 1
             self._problem(s, f"wrong content: {copy.text[:100]!r}")
-        if copy.depth is None:
+        if copy.depth is not None:
+            self._check_depth(s, copy.depth)
+
+    def _check_copies(self, s: Sent, found: list[Copy]) -> None:
+        """More than one answer: the crash window, a write a failover lost, or a duplicate."""
+        result = self.result
+        texts = [c.text[:60] for c in found]
+        gap = self._killed_after(s.chat_id, found)
+        if gap is not None:
+            result.crash_window_duplicates += 1
+            self._problem(
+                s, f"(crash window: the first copy was accepted {gap * 1000:.0f} ms "
+                f"before a SIGKILL) {len(found)} answers {texts}",
+            )  # fmt: skip
             return
+        when = self.accepted(s.chat_id, found)
+        if len(found) == 2 and self._duplicated_by_failover(s.chat_id, found):
+            result.failover_duplicates += 1
+            self._problem(
+                s, f"(failover: the write recording the first answer was lost) "
+                f"2 answers (accepted at {when}) {texts}",
+            )  # fmt: skip
+            return
+        result.duplicated += 1
+        self._problem(s, f"duplicated: {len(found)} answers (accepted at {when}) {texts}")
+
+    def _check_repeats(self, s: Sent, copy: Copy) -> bool:
+        """A part shown twice within one answer: the crash window (``True``: the answer
+        counts as once, the part on its own line), else a duplicate."""
+        for part in copy.repeats:
+            again = next(
+                p
+                for p in copy.parts
+                if p.message_id > part.message_id
+                and squash(p.text or "").startswith(squash(part.text or ""))
+            )
+            gap = self._killed_after(s.chat_id, [Copy([part]), Copy([again])])
+            if gap is None:
+                self.result.duplicated += 1
+                self._problem(
+                    s, f"duplicated: part {part.message_id} shown again as {again.message_id}"
+                )
+                return False
+            self.result.crash_window_parts += 1
+            self._problem(
+                s, f"(crash window: part {part.message_id} accepted {gap * 1000:.0f} ms before "
+                f"a SIGKILL, sent again as {again.message_id})",
+            )  # fmt: skip
+        return True
+
+    def _check_depth(self, s: Sent, depth: int) -> None:
+        result = self.result
         try:
             chain = self.chain(s)
         except LookupError as exc:
@@ -332,13 +551,15 @@ class Checker:
             self._problem(s, f"(not checkable: {exc})")
             return
         expected = sum(2 if answered else 1 for _, answered in chain) + 2
-        result.deepest = max(result.deepest, copy.depth)
-        if copy.depth != expected:
+        result.deepest = max(result.deepest, depth)
+        if depth != expected:
             result.wrong_depth += 1
+            self._wrong.add(s.key)
+            result.wrong_depth_first += not chain or chain[-1][0] not in self._wrong
             live = " (replied while the target was still being written)" if s.target_live else ""
-            self._problem(
-                s, f"wrong chain: [depth:{copy.depth}], expected [depth:{expected}]{live}"
-            )
+            if s.target_unrecorded:
+                live = " (replied before the bot had Telegram's answer naming the part)"
+            self._problem(s, f"wrong chain: [depth:{depth}], expected [depth:{expected}]{live}")
 
     def expected_items(self, s: Sent) -> list[tuple[str, str]]:
         items: list[tuple[str, str]] = []

@@ -15,7 +15,6 @@ exits 0: whatever is in flight, shutdown never takes much longer than that.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Coroutine
@@ -46,9 +45,10 @@ from .data.connection import connect
 from .data.layout import UnknownLayoutError, check_layout
 from .metrics import Health, Metrics, MetricsServer
 from .model import ModelClient, estimate_text
+from .model.client import load_sdk
 from .model.transcribe import Transcriber
 from .model.vision import Vision
-from .retry import Outage, retrying
+from .retry import Outage, cancel_until_done, retrying
 from .settings import Settings, webhook_rule
 from .telegram.files import Files
 from .telegram.out import Notifier, TelegramOut, TelegramUnavailableError
@@ -56,7 +56,6 @@ from .telegram.polling import Poller
 from .telegram.routers import COMMANDS, AccessControl, SkipUnknownUpdates, build_router
 from .telegram.session import BadResponseError, BotApiSession, FloodControl, UnreadableResultError
 from .telegram.viewer import continue_router
-from .telegram.webhook import WebhookServer
 from .tools.config import load_config
 from .tools.retention import stub_old_results
 from .turn.context import ContextWindow
@@ -67,6 +66,7 @@ from .turn.topics import TopicTitles
 from .usage.accounting import Accounting, Clock, Prices, utc_now
 
 if TYPE_CHECKING:
+    from .telegram.webhook import WebhookServer
     from .tools.hub import ToolHub
     from .tools.loop import ToolLoop
     from .webapp.server import ViewerServer
@@ -78,6 +78,8 @@ log = logging.getLogger("replychain")
 STARTUP_PATIENCE = 20.0
 #: The poller lease: a dead poller is replaced within about this long.
 POLLER_LEASE_MS = 8000
+#: Longest one set-up call beside polling (deleteWebhook, setMyCommands) is waited for.
+SETUP_TIMEOUT = 30.0
 
 
 class StartupError(Exception):
@@ -100,7 +102,7 @@ class App:
 
     def __init__(self, settings: Settings, *, clock: Clock = utc_now) -> None:
         self.settings = settings
-        self.metrics = Metrics()
+        self.metrics = self._metrics(settings)
         session = BotApiSession(api=TelegramAPIServer.from_base(settings.telegram_api_url))
         session.middleware(FloodControl(max_wait=settings.flood_wait_max, metrics=self.metrics))
         self.bot = Bot(
@@ -239,15 +241,7 @@ class App:
             outages=outages,
             backlog=self.intake.backlog,
         )
-        self.metrics_server = (
-            MetricsServer(
-                self.metrics,
-                Health(redis_ping=self.redis.ping, telegram_ping=self.bot.get_me, outages=outages),
-                settings.metrics_listen,
-            )
-            if settings.metrics_listen
-            else None
-        )
+        self.metrics_server = self._metrics_server(settings, outages)
         self.stopping = asyncio.Event()
         self.dispatcher = Dispatcher()
         self.dispatcher.update.outer_middleware(SkipUnknownUpdates())
@@ -266,6 +260,28 @@ class App:
         )
         self.webhook, self.viewer = self._servers(settings)
         self.poller = self._poller(settings)
+
+    @staticmethod
+    def _metrics(settings: Settings) -> Metrics:
+        """Prometheus metrics with METRICS_LISTEN; else nothing is recorded (and the
+        client library is not imported)."""
+        if not settings.metrics_listen:
+            return Metrics()
+        from .prometheus import PrometheusMetrics  # noqa: PLC0415
+
+        return PrometheusMetrics()
+
+    def _metrics_server(
+        self, settings: Settings, outages: dict[str, Outage]
+    ) -> MetricsServer | None:
+        """``/metrics`` and ``/healthz`` on METRICS_LISTEN, else None."""
+        if not settings.metrics_listen:
+            return None
+        from .prometheus import PrometheusMetrics  # noqa: PLC0415
+
+        assert isinstance(self.metrics, PrometheusMetrics)  # see _metrics
+        health = Health(redis_ping=self.redis.ping, telegram_ping=self.bot.get_me, outages=outages)
+        return MetricsServer(self.metrics, health, settings.metrics_listen)
 
     @staticmethod
     def _routers(settings: Settings) -> list[Router]:
@@ -302,6 +318,9 @@ class App:
         """The webhook's HTTP server in webhook mode (WEBHOOK_URL set), else None."""
         if not (settings.webhook_url and settings.webhook_secret):
             return None
+        # aiohttp's server and aiogram's webhook handler: imported only in webhook mode
+        from .telegram.webhook import WebhookServer  # noqa: PLC0415
+
         return WebhookServer(
             self.dispatcher,
             self.bot,
@@ -366,21 +385,28 @@ class App:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop, sig.name)
         relaying: asyncio.Task[None] | None = None
+        setting_up: asyncio.Task[None] | None = None
+        loading: asyncio.Task[None] | None = None
         try:
             await self._serve_metrics()
             await self._serve_viewer()
             await self.check()
-            if self.tools is not None:
-                await self.tools.start()  # a server that fails is logged and skipped
-                if self.tools.spec_bytes:
-                    self.context.reserve(estimate_text(self.tools.spec_bytes.decode()))
             if self.webhook is None:
-                await self._prepare_polling()
+                # beside polling, never before it: neither call is needed to take updates
+                setting_up = asyncio.create_task(self._prepare_polling(), name="set-up")
             else:
                 await self._prepare_webhook(self.webhook)
+            receiving = asyncio.create_task(self._receive())
+            # the model SDK's import, off the event loop, once updates are being taken in
+            loading = asyncio.create_task(asyncio.to_thread(load_sdk), name="load-sdk")
+            if self.tools is not None:
+                # updates are taken in meanwhile; turns wait for the tools (a server that
+                # fails is logged and skipped)
+                await self.tools.start()
+                if self.tools.spec_bytes:
+                    self.context.reserve(estimate_text(self.tools.spec_bytes.decode()))
             self.runner.start()
             relaying = asyncio.create_task(self.stops.run(self.stopping), name="stop-relay")
-            receiving = asyncio.create_task(self._receive())
             stop = asyncio.create_task(self.stopping.wait())
             done, _ = await asyncio.wait({receiving, stop}, return_when=asyncio.FIRST_COMPLETED)
             if receiving in done:
@@ -395,10 +421,9 @@ class App:
             if install_signals:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(sig)
-            if relaying is not None:
-                relaying.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await relaying
+            for task in (relaying, setting_up, loading):
+                if task is not None:
+                    await cancel_until_done(task)
             await self.close()
 
     async def _serve_metrics(self) -> None:
@@ -476,9 +501,12 @@ class App:
         )
 
     async def _prepare_polling(self) -> None:
-        """Drop a webhook (polling needs none) and register the commands menu.
+        """Drop a webhook (polling needs none) and register the commands menu, beside
+        polling: a partial or failing Bot API server never delays it.
 
-        Neither is needed to answer messages, so any failure is only logged.
+        Neither is needed to answer messages, so a failure is one warning line; each
+        call is waited for SETUP_TIMEOUT seconds at most. The webhook goes first: while
+        one is set, Telegram answers getUpdates 409, which aiogram's polling retries.
         """
         steps: list[tuple[str, Callable[[], Awaitable[object]]]] = [
             ("delete the webhook", lambda: self.bot.delete_webhook(drop_pending_updates=False)),
@@ -486,7 +514,10 @@ class App:
         ]
         for what, call in steps:
             try:
-                await call()
+                async with asyncio.timeout(SETUP_TIMEOUT):
+                    await call()
+            except TimeoutError:
+                log.warning("could not %s: no answer within %.0f s", what, SETUP_TIMEOUT)
             except Exception as exc:
                 detail = getattr(exc, "message", None) or type(exc).__name__
                 log.warning("could not %s: %s", what, detail)

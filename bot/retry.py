@@ -134,6 +134,22 @@ async def _sleep(until: asyncio.Event | None, seconds: float) -> None:
         await asyncio.wait_for(until.wait(), seconds)
 
 
+async def cancel_until_done(task: asyncio.Task[Any], *, every: float = 0.5) -> None:
+    """Cancel ``task`` and wait until it has ended; its own failure is raised.
+
+    The cancel is repeated while the task runs on: Python 3.11's ``asyncio.wait_for``
+    (which redis-py's ``send_packed_command`` uses on every command) returns the inner
+    result and drops a cancellation that arrives as the inner call finishes (CPython
+    issue #86296, fixed in 3.12), so one cancel can be lost and a single ``await
+    task`` would wait forever.
+    """
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=every)
+    if not task.cancelled():
+        task.result()
+
+
 class Outage:
     """Logs one line when a service goes away and one when it is back, not one per failure.
 

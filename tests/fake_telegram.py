@@ -1886,6 +1886,16 @@ class FakeTelegram:
         return len(self._updates)
 
     @property
+    def last_update_id(self) -> int:
+        """The update_id given to the last update queued (0: none yet)."""
+        return self._next_update_id - 1
+
+    def flood_remaining(self, chat_id: int) -> float:
+        """Seconds the chat's flood control (the retry_after of a 429) still runs."""
+        deadline = self._cooldowns.get(("chat", chat_id), 0.0)
+        return max(0.0, deadline - self._clock())
+
+    @property
     def polling(self) -> bool:
         """True while a getUpdates request is being held open."""
         return self._poll is not None

@@ -142,16 +142,23 @@ def _free_cluster_port() -> int:
 
 
 class RedisCluster:
-    """A Redis Cluster of ``masters`` redis-server nodes (no replicas), slots split evenly."""
+    """A Redis Cluster of ``masters`` redis-server nodes, slots split evenly, each with
+    ``replicas`` replicas (promoted by the cluster when their master fails for
+    ``node_timeout_ms``)."""
 
-    def __init__(self, workdir: Path, *, masters: int = 3) -> None:
+    def __init__(
+        self, workdir: Path, *, masters: int = 3, replicas: int = 0, node_timeout_ms: int = 5000
+    ) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed: run `make test`, which installs it")
         self.binary = binary
         self.dir = workdir
+        #: Every node: the first ``masters`` start as masters, then their replicas.
         self.nodes: list[RedisServer] = []
         self.masters = masters
+        self.replicas = replicas
+        self.node_timeout_ms = node_timeout_ms
 
     @property
     def url(self) -> str:
@@ -163,26 +170,39 @@ class RedisCluster:
         return [node.port for node in self.nodes]
 
     def start(self) -> None:
-        for index in range(self.masters):
-            created = _ClusterNode(self.dir / f"node{index}")
+        total = self.masters * (1 + self.replicas)
+        for index in range(total):
+            created = _ClusterNode(self.dir / f"node{index}", self.node_timeout_ms)
             created.start()
             self.nodes.append(created)
         first = self.nodes[0].port
         for node in self.nodes[1:]:
             _command(node.port, "CLUSTER", "MEET", "127.0.0.1", str(first))
         per = 16384 // self.masters
-        for index, node in enumerate(self.nodes):
+        for index, node in enumerate(self.nodes[: self.masters]):
             low = index * per
             high = 16383 if index == self.masters - 1 else low + per - 1
             _command(node.port, "CLUSTER", "ADDSLOTSRANGE", str(low), str(high))
+        self._wait(f"cluster_known_nodes:{total}", what="the nodes to meet")
+        for index, node in enumerate(self.nodes[self.masters :]):
+            master = self.nodes[index % self.masters].port
+            master_id = _command(master, "CLUSTER", "MYID").split("\r\n")[1]
+            _command(node.port, "CLUSTER", "REPLICATE", master_id)
+        self._wait("cluster_state:ok", what="the cluster to become ready")
+        deadline = time.monotonic() + 30
+        for node in self.nodes[self.masters :]:
+            while "master_link_status:up" not in _command(node.port, "INFO", "replication"):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"a replica did not sync; see {self.dir}")
+                time.sleep(0.1)
+
+    def _wait(self, needle: str, *, what: str) -> None:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            infos = [_command(node.port, "CLUSTER", "INFO") for node in self.nodes]
-            if all("cluster_state:ok" in info and f"cluster_known_nodes:{self.masters}" in info
-                   for info in infos):  # fmt: skip
+            if all(needle in _command(n.port, "CLUSTER", "INFO") for n in self.nodes):
                 return
             time.sleep(0.1)
-        raise RuntimeError(f"the cluster did not become ready; see {self.dir}")
+        raise RuntimeError(f"timed out waiting for {what}; see {self.dir}")
 
     def stop(self) -> None:
         for node in self.nodes:
@@ -194,26 +214,22 @@ class RedisCluster:
             node.stop()
         for node in self.nodes:
             node.start_same_port()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if all("cluster_state:ok" in _command(n.port, "CLUSTER", "INFO") for n in self.nodes):
-                return
-            time.sleep(0.1)
-        raise RuntimeError("the cluster did not come back")
+        self._wait("cluster_state:ok", what="the cluster to come back")
 
 
 class _ClusterNode(RedisServer):
     """One cluster node: cluster mode on, its nodes.conf in its own directory."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, node_timeout_ms: int = 5000) -> None:
         super().__init__(workdir)
         self.port = _free_cluster_port()
+        self.node_timeout_ms = node_timeout_ms
 
     def start(self) -> None:
         if self.proc is not None:
             raise RuntimeError("already running")
         cluster = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                   "--cluster-node-timeout", "5000")  # fmt: skip
+                   "--cluster-node-timeout", str(self.node_timeout_ms))  # fmt: skip
         if self._launch(*cluster):
             return
         raise RuntimeError(f"cluster node did not start; see {self.dir / 'redis.log'}")

@@ -178,7 +178,8 @@ async def test_commands_are_answered_locally(
             await tg.wait_for(answered)
             [reply] = answers_to(tg, USER, message_id)
             assert reply.text == HELP_TEXT
-        registered = [c for c in tg.calls if c.method == "setMyCommands"]
+        await tg.wait_for(lambda: bool(tg.calls_to("setMyCommands")))  # beside polling
+        registered = tg.calls_to("setMyCommands")
         assert {c["command"] for c in registered[-1].params["commands"]} >= {"start", "help"}
     assert not llm.requests
 

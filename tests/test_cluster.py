@@ -3,23 +3,30 @@
 The suite starts the cluster itself from ``redis-server --cluster-enabled yes``
 (tests/redis_server.py). The whole conversation flow runs on it, its keys land
 on every master, and a restart of the bot and of the cluster keeps the threads.
+On a cluster with a replica, a message enters the intake only once the replica
+holds it too (a failover right after must not lose it).
 """
 
 from __future__ import annotations
 
+import asyncio
+import signal
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from bot.bus.inbound import EDIT, Inbound
-from bot.data.connection import connect
+from bot.bus.intake import Intake
+from bot.data import keys
+from bot.data.connection import connect, guarded
 from bot.model import Usage
 from bot.model.vision import Vision
 from bot.turn.state import TurnStates
 from bot.usage.accounting import Accounting, CallRecord, Totals, utc_now
-from transcript import NodeId, TranscriptStore
+from transcript import NodeId, StoreUnavailableError, TranscriptStore
 
 from .fake_openai import FakeOpenAI
 from .fake_telegram import FakeTelegram
@@ -36,6 +43,18 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
     if reason is not None:
         pytest.skip(f"no Redis Cluster: {reason}")
     started = RedisCluster(tmp_path_factory.mktemp("cluster"))
+    started.start()
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def replicated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
+    """One master holding every slot, and its replica."""
+    reason = cluster_supported()
+    if reason is not None:
+        pytest.skip(f"no Redis Cluster: {reason}")
+    started = RedisCluster(tmp_path_factory.mktemp("replicated"), masters=1, replicas=1)
     started.start()
     yield started
     started.stop()
@@ -198,3 +217,125 @@ async def test_an_image_set_aside_and_the_turns_call_count_share_one_transaction
 
 async def test_a_stop_reaches_another_process_on_a_cluster(cluster_redis: Redis) -> None:
     await stop_passed_on(cluster_redis)
+
+
+async def waits_sent(ports: list[int]) -> int:
+    """WAIT commands the nodes have run (INFO commandstats)."""
+    total = 0
+    for port in ports:
+        node = connect(f"redis://127.0.0.1:{port}/0")
+        total += int((await node.info("commandstats")).get("cmdstat_wait", {}).get("calls", 0))
+        await node.aclose()
+    return total
+
+
+async def replica_entries(replicated: RedisCluster) -> int:
+    node = connect(f"redis://127.0.0.1:{replicated.ports[1]}/0")
+    await node.readonly()  # a replica answers reads of its slots
+    count = int(await node.xlen(keys.INTAKE_STREAM))
+    await node.aclose()
+    return count
+
+
+async def test_a_message_enters_the_intake_once_the_replica_holds_it(
+    replicated: RedisCluster,
+) -> None:
+    """The update is confirmed to Telegram right after the append: a failover then
+    must not lose it, so the append waits for the replica (WAIT on its connection)."""
+    client = connect(replicated.url, cluster=True)
+    intake = Intake(client, "a")
+    await intake.ensure_group()
+    assert intake.replicas is not None
+    stopping = asyncio.Event()
+    assert await intake.record(Inbound(USER, 1, USER, "hello"), stopping)
+    assert await waits_sent(replicated.ports) == 1
+    assert await replica_entries(replicated) == 1
+
+    replica = replicated.nodes[1].proc
+    assert replica is not None
+    intake.replicas.timeout_ms = 30_000
+    replica.send_signal(signal.SIGSTOP)  # the replica falls behind
+    try:
+        appending = asyncio.create_task(intake.record(Inbound(USER, 2, USER, "again"), stopping))
+        done, _ = await asyncio.wait({appending}, timeout=0.5)
+        assert not done  # the master has it, the replica not yet: not confirmed
+    finally:
+        replica.send_signal(signal.SIGCONT)
+    assert await asyncio.wait_for(appending, 30)
+    assert await replica_entries(replicated) == 2
+    assert intake.replicas.unacknowledged == 0
+
+    # a replica away longer than the wait: the message is taken (as safe as on the
+    # master alone) and counted, rather than refused
+    intake.replicas.timeout_ms = 50
+    replica.send_signal(signal.SIGSTOP)
+    try:
+        assert await asyncio.wait_for(intake.record(Inbound(USER, 3, USER, "3"), stopping), 30)
+    finally:
+        replica.send_signal(signal.SIGCONT)
+    assert intake.replicas.unacknowledged == 1
+    await client.aclose()
+
+
+async def test_a_cluster_without_replicas_and_a_single_server_send_no_wait(
+    cluster: RedisCluster, cluster_redis: Redis, redis: Redis
+) -> None:
+    intake = Intake(cluster_redis, "a", shards=4)
+    await intake.ensure_group()
+    for chat in range(6001, 6009):
+        assert await intake.record(Inbound(chat, 1, chat, "hi"), asyncio.Event())
+    assert await waits_sent(cluster.ports) == 0
+    assert sum([int(await cluster_redis.xlen(stream)) for stream in intake.streams]) == 8
+    assert Intake(redis, "a").replicas is None
+
+
+async def cluster_state(port: int, state: str) -> None:
+    """Wait until the node at ``port`` sees the cluster in ``state`` (ok or fail)."""
+    node = connect(f"redis://127.0.0.1:{port}/0")
+    try:
+        async with asyncio.timeout(30):
+            while (await node.cluster("INFO")).get("cluster_state") != state:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)  # the cluster's own view: nothing to wait on
+    finally:
+        await node.aclose()
+
+
+async def test_a_cluster_that_is_down_is_an_outage_the_intake_and_the_store_wait_out(
+    tmp_path: Path,
+) -> None:
+    """While a master fails and no replica takes over, every node answers CLUSTERDOWN
+    (and a client that knows no live node cannot connect at all). That is Redis being
+    away: the intake keeps the message and retries until the cluster serves again,
+    the store says unavailable; before, the error escaped the update handler and the
+    message was lost (soak seed 3, --cluster)."""
+    reason = cluster_supported()
+    if reason is not None:
+        pytest.skip(f"no Redis Cluster: {reason}")
+    down = RedisCluster(tmp_path / "down", masters=3, node_timeout_ms=500)
+    down.start()
+    client = connect(down.url, cluster=True)
+    try:
+        intake = Intake(client, "a")
+        await intake.ensure_group()
+        store = TranscriptStore(client)
+        killed = down.nodes[1]  # not the intake's master (slot 3120 is node 0's)
+        killed.kill()
+        await cluster_state(down.ports[0], "fail")
+        with pytest.raises(StoreUnavailableError):
+            await store.resolve(str(USER), 1)
+        appending = asyncio.create_task(
+            intake.record(Inbound(USER, 1, USER, "hi"), asyncio.Event())
+        )
+        done, _ = await asyncio.wait({appending}, timeout=1.0)
+        assert not done  # waiting the outage out, not failed
+        stranger = connect(f"redis://127.0.0.1:{killed.port}/0", cluster=True)
+        with pytest.raises(StoreUnavailableError):  # start-up while REDIS_URL's node is down
+            await guarded(stranger.ping())
+        await stranger.aclose()
+        killed.start_same_port()
+        await cluster_state(down.ports[0], "ok")
+        assert await asyncio.wait_for(appending, 30)
+        assert await client.xlen(keys.INTAKE_STREAM) == 1
+    finally:
+        await client.aclose()
+        down.stop()

@@ -29,7 +29,8 @@ from bot.model import (
     estimate_messages,
     wire_messages,
 )
-from bot.model.client import _classify, data_url
+from bot.model.client import data_url
+from bot.model.sdk import classify
 from bot.retry import Backoff, retrying
 from bot.turn import media, notices
 from transcript import ChatMessage, CorruptRecordError, Image, TranscriptStore, codec, keys
@@ -394,7 +395,7 @@ def test_only_a_model_without_sight_counts_as_text_only(
     body = {"error": {"message": message, "param": param}}
     exc = openai.BadRequestError(message, response=httpx2.Response(400, request=request),
                                  body=body)  # fmt: skip
-    assert _classify(exc).kind == kind
+    assert classify(exc).kind == kind
 
 
 async def test_fake_bot_api_serves_files_like_telegram(tg: FakeTelegram) -> None:

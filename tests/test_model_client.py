@@ -21,7 +21,7 @@ from openai._utils._json import openapi_dumps
 from openai.resources.chat.completions import completions as sdk_completions
 
 from bot.model import ModelClient, ModelError, WireCache, wire_messages
-from bot.model.client import _can_post_bytes
+from bot.model.sdk import can_post_bytes
 from transcript import ChatMessage
 from transcript.model import ToolCall
 
@@ -96,7 +96,7 @@ def ignore(_text: str) -> None:
 
 def test_the_installed_sdk_takes_prebuilt_bodies() -> None:
     model = ModelClient(api_key="k", base_url=None, model=MODEL, timeout=1.0, max_retries=0)
-    assert _can_post_bytes(model._client)
+    assert can_post_bytes(model._client)
     assert model._post_bytes
 
 

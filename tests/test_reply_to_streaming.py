@@ -188,3 +188,43 @@ async def test_a_reply_to_a_message_of_the_bot_that_nothing_knows_gets_a_notice(
         await tg.wait_for(lambda: app.notifier.idle, 15)
         _, text = await ask(tg, app, USER, "a question", reply_to=help_answer.message_id)
         assert text.startswith("[depth:2] ")
+
+
+async def test_a_reply_whose_part_is_aliased_between_two_lookups_continues_the_answer(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory, monkeypatch: Any
+) -> None:
+    """Chaos soak (issue 36 part 2): the reply's turn found no alias for the part, then
+    the answer's final write aliased it, then the reply's turn asked whether the id is
+    known at all; known, it took the id for a message of no conversation and started a
+    new thread ([depth:2]). Telegram's answer to the send is held until the reply's
+    turn asks; the test lets the answer's final write land just before that (real)
+    lookup."""
+    answer = words(40)
+    streaming(llm, answer, delay=0.02)
+    target: list[int] = []
+    replies: list[int] = []
+    asking = asyncio.Event()
+
+    async def hook(call: Call) -> None:
+        if call.method != "sendMessage" or call.status != 200 or chat_of(call) != USER:
+            return
+        if not target:
+            target.append(call.result["message_id"])
+            reply = tg.send_user_message(USER, USER, "and then?", reply_to=target[0])
+            replies.append(reply["message_id"])
+            await asyncio.wait_for(asking.wait(), 15)
+
+    tg.after_call = hook
+    async with start_bot() as app:
+        known = app.store.known
+
+        async def known_once_written(scope: str, message_id: int | str) -> bool:
+            if target and int(message_id) == target[0]:
+                asking.set()
+                await tg.wait_for(lambda: app.runner.completed >= 1, 15)
+            return await known(scope, message_id)
+
+        monkeypatch.setattr(app.store, "known", known_once_written)
+        tg.send_user_message(USER, USER, "count for me")
+        await tg.wait_for(lambda: bool(replies), 30)
+        await assert_continues(tg, llm, app, USER, replies[0], answer)

@@ -15,6 +15,7 @@ from bot.bus.inbound import Inbound
 from bot.bus.intake import Intake
 from bot.bus.runner import InFlight, TurnRunner
 from bot.data import keys
+from bot.retry import cancel_until_done
 from transcript import StoreUnavailableError
 
 
@@ -104,3 +105,25 @@ async def test_entries_waiting_for_a_busy_user_stay_pending_at_shutdown(redis: R
     # nothing was acknowledged: the next start finds all four, in order
     pending = await intake.read_pending(b"0", 10)
     assert [e.inbound.message_id for e in pending if e.inbound] == [1, 2, 3, 4]
+
+
+async def test_a_task_that_lost_a_cancel_is_still_ended_at_shutdown() -> None:
+    """Python 3.11's asyncio.wait_for, used by redis-py on every command it sends, drops
+    a cancel that arrives as the command finishes (CPython #86296): the intake consumer
+    then ran on and shutdown waited for it forever. The cancel is repeated until the
+    task has ended."""
+    first_cancel_lost = asyncio.Event()
+
+    async def loses_one_cancel() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            first_cancel_lost.set()  # as wait_for returns when its call finished meanwhile
+        await asyncio.Event().wait()
+
+    task = asyncio.create_task(loses_one_cancel())
+    await asyncio.sleep(0)
+    async with asyncio.timeout(5):
+        await cancel_until_done(task, every=0.01)
+    assert first_cancel_lost.is_set()
+    assert task.cancelled()

@@ -30,7 +30,7 @@ from bot.usage.accounting import day_of, utc_now
 from transcript import TranscriptStore
 
 from .fake_openai import FakeOpenAI
-from .fake_telegram import FakeTelegram
+from .fake_telegram import Call, FakeTelegram
 from .harness import ROOT, USER, BotFactory, BotProcess, answers_to, ask, env_for, turns_done
 from .redis_server import RedisServer
 
@@ -78,10 +78,50 @@ async def test_unsupported_set_up_methods_only_warn(
     tg.unsupported_answer = "no_ok"
     async with start_bot() as app:
         _, text = await ask(tg, app, USER, "still there?")
+        # the set-up steps run beside polling: their warnings may come after the answer
+        await tg.wait_for(
+            lambda: (
+                _logged(caplog, "could not register the commands")
+                and _logged(caplog, "could not delete the webhook")
+            ),
+            15,
+        )
     assert text == "[depth:2] echo: still there?"
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert any("could not register the commands" in w for w in warnings)
-    assert any("could not delete the webhook" in w for w in warnings)
+
+
+async def test_polling_and_answers_never_wait_for_set_up_calls(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """deleteWebhook held in flight and setMyCommands failing (500, every try): the bot
+    polls and answers meanwhile; each set-up step's failure is one warning line."""
+    caplog.set_level(logging.WARNING, logger="replychain")
+    held, release = asyncio.Event(), asyncio.Event()
+
+    async def hold(call: Call) -> None:
+        if call.method == "deleteWebhook":
+            held.set()
+            await release.wait()
+
+    tg.after_call = hold
+    tg.fail_next("setMyCommands", status=500, count=100)
+    try:
+        async with start_bot() as app:
+            await asyncio.wait_for(held.wait(), 15)
+            await tg.wait_for(lambda: tg.polling, 15, what="polling while deleteWebhook is held")
+            _, text = await ask(tg, app, USER, "hello")
+            assert text == "[depth:2] echo: hello"
+            assert not release.is_set() and not tg.calls_to("setMyCommands")
+            release.set()  # now the commands step runs, and fails
+            await tg.wait_for(lambda: bool(tg.calls_to("setMyCommands")), 15)
+            await tg.wait_for(lambda: _logged(caplog, "could not register the commands"), 30)
+    finally:
+        release.set()
+    failures = [r for r in caplog.records if "could not" in r.getMessage()]
+    assert [r.getMessage().split(":")[0] for r in failures] == ["could not register the commands"]
+
+
+def _logged(caplog: pytest.LogCaptureFixture, text: str) -> bool:
+    return any(text in r.getMessage() for r in caplog.records)
 
 
 async def test_a_send_whose_answer_does_not_decode_is_one_answer_in_the_thread(

@@ -20,7 +20,8 @@ from redis.asyncio import Redis
 from bot.app import App
 from bot.data.keys import unread_key
 from bot.model import IMAGE_UNREADABLE, ModelClient, ModelError, wire_messages
-from bot.model.client import _classify, data_url, named_image
+from bot.model.client import data_url, named_image
+from bot.model.sdk import classify
 from bot.turn import notices
 from transcript import ChatMessage, Image, keys
 
@@ -193,7 +194,7 @@ def test_a_400_about_one_image_is_bad_image(
     body = {"message": message, "param": param, "code": code}  # the SDK passes "error"
     exc = openai.BadRequestError(message, response=httpx2.Response(400, request=request),
                                  body=body)  # fmt: skip
-    error = _classify(exc)
+    error = classify(exc)
     assert error.kind == "bad_image"
     assert error.part == ((1, 1) if param else None)
 

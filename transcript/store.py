@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from cachetools import LRUCache
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
-from redis.exceptions import ConnectionError, TimeoutError
+from redis.exceptions import ClusterDownError, ConnectionError, TimeoutError, TryAgainError
 
 from . import codec, keys
 from .cache import FoldIndex, RecordCache, SegmentEntry
@@ -33,8 +33,10 @@ from .model import ChatMessage, Fold, Node, NodeId, Transcript, count_depth
 T = TypeVar("T")
 #: A hash field (key, field) of the node's scope where an append records its node.
 RecordField = tuple[str, str]
-#: What redis-py raises when Redis cannot be reached or does not answer in time.
-_UNAVAILABLE = (ConnectionError, TimeoutError, OSError)
+#: What redis-py raises when Redis cannot be reached or does not answer in time, or
+#: a Redis Cluster cannot serve a slot for now (CLUSTERDOWN while a replica is promoted;
+#: TRYAGAIN while a slot migrates).
+_UNAVAILABLE = (ConnectionError, TimeoutError, OSError, ClusterDownError, TryAgainError)
 
 #: The alias of a message id that belongs to no conversation (:meth:`TranscriptStore.unthreaded`).
 _NO_NODE = b""

@@ -11,6 +11,10 @@ heartbeat keeps the idle time of its entries near zero (:meth:`Intake.keep`),
 so only a dead process's entries are ever claimed. Several bot processes share
 the stream. A turn that keeps failing is *parked* in ``rc:deadletter`` with the
 type of its error, where the operator sees it (and can put it back).
+
+On a Redis Cluster the append returns only once a replica of the stream's master
+holds it too (:class:`~bot.data.connection.ReplicaAck`): the update is confirmed to
+Telegram right after, and a failover must not lose what Telegram no longer keeps.
 """
 
 from __future__ import annotations
@@ -24,11 +28,12 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import ResponseError
+from redis.typing import EncodableT, FieldT
 
 from transcript import StoreUnavailableError
 
 from ..data import keys
-from ..data.connection import guarded
+from ..data.connection import guarded, replica_ack
 from ..metrics import Backlog
 from ..retry import Outage
 from .inbound import Inbound
@@ -71,6 +76,8 @@ class Intake:
         #: The intake streams: ``shards`` of them, a chat's messages always in the same one.
         self.streams = [keys.intake_stream(shard) for shard in range(shards)]
         self._keep = redis.register_script(_KEEP_LUA)
+        #: Replica acknowledgement of appends (Redis Cluster only).
+        self.replicas = replica_ack(redis)
         self.outage = Outage(
             "Redis", "Unconfirmed messages stay queued at Telegram and nothing stored is lost."
         )
@@ -93,15 +100,19 @@ class Intake:
         """Append ``inbound``, retrying while Redis is away; ``False`` if stopped first."""
         try:
             await self.outage.guard(
-                lambda: guarded(
-                    self._redis.xadd(self.stream_of(inbound.chat_id), {_FIELD: inbound.encode()})
-                ),
-                on=(StoreUnavailableError,),
-                until=stopping,
+                lambda: guarded(self._append(inbound)), on=(StoreUnavailableError,), until=stopping
             )
         except StoreUnavailableError:
             return False
         return True
+
+    async def _append(self, inbound: Inbound) -> None:
+        stream = self.stream_of(inbound.chat_id)
+        fields: dict[FieldT, EncodableT] = {_FIELD: inbound.encode()}
+        if self.replicas is None:
+            await self._redis.xadd(stream, fields)
+        else:
+            await self.replicas.write(stream, lambda pipe: pipe.xadd(stream, fields))
 
     async def read_pending(
         self, after: bytes, count: int, stream: str = keys.INTAKE_STREAM

@@ -37,7 +37,7 @@ from transcript import StoreUnavailableError
 
 from ..data.connection import Queued
 from ..metrics import Metrics
-from ..retry import Outage, retrying
+from ..retry import Outage, cancel_until_done, retrying
 from .inbound import Inbound
 from .intake import Entry, Intake
 
@@ -412,9 +412,7 @@ class TurnRunner:
         A cancelled turn's entry stays pending and is finished at the next start.
         """
         if self._consumer is not None:
-            self._consumer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._consumer
+            await cancel_until_done(self._consumer)
         heartbeat = self._heartbeat
         pending = set(self._tasks)
         if pending:
@@ -427,7 +425,5 @@ class TurnRunner:
             await asyncio.wait(pending)
             log.warning("cancelled %d answer(s) still running at the deadline", len(pending))
         if heartbeat is not None:
-            heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await heartbeat
+            await cancel_until_done(heartbeat)
         return len(pending)

@@ -8,10 +8,16 @@ from typing import Any, TypeVar, cast
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.client import Pipeline
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
-from redis.exceptions import ConnectionError, TimeoutError
+from redis.exceptions import (
+    ClusterDownError,
+    ConnectionError,
+    RedisClusterException,
+    TimeoutError,
+    TryAgainError,
+)
 from redis.maint_notifications import MaintNotificationsConfig
 
 from transcript import StoreUnavailableError
@@ -22,7 +28,9 @@ T = TypeVar("T")
 #: Queues writes on a pipeline (scripts with ``Pipeline.eval``); what it returns is
 #: not used.
 Queued = Callable[[Pipeline], object]
-_UNAVAILABLE = (ConnectionError, TimeoutError, OSError)
+#: Redis cannot serve now: unreachable, too slow, or a Redis Cluster with slots not
+#: served (CLUSTERDOWN while a replica is promoted; TRYAGAIN while a slot migrates).
+_UNAVAILABLE = (ConnectionError, TimeoutError, OSError, ClusterDownError, TryAgainError)
 
 
 class BotRedis(Redis):
@@ -111,10 +119,17 @@ async def guarded(awaitable: Awaitable[T]) -> T:
     try:
         return await awaitable
     except _UNAVAILABLE as exc:
-        waited = time.monotonic() - started
-        raise StoreUnavailableError(
-            f"Redis is unreachable ({type(exc).__name__} after {waited:.1f}s)"
-        ) from exc
+        raise _unavailable(exc, started) from exc
+    except RedisClusterException as exc:
+        if not isinstance(exc.__cause__, _UNAVAILABLE):
+            raise  # a misuse of the cluster client, not an outage
+        # none of the cluster nodes the client knows answers (e.g. at start-up)
+        raise _unavailable(exc, started) from exc
+
+
+def _unavailable(exc: Exception, started: float) -> StoreUnavailableError:
+    waited = time.monotonic() - started
+    return StoreUnavailableError(f"Redis is unreachable ({type(exc).__name__} after {waited:.1f}s)")
 
 
 async def run_together(redis: Redis, *queues: Queued) -> list[list[Any]]:
@@ -139,3 +154,70 @@ async def run_together(redis: Redis, *queues: Queued) -> list[list[Any]]:
         shaped.append(replies[at : at + count])
         at += count
     return shaped
+
+
+#: Longest a write waits for a replica to acknowledge it (:class:`ReplicaAck`).
+REPLICA_WAIT_MS = 250
+#: Seconds a master's count of replicas is trusted before it is asked again.
+REPLICAS_TTL = 5.0
+
+
+def replica_ack(redis: Redis) -> ReplicaAck | None:
+    """Replica acknowledgement for writes on a Redis Cluster; None on a single server."""
+    routed: object = redis  # connect() types a cluster client as Redis
+    return ReplicaAck(routed) if isinstance(routed, RedisCluster) else None
+
+
+class ReplicaAck:
+    """Writes that a replica holds before they count as done, on a Redis Cluster.
+
+    A master acknowledges a write before its replicas have it (replication is
+    asynchronous): killed in that moment, it is replaced by a replica that never got
+    the write, and the write is lost. Here the writes and a ``WAIT 1 <ms>`` go on one
+    connection to the key's master (a cluster pipeline holding commands of one node),
+    so the WAIT covers them: it returns once a replica acknowledged them, or after
+    ``timeout_ms`` (then the write is only as safe as on the master alone; counted in
+    :attr:`unacknowledged`). A master with no replica connected gets no WAIT: nothing
+    could be promoted in its place. Whether it has one is asked (``ROLE``) at most every
+    :data:`REPLICAS_TTL` s: redis-py's slot map does not learn that a failed master came
+    back as a replica. Single servers never use this.
+    """
+
+    def __init__(self, cluster: RedisCluster, *, timeout_ms: int = REPLICA_WAIT_MS) -> None:
+        self._cluster = cluster
+        self.timeout_ms = timeout_ms
+        self._replicas: dict[str, tuple[float, int]] = {}
+        #: Writes no replica acknowledged within the time (or whose WAIT failed).
+        self.unacknowledged = 0
+
+    async def write(self, key: str, queue: Queued) -> list[Any]:
+        """Run the writes ``queue`` makes (on ``key``'s slot only); their replies."""
+        cluster = self._cluster
+        await cluster.initialize()  # the slot map (a no-op once it is known)
+        node = cluster.get_node_from_key(key)
+        waits = node is not None and await self._replicas_of(node) > 0
+        pipe = cluster.pipeline(transaction=False)
+        queue(cast(Pipeline, pipe))  # the same commands (see connect)
+        if waits:
+            pipe.execute_command("WAIT", 1, self.timeout_ms, target_nodes=node)
+        try:
+            replies = await pipe.execute(raise_on_error=False)
+        except RedisClusterException as exc:  # the topology changed under a retry
+            raise ConnectionError("the cluster changed during the write") from exc
+        written = replies[:-1] if waits else replies
+        for reply in written:
+            if isinstance(reply, Exception):
+                raise reply
+        if waits and not (isinstance(replies[-1], int) and replies[-1] > 0):
+            self.unacknowledged += 1
+        return written
+
+    async def _replicas_of(self, node: ClusterNode) -> int:
+        checked = self._replicas.get(node.name)
+        now = time.monotonic()
+        if checked is not None and now - checked[0] < REPLICAS_TTL:
+            return checked[1]
+        role: Any = await self._cluster.execute_command("ROLE", target_nodes=node)
+        count = len(role[2]) if role and role[0] in (b"master", "master") else 0
+        self._replicas[node.name] = (now, count)
+        return count

@@ -4,7 +4,11 @@ The SDK retries 429, 5xx, timeouts and refused connections itself (honouring
 ``retry-after``) before the first byte of the answer; a stream that breaks
 before any text arrived is retried here too (:func:`bot.retry.retrying`).
 Every failure becomes a :class:`ModelError` whose ``kind`` the turn flow turns
-into a clear message.
+into a clear message (bot/model/sdk.py classifies them).
+
+The SDK itself is reached through bot/model/sdk.py, imported on the first model
+call or, once the bot polls, by :func:`load_sdk` in a worker thread: importing it
+takes about half a second of CPU, which start-up does without.
 
 Request bodies are built here, not by the SDK: ``chat.completions.create`` walks
 every message through its type-driven transform on every call (about 0.1 ms a
@@ -16,6 +20,12 @@ does auth, retries (bytes replay), error mapping and SSE parsing. The bytes are
 exactly what ``create()`` would have sent (same keys in the same order, the
 same ``json.dumps`` settings as the SDK's ``openapi_dumps``), so the same chain
 is the same request bytes every turn and prompt caches keep hitting.
+
+Streamed chunks are read as the JSON objects they are (``AsyncStream[object]``): the
+SDK's typed ``ChatCompletionChunk`` is built field by field for each of the dozens of
+chunks of an answer, which cost a fifth of the bot's CPU per turn. The SDK still
+decodes the SSE stream and turns an ``error`` event or a broken connection into its
+typed errors.
 
 Reasoning models think before they answer, either in ``reasoning_content`` /
 ``reasoning`` deltas or inside ``<think>…</think>`` at the start of the content
@@ -33,26 +43,24 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import inspect
+import contextlib
 import json
 import logging
 import math
-import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeVar, cast
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
-import openai
 from cachetools import LRUCache
-from openai.types import CompletionUsage
-from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessageParam
-from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
 
 from transcript import ChatMessage, ToolCall
 
 from ..retry import Backoff, retrying
+
+if TYPE_CHECKING:
+    import openai
 
 log = logging.getLogger("replychain.model")
 
@@ -169,11 +177,17 @@ def estimate_messages(messages: Sequence[ChatMessage]) -> int:
     return total
 
 
-def _usage(reported: CompletionUsage) -> Usage:
-    """The provider's usage report as a :class:`Usage`."""
-    details = reported.prompt_tokens_details
-    cached = (details.cached_tokens or 0) if details else 0
-    return Usage(reported.prompt_tokens, reported.completion_tokens, cached)
+def _count(value: object) -> int:
+    return value if isinstance(value, int) else 0
+
+
+def _chunk_usage(reported: dict[str, Any]) -> Usage:
+    """A streamed chunk's ``usage`` object as a :class:`Usage` (missing counts are 0)."""
+    details = reported.get("prompt_tokens_details")
+    cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else 0
+    return Usage(
+        _count(reported.get("prompt_tokens")), _count(reported.get("completion_tokens")), cached
+    )
 
 
 def _estimated(messages: Sequence[ChatMessage], text: str) -> Usage:
@@ -513,137 +527,70 @@ class WireCache:
         )
 
 
-def _can_post_bytes(client: openai.AsyncOpenAI) -> bool:
-    """Whether this SDK's ``post`` sends a prebuilt body as it is (``content=``)."""
-    try:
-        return "content" in inspect.signature(client.post).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-#: How servers say a model cannot take images at all (not: this image is bad).
-_NO_IMAGES = re.compile(
-    r"only supported by certain models|invalid content type|not a multimodal model"
-    r"|(does not|doesn't|do not) support (image|vision|multimodal)"
-    r"|(image|vision|multimodal)[\w ]{0,20} (is|are) not supported"
-)
-#: OpenAI's param for a content part of a type the model does not take.
-_PART_TYPE_PARAM = re.compile(r"messages\.\[\d+\]\.content\.\[\d+\]\.type")
-
-
-def _about_images(exc: openai.APIStatusError) -> bool:
-    """A 400 saying the model cannot see pictures (OpenAI: "Invalid content type.
-    image_url is only supported by certain models.", param
-    ``messages.[i].content.[j].type``); a 400 about one bad image is not one."""
-    param = str(getattr(exc, "param", "") or "")
-    return bool(_NO_IMAGES.search(exc.message.lower()) or _PART_TYPE_PARAM.fullmatch(param))
-
-
-#: How servers say one image could not be read (its format, size, bytes or content):
-#: OpenAI "You uploaded an unsupported image…" / "Invalid image." / "Your input image may
-#: contain content that is not allowed by our safety system.", Anthropic-style "…: The
-#: image specified was not valid" / "image exceeds 5 MB maximum", local servers
-#: "cannot identify image file" / "failed to decode image".
-_BAD_IMAGE = re.compile(
-    r"unsupported image|invalid image|not a valid image|does not represent a valid image"
-    r"|image[\w ]{0,30} (was|is) not valid|image[\w ]{0,20} too (large|small|big)"
-    r"|image exceeds|input image may contain"
-    r"|(failed to|could not|cannot|unable to) (process|parse|decode|load|read|identify)"
-    r" (the )?image"
-)
-#: OpenAI's error codes about one image (openai-python ``ResponseError.code``).
-_BAD_IMAGE_CODES = frozenset(
-    (
-        "invalid_image", "invalid_image_format", "invalid_base64_image", "invalid_image_url",
-        "image_too_large", "image_too_small", "image_parse_error",
-        "image_content_policy_violation", "invalid_image_mode", "image_file_too_large",
-        "unsupported_image_media_type", "empty_image_file", "failed_to_download_image",
-        "image_file_not_found",
-    )
-)  # fmt: skip
-#: A ``param`` naming one content part: ``messages.[i].content.[j]`` (and what follows).
-_PART_PARAM = re.compile(r"messages\.\[(\d+)\]\.content\.\[(\d+)\]")
-
-
-def _bad_image(exc: openai.APIStatusError) -> ModelError | None:
-    """A 400 saying one image of the request could not be read, with the part it
-    names (if its ``param`` does)."""
-    code = str(getattr(exc, "code", "") or "")
-    if code not in _BAD_IMAGE_CODES and not _BAD_IMAGE.search(exc.message.lower()):
-        return None
-    error = ModelError("bad_image", "the model could not read an image")
-    named = _PART_PARAM.match(str(getattr(exc, "param", "") or ""))
-    if named:
-        error.part = (int(named[1]), int(named[2]))
-    return error
-
-
-def _classify(exc: Exception) -> ModelError:
-    if isinstance(exc, openai.APITimeoutError):
-        return ModelError("timeout", "the model did not answer in time")
-    if isinstance(exc, openai.RateLimitError):
-        return ModelError("rate_limited", "the model endpoint is rate limiting")
-    if isinstance(exc, openai.APIConnectionError):
-        return ModelError("unavailable", "cannot reach the model endpoint")
-    if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        code = str(getattr(exc, "code", "") or "")
-        if status == 400 and "context_length" in code:
-            return ModelError("too_long", "the conversation is too long for the model")
-        if status == 400 and _about_images(exc):
-            return ModelError("no_images", "the model does not accept images")
-        bad_image = _bad_image(exc) if status == 400 else None
-        if bad_image is not None:
-            return bad_image
-        if status in (401, 403, 404):
-            return ModelError("config", f"the model endpoint refused the request ({status})")
-        if status >= 500:
-            return ModelError("unavailable", f"the model endpoint failed ({status})")
-        return ModelError("rejected", f"the model endpoint rejected the request ({status})")
-    return ModelError("unavailable", f"unexpected failure ({type(exc).__name__})")
-
-
 def _add_call_deltas(calls: dict[int, list[str]], deltas: object) -> None:
     """Add streamed tool-call pieces to ``calls`` (index -> [id, name, arguments]).
 
     Some OpenAI-compatible servers send each call whole in one delta, or leave out
     ``index``: a delta with a new id then starts the next call.
     """
-    for delta in cast("list[ChoiceDeltaToolCall]", deltas or []):
-        index = getattr(delta, "index", None)
+    if not isinstance(deltas, list):
+        return
+    for delta in deltas:
+        if not isinstance(delta, dict):
+            continue
+        index = delta.get("index")
+        call_id = delta.get("id") if isinstance(delta.get("id"), str) else ""
         if not isinstance(index, int):
             known = calls.get(len(calls) - 1)
-            fresh = known is None or bool(delta.id and delta.id != known[0])
+            fresh = known is None or bool(call_id and call_id != known[0])
             index = len(calls) if fresh else len(calls) - 1
         call = calls.setdefault(index, ["", "", ""])
-        call[0] = delta.id or call[0]
-        if delta.function is not None:
-            call[1] += delta.function.name or ""
-            call[2] += delta.function.arguments or ""
+        call[0] = call_id or call[0]
+        function = delta.get("function")
+        if isinstance(function, dict):
+            call[1] += _text(function.get("name"))
+            call[2] += _text(function.get("arguments"))
 
 
-class _ReaderFailedError(Exception):
-    """Carries an exception of the ``on_text`` callback past the stream's handlers."""
-
-    def __init__(self, error: Exception) -> None:
-        super().__init__(str(error))
-        self.error = error
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
 
 
-def openai_client(
-    *, api_key: str, base_url: str | None, timeout: float, max_retries: int
-) -> openai.AsyncOpenAI:
-    """The SDK client every call to the model endpoint goes through (chat, transcription)."""
-    return openai.AsyncOpenAI(
-        api_key=api_key,
-        base_url=base_url,
-        timeout=openai.Timeout(timeout, connect=min(timeout, 10.0)),
-        max_retries=max_retries,
-    )
+def _read_chunk(
+    chunk: dict[str, Any], progress: _Progress, calls: dict[int, list[str]], usage: Usage | None
+) -> tuple[Usage | None, bool]:
+    """Take one streamed chunk in: (the usage reported so far, whether the text grew)."""
+    reported = chunk.get("usage")
+    if isinstance(reported, dict):
+        usage = _chunk_usage(reported)
+    grew = False
+    for choice in chunk.get("choices") or ():
+        delta = choice.get("delta") if isinstance(choice, dict) else None
+        if not isinstance(delta, dict):
+            continue
+        _add_call_deltas(calls, delta.get("tool_calls"))
+        thought = delta.get("reasoning_content") or delta.get("reasoning")
+        if isinstance(thought, str):
+            progress.thought += thought
+        content = delta.get("content")
+        if isinstance(content, str) and content and progress.add(content):
+            grew = True
+    return usage, grew
+
+
+def load_sdk() -> None:
+    """Import the openai SDK now. The bot calls this in a worker thread once it polls,
+    so start-up does not wait for the SDK's import (about half a second of CPU) and the
+    first model call finds it loaded (a call made meanwhile waits for the import)."""
+    from . import sdk  # noqa: F401, PLC0415
 
 
 class ModelClient:
-    """Streams answers from an OpenAI-compatible endpoint with explicit timeouts."""
+    """Streams answers from an OpenAI-compatible endpoint with explicit timeouts.
+
+    The SDK's client is made on the first call (:meth:`_client`): the SDK is imported
+    only then, or by :func:`load_sdk`.
+    """
 
     def __init__(
         self,
@@ -662,14 +609,24 @@ class ModelClient:
         self.model = model
         self.name = model
         self.max_retries = max_retries
-        self._client = openai_client(
-            api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries
-        )
+        self._endpoint = Endpoint(api_key, base_url, timeout, max_retries)
+        self._sdk_client: openai.AsyncOpenAI | None = None
         self.wire = WireCache(wire_cache_bytes)
-        self._post_bytes = not sdk_bodies and _can_post_bytes(self._client)
+        #: Request bodies are built here (see the module docstring); settled with the client.
+        self._post_bytes = not sdk_bodies
+
+    @property
+    def _client(self) -> openai.AsyncOpenAI:
+        if self._sdk_client is None:
+            from . import sdk  # noqa: PLC0415 - imported on the first call (load_sdk)
+
+            self._sdk_client = self._endpoint.client()
+            self._post_bytes = self._post_bytes and sdk.can_post_bytes(self._sdk_client)
+        return self._sdk_client
 
     async def close(self) -> None:
-        await self._client.close()
+        if self._sdk_client is not None:
+            await self._sdk_client.close()
 
     async def stream(
         self,
@@ -689,6 +646,7 @@ class ModelClient:
         call at once: the stream is closed and what arrived so far is returned
         as a ``stopped`` answer.
         """
+        client = self._client
         body: bytes | list[dict[str, Any]] = (
             self.wire.stream_body(self.model, messages, tools, media)
             if self._post_bytes
@@ -703,8 +661,8 @@ class ModelClient:
             nonlocal progress
             progress = _Progress()  # a retried stream starts over
             return self._stream_once(
-                messages, body=body, on_text=on_text, started=started, progress=progress,
-                tools=tools,
+                client, messages, body=body, on_text=on_text, started=started,
+                progress=progress, tools=tools,
             )  # fmt: skip
 
         try:
@@ -743,64 +701,30 @@ class ModelClient:
 
     async def complete(self, messages: Sequence[ChatMessage], *, max_tokens: int) -> Answer:
         """One answer without streaming (used for summaries); errors as :class:`ModelError`."""
+        from . import sdk  # noqa: PLC0415 - loaded by self._client
+
+        client = self._client
         started = time.monotonic()
+        body = (
+            self.wire.complete_body(self.model, messages, max_tokens)
+            if self._post_bytes
+            else wire_messages(messages)
+        )
         try:
-            if self._post_bytes:
-                response = await self._client.post(
-                    "/chat/completions",
-                    cast_to=ChatCompletion,
-                    content=self.wire.complete_body(self.model, messages, max_tokens),
-                    options={"security": {"bearer_auth": True}},
-                )
-            else:
-                response = await self._client.chat.completions.create(
-                    model=self.model,
-                    messages=cast("list[ChatCompletionMessageParam]", wire_messages(messages)),
-                    max_tokens=max_tokens,
-                )
-        except openai.OpenAIError as exc:
-            error = _classify(exc)
+            text, reported = await sdk.complete(
+                client, model=self.model, body=body, max_tokens=max_tokens
+            )
+        except ModelError as error:
             error.latency = time.monotonic() - started
-            raise error from exc
-        text = (response.choices[0].message.content or "") if response.choices else ""
+            raise
         split = split_think(text)  # a summary never carries the model's thoughts
         text = split[1] if split is not None else text
-        reported = response.usage
-        usage = _usage(reported) if reported is not None else _estimated(messages, text)
+        usage = reported if reported is not None else _estimated(messages, text)
         return Answer(text, usage, time.monotonic() - started)
-
-    async def _open_stream(
-        self, body: bytes | list[dict[str, Any]], tools: bytes | None
-    ) -> openai.AsyncStream[ChatCompletionChunk]:
-        if isinstance(body, bytes):
-            # post() sends ``content`` as it is (no transform, no copy; bytes are
-            # replayed on the SDK's retries) with the same auth and SSE parsing
-            # create() uses; create() passes the same path, cast and security.
-            return await self._client.post(
-                "/chat/completions",
-                cast_to=ChatCompletion,
-                content=body,
-                options={"security": {"bearer_auth": True}},
-                stream=True,
-                stream_cls=openai.AsyncStream[ChatCompletionChunk],
-            )
-        if tools:
-            return await self._client.chat.completions.create(
-                model=self.model,
-                messages=cast("list[ChatCompletionMessageParam]", body),
-                stream=True,
-                tools=json.loads(tools),
-                stream_options={"include_usage": True},
-            )
-        return await self._client.chat.completions.create(
-            model=self.model,
-            messages=cast("list[ChatCompletionMessageParam]", body),
-            stream=True,
-            stream_options={"include_usage": True},
-        )
 
     async def _stream_once(
         self,
+        client: openai.AsyncOpenAI,
         messages: Sequence[ChatMessage],
         *,
         body: bytes | list[dict[str, Any]],
@@ -809,43 +733,20 @@ class ModelClient:
         progress: _Progress,
         tools: bytes | None = None,
     ) -> Answer:
-        try:
-            stream = await self._open_stream(body, tools)
-        except openai.OpenAIError as exc:
-            raise _classify(exc) from exc
+        from . import sdk  # noqa: PLC0415 - loaded by self._client
+
         usage: Usage | None = None
         calls: dict[int, list[str]] = {}  # index -> [id, name, arguments]
+        chunks = sdk.stream_chunks(client, model=self.model, body=body, tools=tools)
         try:
-            async for chunk in stream:
-                if chunk.usage is not None:
-                    usage = _usage(chunk.usage)
-                for choice in chunk.choices:
-                    _add_call_deltas(calls, choice.delta.tool_calls)
-                    delta = choice.delta
-                    extra = delta.model_extra or {}
-                    thought = extra.get("reasoning_content") or extra.get("reasoning")
-                    if isinstance(thought, str):
-                        progress.thought += thought
-                    if delta.content and progress.add(delta.content):
-                        try:
-                            on_text(progress.text)
-                        except Exception as exc:
-                            raise _ReaderFailedError(exc) from exc
-        except _ReaderFailedError as wrapped:
-            raise wrapped.error from None  # the reader's own failure, not the model's
-        except openai.OpenAIError as exc:
-            classified = _classify(exc)
-            error = ModelError(classified.kind, classified.detail, progress.text)
-            error.mid_stream = True
-            raise error from exc
-        except Exception as exc:
-            # some SDK versions let transport errors of a broken stream through unwrapped
-            detail = f"the stream broke ({type(exc).__name__})"
-            error = ModelError("unavailable", detail, progress.text)
-            error.mid_stream = True
-            raise error from exc
-        finally:
-            await stream.close()
+            async with contextlib.aclosing(chunks):
+                async for chunk in chunks:
+                    usage, grew = _read_chunk(chunk, progress, calls, usage)
+                    if grew:
+                        on_text(progress.text)  # its failure is its own, not the model's
+        except ModelError as error:
+            error.partial = progress.text
+            raise
         progress.finish()
         tool_calls = tuple(
             ToolCall(calls[i][0] or f"call_{uuid.uuid4().hex[:24]}", calls[i][1], calls[i][2])
@@ -860,4 +761,25 @@ class ModelClient:
             time.monotonic() - started,
             tool_calls=tool_calls,
             reasoning=progress.reasoning,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """How to reach the model endpoint; :meth:`client` makes the SDK client (and
+    imports the SDK, on the first call)."""
+
+    api_key: str = field(repr=False)
+    base_url: str | None
+    timeout: float
+    max_retries: int
+
+    def client(self) -> openai.AsyncOpenAI:
+        from . import sdk  # noqa: PLC0415 - the SDK is imported on the first call
+
+        return sdk.openai_client(
+            api_key=self.api_key,
+            base_url=self.base_url,
+            timeout=self.timeout,
+            max_retries=self.max_retries,
         )

@@ -2,31 +2,36 @@
 
 from __future__ import annotations
 
-import openai
+from typing import TYPE_CHECKING
 
-from .client import _classify, openai_client
+from .client import Endpoint
+
+if TYPE_CHECKING:
+    import openai
 
 
 class Transcriber:
-    """Transcribes voice notes and audio files with ``model`` at ``base_url``."""
+    """Transcribes voice notes and audio files with ``model`` at ``base_url``.
+
+    Its SDK client is made on the first transcription (bot/model/sdk.py: the SDK is
+    not imported at start-up).
+    """
 
     def __init__(
         self, *, api_key: str, base_url: str | None, model: str, timeout: float, max_retries: int
     ) -> None:
         self.model = model
-        self._client = openai_client(
-            api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries
-        )
+        self._endpoint = Endpoint(api_key, base_url, timeout, max_retries)
+        self._client: openai.AsyncOpenAI | None = None
 
     async def close(self) -> None:
-        await self._client.close()
+        if self._client is not None:
+            await self._client.close()
 
     async def transcribe(self, data: bytes, *, name: str, mime: str) -> str:
         """The text heard; failures as :class:`~bot.model.ModelError`."""
-        try:
-            result = await self._client.audio.transcriptions.create(
-                model=self.model, file=(name, data, mime or "application/octet-stream")
-            )
-        except openai.OpenAIError as exc:
-            raise _classify(exc) from exc
-        return result.text.strip()
+        from . import sdk  # noqa: PLC0415 - imported on the first model call
+
+        if self._client is None:
+            self._client = self._endpoint.client()
+        return await sdk.transcribe(self._client, model=self.model, data=data, name=name, mime=mime)

@@ -24,6 +24,7 @@ from aiogram import Dispatcher
 from transcript import StoreUnavailableError
 
 from ..bus.leader import Lease
+from ..retry import cancel_until_done
 
 log = logging.getLogger("replychain.polling")
 
@@ -109,6 +110,4 @@ class Poller:
         try:
             await asyncio.wait_for(asyncio.shield(polling), self.stop_timeout)
         except TimeoutError:
-            polling.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await polling
+            await cancel_until_done(polling)

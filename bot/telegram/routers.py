@@ -31,6 +31,7 @@ from ..settings import Settings
 from ..usage.accounting import Accounting
 from ..usage.reports import OWNER_ONLY_TEXT, stats_chart, stats_report, usage_report
 from .messages import (
+    Checked,
     command_target,
     inbound_of,
     is_group,
@@ -205,7 +206,7 @@ def _conversation_router() -> Router:
     async def on_help(message: Message, notifier: Notifier) -> None:
         notice(notifier, message, HELP_TEXT)
 
-    @router.message(F.text.startswith("/"), Addressed())
+    @router.message(Checked(F.text.startswith("/")), Addressed())
     async def on_unknown_command(message: Message, notifier: Notifier, bot: Bot) -> None:
         target = command_target(message)
         me = await bot.me()
@@ -213,9 +214,9 @@ def _conversation_router() -> Router:
             return  # a command for another bot in this group
         notice(notifier, message, UNKNOWN_COMMAND_TEXT)
 
-    @router.message(F.photo | F.document | F.audio, InAddressedAlbum())
-    @router.message(F.photo | F.voice | F.audio | F.document, Addressed())
-    @router.message(F.text | F.caption, Addressed())
+    @router.message(Checked(F.photo | F.document | F.audio), InAddressedAlbum())
+    @router.message(Checked(F.photo | F.voice | F.audio | F.document), Addressed())
+    @router.message(Checked(F.text | F.caption), Addressed())
     async def on_text(
         message: Message,
         *,
@@ -231,7 +232,7 @@ def _conversation_router() -> Router:
             media=media_of(message, settings.image_max_pixels), albums=albums,
         )  # fmt: skip
 
-    @router.edited_message(F.text, Addressed())
+    @router.edited_message(Checked(F.text), Addressed())
     async def on_edit(
         message: Message, *, notifier: Notifier, intake: Intake, stopping: asyncio.Event, bot: Bot
     ) -> None:
@@ -241,7 +242,7 @@ def _conversation_router() -> Router:
                 message, EDIT, notifier=notifier, intake=intake, stopping=stopping, bot=bot
             )
 
-    @router.message(F.content_type.in_(UNSUPPORTED), Addressed())
+    @router.message(Checked(F.content_type.in_(UNSUPPORTED)), Addressed())
     async def on_unsupported(message: Message, notifier: Notifier) -> None:
         notice(notifier, message, UNSUPPORTED_TEXT)
 

@@ -98,6 +98,20 @@ def describe_body(content: object) -> str:
     return "a body that does not match the Bot API"
 
 
+#: ``Response[T]`` for every result type T seen, held here for the process's life.
+#: aiogram's ``check_response`` parametrizes ``Response[method.__returning__]`` on every
+#: call, and pydantic keeps parametrized models only weakly: once garbage collection
+#: freed one, the next call built it again (its whole schema, about 9 ms of CPU; most
+#: calls of a turn did). There are a few dozen result types, so this stays small.
+_RESPONSE_TYPES: dict[object, type[Response[Any]]] = {}
+
+
+def _hold_response_type(method: TelegramMethod[Any]) -> None:
+    returning = method.__returning__
+    if returning not in _RESPONSE_TYPES:
+        _RESPONSE_TYPES[returning] = Response[returning]  # type: ignore[valid-type]
+
+
 class BotApiSession(AiohttpSession):
     """aiogram's session, with every answer classified as a Bot API answer or a failure."""
 
@@ -109,6 +123,7 @@ class BotApiSession(AiohttpSession):
         content: str,
     ) -> Response[TelegramType]:
         name = type(method).__name__
+        _hold_response_type(method)  # aiogram's Response[...] below finds it built
         try:
             return super().check_response(bot, method, status_code, content)
         except (TelegramBadRequest, TelegramNotFound) as exc:

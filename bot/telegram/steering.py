@@ -35,7 +35,7 @@ from ..ops import threads
 from ..ops.forget import forget_chat
 from ..settings import Settings
 from .format import TELEGRAM_LIMIT, Chunk, escape_html
-from .messages import inbound_of, notice, replied_id, thread_of
+from .messages import Checked, inbound_of, notice, replied_id, thread_of
 from .out import Notifier
 from .viewer import open_tree_markup
 
@@ -71,7 +71,7 @@ def steering_router() -> Router:
     router.message.register(on_retry, Command("retry"))
     router.message.register(on_export, Command("export"))
     router.message.register(on_forget, Command("forget"))
-    router.callback_query.register(on_forget_pressed, F.data.startswith(f"{_FORGET}:"))
+    router.callback_query.register(on_forget_pressed, Checked(F.data.startswith(f"{_FORGET}:")))
     return router
 
 
@@ -79,7 +79,7 @@ def topic_router() -> Router:
     """Service messages about private-chat topics: noted, never answered."""
     router = Router(name="topics")
     router.message.register(
-        on_topic_created, F.forum_topic_created, F.chat.type == ChatType.PRIVATE
+        on_topic_created, Checked(F.forum_topic_created & (F.chat.type == ChatType.PRIVATE))
     )
     return router
 

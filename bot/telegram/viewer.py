@@ -25,6 +25,7 @@ from transcript import StoreUnavailableError, TranscriptStore
 
 from ..settings import Settings
 from ..webapp.texts import CONTINUE_HERE, OPEN_TREE, error_text
+from .messages import Checked
 from .out import Notifier
 
 log = logging.getLogger("replychain.handlers")
@@ -66,7 +67,7 @@ def continue_router(access: BaseMiddleware) -> Router:
     router.message.register(
         on_continue,
         CommandStart(deep_link=True, magic=F.args.regexp(rf"^{CONTINUE_PREFIX}\d{{1,12}}$")),
-        F.chat.type == ChatType.PRIVATE,
+        Checked(F.chat.type == ChatType.PRIVATE),
     )
     return router
 

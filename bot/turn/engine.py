@@ -504,7 +504,9 @@ class Engine:
         if node is not None:
             return node
         if inbound.reply_to_bot and await self.store.known(scope, target):
-            return None  # a message of no conversation (a command's answer, say)
+            # a message of no conversation (a command's answer, say), or a part whose
+            # turn aliased it since the lookup above
+            return await self.store.resolve(scope, target)
         node = await self._written(inbound)
         if node is not None or not inbound.reply_to_bot:
             return node
@@ -515,7 +517,8 @@ class Engine:
             await self.store.alias(scope, [target], home)
             return home
         if await self.store.known(scope, target):
-            return None  # its turn ended as a notice of no conversation meanwhile
+            # its turn ended meanwhile: aliased to its node, or to none (a notice)
+            return await self.store.resolve(scope, target)
         raise _LostTrack
 
     async def _written(self, inbound: Inbound) -> NodeId | None:
