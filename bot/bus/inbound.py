@@ -10,8 +10,9 @@ from typing import Any, Literal
 import msgpack
 
 #: Fields of an intake entry: chat, message, user, text, reply_to, thread, is_group,
-#: reply_to_bot, kind, media, group (the layout's version is rc:layout, bot/data/layout.py).
-_FIELDS = 11
+#: reply_to_bot, kind, media, group, language (the layout's version is rc:layout,
+#: bot/data/layout.py).
+_FIELDS = 12
 
 #: A new message.
 MESSAGE = ""
@@ -78,6 +79,8 @@ class Inbound:
     kind: str = MESSAGE
     media: tuple[MediaRef, ...] = ()
     group: str | None = None
+    #: The sender's Telegram ``language_code`` ("" unknown): the turn's notices are in it.
+    language: str = ""
 
     @property
     def turn(self) -> str:
@@ -112,6 +115,7 @@ class Inbound:
                 self.kind,
                 [m.encode() for m in self.media],
                 self.group,
+                self.language,
             ]
         )
         return data
@@ -123,10 +127,12 @@ class Inbound:
             fields = msgpack.unpackb(data)
             if len(fields) != _FIELDS:
                 return None
-            chat, message, user, text, reply_to, thread, group, to_bot, kind, media, album = fields
+            chat, message, user, text, reply_to, thread, group, to_bot, kind, media, album, lang = (
+                fields
+            )
             return cls(
                 chat, message, user, text, reply_to, thread, bool(group), bool(to_bot),
-                str(kind), tuple(MediaRef.decode(m) for m in media), album,
+                str(kind), tuple(MediaRef.decode(m) for m in media), album, str(lang),
             )  # fmt: skip
         except Exception:  # a damaged entry must not stop the bus
             return None
