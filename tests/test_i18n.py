@@ -25,7 +25,7 @@ from babel.messages.pofile import read_po
 
 from bot import i18n
 from bot.i18n import I18N, _
-from bot.settings import LOCALES
+from bot.settings import LOCALES, SettingsError, load_settings
 from bot.telegram import steering
 from bot.telegram.menu import sync_menu
 from bot.telegram.routers import COMMANDS, HELP_TEXT, UNSUPPORTED_TEXT
@@ -326,6 +326,20 @@ async def test_the_command_menu_is_set_per_language_once(
     finally:
         i18n.force(None)
         await bot.session.close()
+
+
+def test_bot_language_must_name_a_shipped_language(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123:abc")
+    monkeypatch.setenv("OPENAI_API_KEY", "k")
+    monkeypatch.setenv("BOT_LANGUAGE", "pt-BR")
+    assert load_settings(env_file=None).bot_language == "pt-BR"
+    for wrong in ("xx", "german", "d3"):
+        monkeypatch.setenv("BOT_LANGUAGE", wrong)
+        with pytest.raises(SettingsError) as raised:
+            load_settings(env_file=None)
+        line = str(raised.value)
+        assert line.startswith("BOT_LANGUAGE is invalid") and "ar, de, en," in line, line
+        assert "\n" not in line
 
 
 def test_a_catalogue_is_found_for_regional_and_script_codes() -> None:
