@@ -68,7 +68,11 @@ LOCALES := bot/locales
 i18n: dev-install
 	$(BIN)/pybabel extract --no-default-keywords -k N_ -k _ -k ngettext:1,2 \
 		--add-location=file --sort-by-file --project=replychain --no-wrap \
-		--msgid-bugs-address="" --copyright-holder="" -o $(LOCALES)/replychain.pot bot
+		--msgid-bugs-address="" --copyright-holder="" -o $(LOCALES)/replychain.pot.new bot
+	@# a template differing only in its creation date is left as it was
+	@if diff -q -I '^"POT-Creation-Date' $(LOCALES)/replychain.pot $(LOCALES)/replychain.pot.new \
+		>/dev/null 2>&1; then rm $(LOCALES)/replychain.pot.new; \
+	else mv $(LOCALES)/replychain.pot.new $(LOCALES)/replychain.pot; fi
 	$(BIN)/pybabel update -D replychain -i $(LOCALES)/replychain.pot -d $(LOCALES) \
 		--ignore-pot-creation-date --no-wrap --ignore-obsolete
 	$(BIN)/pybabel compile -D replychain -d $(LOCALES) --statistics
