@@ -328,6 +328,21 @@ async def test_the_command_menu_is_set_per_language_once(
         await bot.session.close()
 
 
+async def test_a_refused_menu_call_is_raised_once_every_call_has_ended(
+    tg: FakeTelegram,
+) -> None:
+    """No menu call is left running when one fails (the session may be closed next)."""
+    tg.fail_next("getMyCommands", status=400, description="Bad Request: refused")
+    bot = Bot(tg.token, session=BotApiSession(api=TelegramAPIServer.from_base(tg.url)))
+    try:
+        with pytest.raises(TelegramBadRequest):
+            await sync_menu(bot)
+        assert len(tg.calls_to("getMyCommands")) == len(i18n.languages())
+        assert not tg.calls_to("setMyCommands")
+    finally:
+        await bot.session.close()
+
+
 def test_bot_language_must_name_a_shipped_language(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123:abc")
     monkeypatch.setenv("OPENAI_API_KEY", "k")

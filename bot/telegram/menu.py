@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Coroutine
+from typing import Any, TypeVar, cast
 
 from aiogram import Bot
 from aiogram.types import BotCommand
@@ -19,6 +21,7 @@ from .. import i18n
 from .routers import command_menu
 
 log = logging.getLogger("replychain.telegram")
+T = TypeVar("T")
 
 
 def wanted() -> dict[str | None, list[BotCommand]]:
@@ -43,12 +46,22 @@ def _same(current: list[BotCommand], menu: list[BotCommand]) -> bool:
     ]
 
 
+async def _every(calls: list[Coroutine[Any, Any, T]]) -> list[T]:
+    """The results of ``calls`` made at once; the first failure is raised only once all
+    have ended, so none is left running (on a session about to close)."""
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return cast(list[T], results)
+
+
 async def sync_menu(bot: Bot) -> int:
     """Bring Telegram's menus in line with :func:`wanted`; the number changed."""
     menus = wanted()
     codes = list(menus)
-    current = await asyncio.gather(*(bot.get_my_commands(language_code=c) for c in codes))
-    changes = []
+    current = await _every([bot.get_my_commands(language_code=c) for c in codes])
+    changes: list[Coroutine[Any, Any, bool]] = []
     for code, now in zip(codes, current, strict=True):
         menu = menus[code]
         if _same(now, menu):
@@ -57,7 +70,7 @@ async def sync_menu(bot: Bot) -> int:
             changes.append(bot.set_my_commands(menu, language_code=code))
         else:
             changes.append(bot.delete_my_commands(language_code=code))
-    await asyncio.gather(*changes)
+    await _every(changes)
     if changes:
         log.info("command menu set for %d language(s)", len(changes))
     return len(changes)
