@@ -32,6 +32,7 @@ BENCHES = {
     "streaming": "bench.streaming_bench",
     "viewer": "bench.viewer_bench",
     "process": "bench.process_bench",
+    "rich": "bench.rich_bench",
 }
 #: Run only when named (``python -m bench scale``): real processes, minutes.
 NAMED_ONLY = {"scale"}

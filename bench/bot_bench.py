@@ -4,7 +4,8 @@ Drives :class:`bot.engine.Engine` (routing, assembly, store writes, the turn
 journal, Markdown rendering, the streaming writer) against a real redis-server. Each measured
 turn replies to the same answer at the given chain depth, so every turn sees
 that depth. Baselines in the same run: one flat msgpack list per chat in Redis
-(LRANGE the whole history, render the same answer, append user and answer), written
+(LRANGE the whole history, render the same answer as a rich message, as the bot does by
+default, append user and answer), written
 either with a plain RPUSH (flat) or, as the 1.5x target is stated, durably: one Lua
 script that checks the turn's idempotency key, appends and records the turn as done
 (durable), the guarantees the bot's own writes give.
@@ -32,12 +33,13 @@ from bot.bus.intake import Intake
 from bot.bus.runner import InFlight
 from bot.data import keys
 from bot.data.connection import connect
-from bot.data.lane import Lane
+from bot.data.pipeline_client import PipelineClient
 from bot.model import Usage
 from bot.prometheus import PrometheusMetrics
 from bot.retry import Outage
-from bot.telegram.format import Chunk, render_chunks
+from bot.telegram.format import Chunk
 from bot.telegram.out import TelegramOut
+from bot.telegram.rich import render_rich
 from bot.turn.context import ContextWindow
 from bot.turn.engine import Engine, Rules
 from bot.turn.state import TurnStates
@@ -171,7 +173,7 @@ class FlatListBot:
         history: list[Any] = [msgpack.unpackb(m) for m in await self.redis.lrange(key, 0, -1)]
         messages = [*history, ["user", text]]
         assert messages
-        render_chunks(ANSWER, prefix=f"[depth:{len(messages) + 1}] ")
+        render_rich(ANSWER, prefix=f"[depth:{len(messages) + 1}] ")
         user, answer = msgpack.packb(["user", text]), msgpack.packb(["assistant", ANSWER])
         if self._write is None:
             await self.redis.rpush(key, user, answer)
@@ -373,7 +375,7 @@ async def _breakdown(redis: Redis, pid: int) -> Breakdown:
     await redis.delete(*(k(c) for c in chats for k in (FlatListBot.key, FlatListBot.done_key)))
     started = time.perf_counter()
     for _ in range(turns):
-        render_chunks(ANSWER, prefix=f"[depth:{depth + 1}] ")
+        render_rich(ANSWER, prefix=f"[depth:{depth + 1}] ")
     return Breakdown(bot, base, (time.perf_counter() - started) / turns)
 
 
@@ -393,7 +395,7 @@ class RoundTrips:
     def counting(self) -> Iterator[None]:
         command: Any = Redis.execute_command
         pipeline: Any = Pipeline.execute
-        lane: Any = Lane.execute
+        direct: Any = PipelineClient.execute
         meter = self
 
         async def counted_command(client: Redis, *args: Any, **options: Any) -> Any:
@@ -406,19 +408,19 @@ class RoundTrips:
             async with meter._wave():
                 return await pipeline(pipe, raise_on_error)
 
-        async def counted_lane(sender: Lane, commands: Any) -> Any:
+        async def counted_direct(sender: PipelineClient, commands: Any) -> Any:
             async with meter._wave():
-                return await lane(sender, commands)
+                return await direct(sender, commands)
 
         Redis.execute_command = counted_command  # type: ignore[method-assign, assignment]
         Pipeline.execute = counted_pipeline  # type: ignore[method-assign, assignment]
-        Lane.execute = counted_lane  # type: ignore[method-assign, assignment]
+        PipelineClient.execute = counted_direct  # type: ignore[method-assign, assignment]
         try:
             yield
         finally:
             Redis.execute_command = command  # type: ignore[method-assign]
             Pipeline.execute = pipeline  # type: ignore[method-assign]
-            Lane.execute = lane  # type: ignore[method-assign]
+            PipelineClient.execute = direct  # type: ignore[method-assign]
 
     @contextlib.asynccontextmanager
     async def _wave(self) -> AsyncIterator[None]:

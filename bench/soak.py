@@ -810,6 +810,7 @@ class Soak:
             sent_at=self.accepted_at, requested_at=self.requested_at,
             kill_times=self.killed_at,
             failovers=self.store.failovers,
+            store_outages=getattr(self.store, "outages", ()),
         ).run()  # fmt: skip
         late = self.report(result, drained)
         return 1 if result.failed or late else 0

@@ -307,6 +307,7 @@ class Checker:
         requested_at: dict[tuple[int, int], float] | None = None,
         kill_times: Sequence[float] = (),
         failovers: Sequence[Failover] = (),
+        store_outages: Sequence[tuple[float, float]] = (),
     ) -> None:
         self.sent = sent
         #: When the bot got Telegram's answer to each of its messages (the soak may hold
@@ -315,6 +316,10 @@ class Checker:
         self.sent_at = sent_at or {}
         self.requested_at = requested_at or {}
         self.kill_times = sorted(kill_times)
+        #: (gone, back) of each time the one redis-server was down: a part accepted
+        #: just before it went cannot be recorded until it is back, so a bot killed
+        #: meanwhile lost it as if killed at the moment Redis went.
+        self.store_outages = store_outages
         self.failovers = failovers
         self.seed = seed
         self.observed = observed
@@ -341,11 +346,21 @@ class Checker:
         second = self.sent_at.get((chat_id, found[1].parts[0].message_id))
         if first is None or second is None:
             return None
-        for kill in self.kill_times:
-            sent_before = asked < kill if asked is not None else first <= kill + CRASH_WINDOW
-            if sent_before and kill - CRASH_WINDOW <= first and kill < second:
-                return kill - first
+        for end, killed in self._record_ends():
+            sent_before = asked < killed if asked is not None else first <= killed + CRASH_WINDOW
+            if sent_before and end - CRASH_WINDOW <= first and killed < second:
+                return end - first
         return None
+
+    def _record_ends(self) -> list[tuple[float, float]]:
+        """(from when nothing more could be recorded, when the bot died) for every
+        SIGKILL: the kill itself, or when Redis went if the bot died before it was
+        back (a part announced before Redis went and accepted meanwhile cannot be
+        recorded: the same window, as long as the outage)."""
+        ends = [(kill, kill) for kill in self.kill_times]
+        for gone, back in self.store_outages:
+            ends += [(gone, kill) for kill in self.kill_times if gone <= kill <= back]
+        return ends
 
     def _failover_after(self, chat_id: int, first: float | None, last: float | None) -> bool:
         """Whether the chat's master failed over while (or just after) a message
@@ -504,7 +519,8 @@ class Checker:
             result.crash_window_duplicates += 1
             self._problem(
                 s, f"(crash window: the first copy was accepted {gap * 1000:.0f} ms "
-                f"before a SIGKILL) {len(found)} answers {texts}",
+                f"before a SIGKILL, or before Redis went away until one) {len(found)} "
+                f"answers {texts}",
             )  # fmt: skip
             return
         when = self.accepted(s.chat_id, found)

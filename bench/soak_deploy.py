@@ -222,6 +222,8 @@ class SingleRedis:
         ]
         self.sched = sched
         self.restarts = 0
+        #: (gone, back) of each restart, on the soak's clock.
+        self.outages: list[tuple[float, float]] = []
 
     @property
     def url(self) -> str:
@@ -242,14 +244,15 @@ class SingleRedis:
         until: Callable[[float], Awaitable[None]],
         note: Callable[[str], None],
     ) -> None:
-        del now  # the plan is in soak time already
         for at, crash in self.plan:
             await until(at)
             down = self.sched.uniform(1, 5)
             note(f"SOAK redis {'SIGKILL' if crash else 'stop'}, down for {down:.1f}s")
+            gone = now()
             await asyncio.to_thread(self.server.kill if crash else self.server.stop)
             await asyncio.sleep(down)
             await asyncio.to_thread(self.server.start_same_port)
+            self.outages.append((gone, now()))
             self.restarts += 1
             note("SOAK redis started again")
 

@@ -7,7 +7,7 @@ first token. Per answer: the Telegram calls made (by method), and the time from
 the model's first token to the first text the user can see (a draft with text,
 or the first message). Rows: today's edit streaming (the baseline), drafts, and
 drafts on a server without ``sendMessageDraft`` (the first refusal switches to
-edits).
+edits); all HTML (rich answers are bench/rich_bench.py's).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ async def _stream_once(mode: str, ttft: float, rate: float) -> Run:
         )
         try:
             writer = AnswerWriter(
-                TelegramOut(bot),
+                TelegramOut(bot, rich=False),  # (rich answers: bench/rich_bench.py)
                 chat_id=CHAT,
                 reply_to=question,
                 thread_id=None,

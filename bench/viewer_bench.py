@@ -31,7 +31,7 @@ from playwright.async_api import Browser, ViewportSize, async_playwright
 from redis.asyncio import Redis
 
 from bot.data.connection import connect
-from bot.ops import threads
+from bot.ops import conversations
 from bot.telegram.session import BotApiSession
 from bot.usage.accounting import Prices
 from bot.webapp.auth import Access
@@ -130,7 +130,7 @@ async def _api(
             text_times = []
             for _ in range(RUNS):
                 started = time.perf_counter()
-                await threads.tree(redis, store, chat, leaf)
+                await conversations.tree(redis, store, chat, leaf)
                 text_times.append((time.perf_counter() - started) * 1000)
             nodes = len(json.loads(raw)["nodes"])
             rows.append([

@@ -39,8 +39,8 @@ from . import i18n
 from .bus.albums import Albums
 from .bus.intake import Intake
 from .bus.leader import Lease
+from .bus.relay import Relay
 from .bus.runner import LEASE_SHARE, InFlight, TurnRunner
-from .bus.stops import StopRelay
 from .data import keys
 from .data.connection import connect
 from .data.layout import UnknownLayoutError, check_layout
@@ -102,16 +102,22 @@ def redis_location(url: str) -> str:
 class App:
     """Every long-lived part of a running bot."""
 
-    def __init__(self, settings: Settings, *, clock: Clock = utc_now) -> None:
-        self.settings = settings
-        self.metrics = self._metrics(settings)
+    def _bot(self, settings: Settings) -> tuple[Bot, FloodControl]:
+        """aiogram's Bot on our session, and the session's flood control."""
         session = BotApiSession(api=TelegramAPIServer.from_base(settings.telegram_api_url))
-        session.middleware(FloodControl(max_wait=settings.flood_wait_max, metrics=self.metrics))
-        self.bot = Bot(
+        floods = FloodControl(max_wait=settings.flood_wait_max, metrics=self.metrics)
+        session.middleware(floods)
+        bot = Bot(
             settings.telegram_bot_token.get_secret_value(),
             session=session,
             default=DefaultBotProperties(parse_mode=ParseMode.HTML, link_preview_is_disabled=True),
         )
+        return bot, floods
+
+    def __init__(self, settings: Settings, *, clock: Clock = utc_now) -> None:
+        self.settings = settings
+        self.metrics = self._metrics(settings)
+        self.bot, floods = self._bot(settings)
         self.redis: Redis = connect(
             settings.redis_url,
             max_connections=max(64, settings.max_concurrent_turns),
@@ -132,7 +138,7 @@ class App:
             timeout=settings.openai_timeout,
             max_retries=settings.openai_max_retries,
         )
-        self.out = TelegramOut(self.bot)
+        self.out = TelegramOut(self.bot, rich=settings.rich_messages == "auto")
         self.notifier = Notifier(self.out, lambda chat, ids: self.store.unthreaded(str(chat), ids))
         self.intake = Intake(self.redis, settings.bot_instance, shards=settings.intake_shards)
         self.accounting = Accounting(
@@ -250,8 +256,10 @@ class App:
         i18n.force(settings.bot_language)
         i18n.LanguageMiddleware().setup(self.dispatcher)  # every handler, in the sender's language
         self.dispatcher.include_routers(*self._routers(settings))
-        # stops: Telegram's stop button, for the answers being generated here or elsewhere
-        self.stops = StopRelay(self.redis, self.engine.stops, self.intake.outage)
+        # stops: Telegram's stop button, for the answers being generated here or elsewhere;
+        # and the flood windows every process must honour
+        self.stops = Relay(self.redis, self.engine.stops, self.intake.outage, floods.hold)
+        floods.tell = self.stops.flood
         self.dispatcher.workflow_data.update(
             notifier=self.notifier, intake=self.intake, albums=self.albums,
             stopping=self.stopping, accounting=self.accounting, store=self.store,

@@ -2,7 +2,7 @@
 
 Every wait-and-retry of the bot goes through :func:`retrying` (tenacity does
 the bookkeeping): Redis outages (intake, the runner's reads and
-acknowledgements, storing an answer), a model stream that broke before any
+acknowledgements, storing an answer), a model call that failed before any
 text, Telegram 5xx and flood control, and start-up. Callers say which
 failures are worth another try and when to give up (a number of attempts, a
 total time, or a shutdown); the last failure is then raised as it was.

@@ -15,7 +15,7 @@ import ipaddress
 import re
 import socket
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -105,6 +105,8 @@ SETTINGS_HELP: dict[str, str] = {
     "ALBUM_WAIT": "seconds an album's photos are collected into one turn (1.0)",
     "SHUTDOWN_TIMEOUT": "seconds in-flight answers get to finish on SIGTERM (25)",
     "SHOW_REASONING": "show a reasoning model's thoughts collapsed under the answer (false)",
+    "RICH_MESSAGES": "auto: answers as Bot API 10.1 rich messages where the server has them; "
+    "off: HTML (auto)",
     "BOT_INSTANCE": "this process's name on the message bus (default: the host name)",
     "REDIS_CLUSTER": "true: REDIS_URL names a node of a Redis Cluster (false)",
     "INTAKE_SHARDS": "intake streams; a chat's messages always go to the same one (1)",
@@ -282,6 +284,9 @@ class Settings(BaseSettings):
     shutdown_timeout: float = Field(25.0, ge=0)
     #: Show a reasoning model's thoughts, collapsed, in the final answer message.
     show_reasoning: bool = False
+    #: ``auto``: answers as rich messages (tables, math, one message up to 32,768
+    #: characters) where the Bot API server has them; ``off``: HTML messages.
+    rich_messages: Literal["auto", "off"] = "auto"
     log_level: str = "INFO"
     #: host:port serving Prometheus ``/metrics`` and ``/healthz``; unset = off.
     metrics_listen: str | None = None
@@ -456,6 +461,11 @@ class Settings(BaseSettings):
     def webapp_listen_address(self) -> tuple[str, int]:
         """(host, port) of WEBAPP_LISTEN."""
         return _address(self.webapp_listen)
+
+    @field_validator("rich_messages", mode="before")
+    @classmethod
+    def _lower_case(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
 
     @field_validator("log_level")
     @classmethod

@@ -26,6 +26,14 @@ false}`` alone), with or without applying the method; ``unsupported_methods=`` m
 unknown to the server; ``flood_sends_per_second=``/``flood_edits_per_second=`` add per-chat
 and per-message flood limits.  Injected answers are marked in ``Call.fault``.
 
+Rich messages (Bot API 10.1-10.3): ``sendRichMessage``, ``sendRichMessageDraft`` and
+``editMessageText`` with ``rich_message`` (a text message may become rich and back) take
+an ``InputRichMessage`` checked as strictly as :mod:`tests.fake_rich` describes (tags,
+nesting, entities, the text, block, depth and column limits); a rich message is stored
+with its ``RichMessage`` (``StoredMessage.rich_message``, also in the served Message) and
+its visible text as ``text``; a rich draft keeps its ``rich_message`` too. Like an older
+server, ``unsupported_methods={"sendRichMessage", "sendRichMessageDraft"}`` lacks them.
+
 Drafts (``sendMessageDraft``, Bot API 10.3) are private-chat only (a group gets Telegram's
 ``400 TEXTDRAFT_PEER_INVALID``), at most 4096 visible characters, an empty text being the
 "Thinking…" placeholder; every draft shown is kept in :attr:`FakeTelegram.drafts`, the one
@@ -92,6 +100,8 @@ from urllib.parse import urlsplit
 
 from aiohttp import ClientError, ClientSession, ClientTimeout, web
 
+from .fake_rich import Rich, RichError, parse_rich
+
 __all__ = ["Call", "Draft", "FakeTelegram", "Misbehaviour", "StoredMessage"]
 
 JSON = dict[str, Any]
@@ -144,6 +154,8 @@ _METHODS: Final = (
     "getChat",
     "getFile",
     "sendMessageDraft",
+    "sendRichMessage",
+    "sendRichMessageDraft",
     "getChatMember",
 )
 _CANONICAL: Final = {name.lower(): name for name in _METHODS}
@@ -157,6 +169,7 @@ _OBJECT_RESULTS: Final = frozenset(
         "sendPhoto",
         "sendDocument",
         "editMessageText",
+        "sendRichMessage",
     }
 )
 _RESULT_KINDS: Final = frozenset({"missing_field", "extra_fields", "null_result"})
@@ -171,6 +184,8 @@ _CHAT_RATE_METHODS: Final = frozenset(
         "editMessageText",
         "sendChatAction",
         "sendMessageDraft",
+        "sendRichMessage",
+        "sendRichMessageDraft",
     }
 )
 _MAX_CAPTION_UNITS: Final = 1024
@@ -368,6 +383,9 @@ class StoredMessage:
     photo: bytes | None = None  # the uploaded image of a photo the bot sent
     #: A document the bot uploaded: (file name, bytes).
     document: tuple[str, bytes] | None = None
+    #: A rich message's ``RichMessage`` (its ``blocks``); ``text`` is then its visible
+    #: text and ``html`` the ``InputRichMessage`` source it was sent or last edited with.
+    rich_message: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -382,6 +400,13 @@ class Draft:
     can_stop: bool
     keep_on_stop: bool
     at: float  # the server clock when it was shown
+    #: A rich draft's ``RichMessage`` (``sendRichMessageDraft``); None for a text draft.
+    rich_message: dict[str, Any] | None = None
+
+    def blocks_of(self, kind: str) -> list[dict[str, Any]]:
+        """The rich draft's top-level blocks of one type (``"thinking"``, ``"table"``…)."""
+        blocks = (self.rich_message or {}).get("blocks", [])
+        return [block for block in blocks if block.get("type") == kind]
 
 
 # --------------------------------------------------------------------------- internals
@@ -1367,6 +1392,8 @@ class FakeTelegram:
             "getChat": self._get_chat,
             "getFile": self._get_file,
             "sendMessageDraft": self._send_message_draft,
+            "sendRichMessage": self._send_rich_message,
+            "sendRichMessageDraft": self._send_rich_message_draft,
             "getChatMember": self._get_chat_member,
         }
 
@@ -2085,9 +2112,9 @@ class FakeTelegram:
             raise _Broken(misbehaving.status, misbehaving.kind, response)
         if method == "editMessageText":
             self._check_edit_flood(params, now)
-        if method in ("sendMessage", "sendPhoto"):
+        if method in ("sendMessage", "sendPhoto", "sendRichMessage"):
             self._check_send_flood(chat_id, now)
-        if method == "sendMessageDraft":
+        if method in ("sendMessageDraft", "sendRichMessageDraft"):
             self._check_draft_flood(chat_id, now)
         return misbehaving
 
@@ -2099,9 +2126,7 @@ class FakeTelegram:
         while window and now - window[0] >= 1.0:
             window.popleft()
         if len(window) + 1 > limit:
-            self.violations.append(
-                f"sendMessageDraft: more than {limit:g} drafts/s in chat {chat_id}"
-            )
+            self.violations.append(f"drafts: more than {limit:g} drafts/s in chat {chat_id}")
             raise _ApiError(429, "Too Many Requests: retry after 1", retry_after=1)
         window.append(now)
 
@@ -2702,6 +2727,58 @@ class FakeTelegram:
         self._notify()
         return True
 
+    def _rich(self, params: JSON, *, draft: bool = False) -> tuple[Rich, str]:
+        """The ``rich_message`` parameter as Telegram takes it, and its source."""
+        value = params.get("rich_message")
+        if value is None or value == "":
+            raise _ApiError(400, 'Bad Request: parameter "rich_message" is required')
+        try:
+            rich = parse_rich(value, draft=draft)
+        except RichError as exc:
+            raise _ApiError(400, f"Bad Request: {exc}") from None
+        source = value.get("html") or value.get("markdown") or json.dumps(value.get("blocks"))
+        return rich, str(source)
+
+    def _send_rich_message(self, params: JSON) -> JSON:
+        chat = self._target_chat(params)
+        rich, source = self._rich(params)
+        thread_id, reply = self._placement(chat, params)
+        markup = _reply_markup(params)
+        self._draft_on_screen.pop(chat.id, None)  # a message the bot sends replaces its draft
+        message = self._store(
+            chat,
+            self._bot_user(),
+            is_bot=True,
+            thread_id=thread_id,
+            reply=reply,
+            html=source,
+            reply_markup=markup,
+            extra={"rich_message": rich.message},
+        )
+        message.text, message.rich_message = rich.text, rich.message
+        return copy.deepcopy(message.raw)
+
+    def _send_rich_message_draft(self, params: JSON) -> bool:
+        chat = self._target_chat(params)
+        if chat.type != "private":
+            raise _ApiError(400, _DRAFT_PEER_INVALID)
+        draft_id = _opt_int(params, "draft_id")
+        if draft_id is None:
+            raise _ApiError(400, 'Bad Request: parameter "draft_id" is required')
+        if draft_id == 0:
+            raise _ApiError(400, "Bad Request: draft_id must be non-zero")
+        thread_id = _opt_int(params, "message_thread_id")
+        self._check_thread(chat, thread_id)
+        rich, source = self._rich(params, draft=True)
+        draft = Draft(
+            chat.id, draft_id, rich.text, source, thread_id, _truthy(params.get("can_stop")),
+            _truthy(params.get("keep_on_stop")), self._clock(), rich.message,
+        )  # fmt: skip
+        self.drafts.append(draft)
+        self._draft_on_screen[chat.id] = draft
+        self._notify()
+        return True
+
     def _edit_message_text(self, params: JSON) -> JSON:
         if params.get("inline_message_id"):
             raise _ApiError(400, "Bad Request: inline messages are not supported by FakeTelegram")
@@ -2714,22 +2791,34 @@ class FakeTelegram:
             raise _ApiError(400, "Bad Request: message to edit not found")
         if not message.is_bot or message.text is None:
             raise _ApiError(400, "Bad Request: message can't be edited")
-        text, entities, mode, raw_text = self._format(params)
+        if params.get("rich_message") is not None and params.get("text") not in (None, ""):
+            raise _ApiError(400, "Bad Request: text and rich_message can't be specified together")
+        rich: Rich | None = None
+        entities: list[JSON] = []
+        if params.get("rich_message") is not None:  # a text or rich message becomes rich
+            rich, raw_text = self._rich(params)
+            text, mode = rich.text, None
+        else:
+            text, entities, mode, raw_text = self._format(params)
         markup = _reply_markup(params)
         if (
             text == message.text
             and _canonical_entities(entities) == _canonical_entities(message.entities)
+            and (rich.message if rich else None) == message.rich_message
             and markup == message.reply_markup
         ):
             raise _ApiError(400, _NOT_MODIFIED)
         message.history.append(message.text)
         message.text, message.entities = text, entities
         message.html, message.parse_mode = raw_text, mode
+        message.rich_message = rich.message if rich else None
         message.reply_markup = markup
         message.edits += 1
         message.edit_date = int(time.time())
         raw = message.raw
-        raw["text"], raw["edit_date"] = text, message.edit_date
+        raw["edit_date"] = message.edit_date
+        _set_or_drop(raw, "text", None if rich else text)
+        _set_or_drop(raw, "rich_message", copy.deepcopy(rich.message) if rich else None)
         _set_or_drop(raw, "entities", copy.deepcopy(entities) or None)
         _set_or_drop(raw, "reply_markup", _visible_markup(markup))
         self._notify()

@@ -28,8 +28,17 @@ USER = 1001
 OTHER_USER = 1002
 
 
+#: The rendering a test's bot uses unless it asks for another: the HTML path, which every
+#: Bot API server without rich messages (and RICH_MESSAGES=off) gets, and which most tests
+#: were written for (they count sendMessage calls, 4,096-character parts, HTML entities).
+#: Rich answers, the production default, are asked for by tests/test_rich_answers.py and
+#: the update storm of tests/test_fuzz.py.
+RENDERING = "off"
+
+
 def settings_for(tg: FakeTelegram, llm: FakeOpenAI, redis_url: str, **extra: Any) -> Settings:
-    """Settings pointing the bot at the test servers (no .env is read)."""
+    """Settings pointing the bot at the test servers (no .env is read; RICH_MESSAGES as
+    :data:`RENDERING` unless given)."""
     values: dict[str, Any] = {
         "telegram_bot_token": tg.token,
         "telegram_api_url": tg.url,
@@ -41,13 +50,15 @@ def settings_for(tg: FakeTelegram, llm: FakeOpenAI, redis_url: str, **extra: Any
         "redis_url": redis_url,
         "system_prompt": "You are a test assistant.",
         "shutdown_timeout": 10.0,
+        "rich_messages": RENDERING,
     }
     values.update(extra)
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]
 
 
 def env_for(tg: FakeTelegram, llm: FakeOpenAI, redis_url: str, **extra: str) -> dict[str, str]:
-    """Environment for ``python -m bot`` pointing at the test servers."""
+    """Environment for ``python -m bot`` pointing at the test servers (RICH_MESSAGES as
+    :data:`RENDERING` unless given)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "TELEGRAM_"))}
     env.update(
         TELEGRAM_BOT_TOKEN=tg.token,
@@ -61,6 +72,7 @@ def env_for(tg: FakeTelegram, llm: FakeOpenAI, redis_url: str, **extra: str) -> 
         SYSTEM_PROMPT="You are a test assistant.",
         SHUTDOWN_TIMEOUT="10",
         PYTHONUNBUFFERED="1",
+        RICH_MESSAGES=RENDERING,
     )
     env.update(extra)
     return env

@@ -195,6 +195,13 @@ class RedisCluster:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"a replica did not sync; see {self.dir}")
                 time.sleep(0.1)
+        # the master counts a replica (ROLE, WAIT) once it acknowledged the sync: a
+        # moment after the replica's link is up
+        for node in self.nodes[: self.masters] if self.replicas else ():
+            while "state=online" not in _command(node.port, "INFO", "replication"):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"a master did not see its replica; see {self.dir}")
+                time.sleep(0.1)
 
     def _wait(self, needle: str, *, what: str) -> None:
         deadline = time.monotonic() + 30

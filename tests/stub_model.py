@@ -36,6 +36,7 @@ class StubModel:
         tools: bytes | None = None,
         media: Media = None,
         stop: asyncio.Event | None = None,
+        on_thoughts: Callable[[str], None] | None = None,
     ) -> Answer:
         self.calls += 1
         if self.fail is not None:

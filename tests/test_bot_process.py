@@ -51,6 +51,11 @@ def bare_env(**values: str) -> dict[str, str]:
             "comma-separated",
         ),
         (
+            {"TELEGRAM_BOT_TOKEN": "1:abc", "OPENAI_API_KEY": "k", "RICH_MESSAGES": "maybe"},
+            "RICH_MESSAGES is invalid",
+            "'auto' or 'off'",
+        ),
+        (
             {"TELEGRAM_BOT_TOKEN": "1:abc", "OPENAI_API_KEY": "k", "SYSTEM_PROMPT_FILE": "/nope"},
             "SYSTEM_PROMPT_FILE",
             "readable",

@@ -24,7 +24,7 @@ from aiogram.client.telegram import TelegramAPIServer
 from aiogram.exceptions import TelegramBadRequest, TelegramNotFound
 from redis.asyncio import Redis
 
-from bot.bus.stops import StopRelay
+from bot.bus.relay import Relay
 from bot.data import keys
 from bot.model.client import ModelClient, split_think
 from bot.retry import Outage
@@ -341,21 +341,21 @@ async def stop_passed_on(redis: Redis) -> None:
     the other writes, and only that one."""
     outage = Outage("Redis", "")
     poller, worker = StopButtons(), StopButtons()
-    polling, working = StopRelay(redis, poller, outage), StopRelay(redis, worker, outage)
+    polling, working = Relay(redis, poller, outage), Relay(redis, worker, outage)
     stopping = asyncio.Event()
     reading = asyncio.create_task(working.run(stopping))
     try:
         with worker.watching(USER, 5) as event, poller.watching(USER, 9) as here:
             await asyncio.wait_for(working.listening.wait(), 10)
             assert await polling.press(USER, draft_id(9, 1))  # its own: ended here
-            assert here.is_set() and await redis.xlen(keys.STOP_STREAM) == 0
+            assert here.is_set() and await redis.xlen(keys.RELAY_STREAM) == 0
             assert not await polling.press(USER, draft_id(7, 1))  # nobody's: ignored
             assert not await polling.press(USER, draft_id(5, 2))  # the worker's
             await asyncio.wait_for(event.wait(), 10)
     finally:
         stopping.set()
         await asyncio.wait_for(reading, 10)  # ends within one read's wait
-    assert await redis.xlen(keys.STOP_STREAM) == 2
+    assert await redis.xlen(keys.RELAY_STREAM) == 2
 
 
 # ------------------------------------------------------------------ reasoning

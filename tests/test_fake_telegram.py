@@ -32,6 +32,7 @@ from aiogram.types import (
     BufferedInputFile,
     InlineKeyboardButton,
     InlineKeyboardMarkup,
+    InputRichMessage,
     Message,
     MessageEntity,
     ReplyParameters,
@@ -1396,3 +1397,106 @@ async def test_private_chat_topics_and_edit_forum_topic(fake: FakeTelegram, bot:
         await bot.edit_forum_topic(1, topic + 100, name="Other")
     with pytest.raises(TelegramBadRequest, match="thread not found"):
         await bot.send_message(1, "nowhere", message_thread_id=topic + 100)
+
+
+# --------------------------------------------------------------------------- rich messages
+
+
+RICH_REFUSALS = [
+    ({}, "RICH_MESSAGE_EMPTY"),
+    ({"html": "<p>a</p>", "markdown": "a"}, "only one of html, markdown, blocks"),
+    ({"html": "   "}, "RICH_MESSAGE_EMPTY"),
+    ({"html": "<p>a</b>"}, "unmatched end tag"),
+    ({"html": "<p>a"}, "unclosed tag"),
+    ({"html": "<span>a</span>"}, 'unsupported tag "span"'),
+    ({"html": "<p class=x>a</p>"}, 'attribute "class" of "p"'),
+    ({"html": "<p>a &bogus; b</p>"}, "unsupported HTML entity"),
+    ({"html": "<p>a & b</p>"}, 'a bare "&"'),
+    ({"html": "<p>1 < 2</p>"}, 'a bare "<"'),
+    ({"html": "<b><p>block in inline</p></b>"}, 'tag "p" inside <message>'),
+    ({"html": "<ul>text</ul>"}, "<ul> holds <li> only"),
+    ({"html": "<table><td>x</td></table>"}, "<table> holds <caption> and <tr> only"),
+    ({"html": '<code class="language-py">x</code>'}, "<pre><code> only"),
+    ({"html": "<tg-math-block></tg-math-block>"}, "empty <tg-math-block>"),
+    ({"html": '<p><a href="javascript:x">a</a></p>'}, "RICH_MESSAGE_URL_INVALID"),
+    ({"html": "<tg-thinking>hm</tg-thinking>"}, "RICH_MESSAGE_THINKING_NOT_ALLOWED"),
+    ({"html": "<p>" + "x" * 32769 + "</p>"}, "RICH_MESSAGE_TOO_LONG"),
+    ({"html": "<p>" + "😀" * 16385 + "</p>"}, "RICH_MESSAGE_TOO_LONG"),  # UTF-16 units
+    ({"html": "<p>x</p>" * 501}, "RICH_MESSAGE_TOO_MANY_BLOCKS"),
+    ({"html": "<ul><li>" * 9 + "x" + "</li></ul>" * 9}, "RICH_MESSAGE_TOO_DEEP"),
+    ({"html": "<table><tr>" + "<td>x</td>" * 21 + "</tr></table>"}, "RICH_MESSAGE_TABLE_TOO_WIDE"),
+]
+
+
+@pytest.mark.parametrize(("rich", "refusal"), RICH_REFUSALS)
+async def test_rich_messages_are_refused_like_telegram(
+    fake: FakeTelegram, rich: dict[str, Any], refusal: str
+) -> None:
+    fake.add_private_chat(1, "Ann")
+    status, body = await raw_call(
+        fake, "sendRichMessage", json={"chat_id": 1, "rich_message": rich}
+    )
+    assert status == 400 and body["ok"] is False and body["error_code"] == 400
+    assert body["description"].startswith("Bad Request: ") and refusal in body["description"]
+    assert not fake.bot_messages(1)
+
+
+async def test_rich_messages_at_their_limits_are_taken_and_decode(
+    fake: FakeTelegram, bot: Bot
+) -> None:
+    fake.add_private_chat(1, "Ann")
+    sent = await bot.send_rich_message(
+        chat_id=1,
+        rich_message=InputRichMessage(
+            html=(
+                "<h2>Title</h2><p>a <b>b</b> &amp; <tg-math>x^2</tg-math><br>c</p>"
+                '<table><tr><th align="left">k</th><th>v</th></tr><tr><td>a</td><td>1</td></tr>'
+                '</table><ul><li><input type="checkbox" checked>done</li></ul>'
+                '<ol start="3"><li>three</li></ol><tg-math-block>E=mc^2</tg-math-block>'
+                '<pre><code class="language-py">x = 1</code></pre><blockquote><p>q</p>'
+                "</blockquote><blockquote expandable>long<br>thoughts</blockquote><hr/>"
+            )
+        ),
+    )
+    assert sent.rich_message is not None
+    types = [block.type for block in sent.rich_message.blocks]
+    assert types == [
+        "heading", "paragraph", "table", "list", "list", "mathematical_expression", "pre",
+        "blockquote", "expandable_blockquote", "divider",
+    ]  # fmt: skip
+    stored = fake.message(1, sent.message_id)
+    assert stored.text is not None and stored.text.startswith("Title\n\na b & x^2\nc")
+    for html in ("<p>" + "x" * 32768 + "</p>", "<p>x</p>" * 500, "<p>" + "😀" * 16384 + "</p>"):
+        await bot.send_rich_message(chat_id=1, rich_message=InputRichMessage(html=html))
+    # markdown and blocks are taken too (exactly one of the three)
+    await bot.send_rich_message(chat_id=1, rich_message=InputRichMessage(markdown="**md**"))
+    assert fake.bot_messages(1)[-1].text == "md"
+
+
+async def test_rich_drafts_edits_and_a_server_without_rich_messages(
+    fake: FakeTelegram, bot: Bot
+) -> None:
+    fake.add_private_chat(1, "Ann")
+    fake.add_group(-5, "Team")
+    thinking = InputRichMessage(html="<p>[depth:2]</p><tg-thinking>hm</tg-thinking>")
+    assert await bot.send_rich_message_draft(
+        chat_id=1, draft_id=7, rich_message=thinking, can_stop=True, keep_on_stop=True
+    )
+    shown = fake.current_draft(1)
+    assert shown is not None and shown.blocks_of("thinking") and shown.can_stop
+    with pytest.raises(TelegramBadRequest, match="TEXTDRAFT_PEER_INVALID"):
+        await bot.send_rich_message_draft(chat_id=-5, draft_id=7, rich_message=thinking)
+    sent = await bot.send_message(1, "plain")
+    assert fake.current_draft(1) is None  # a message replaces the draft
+    rich = InputRichMessage(html="<p><b>now</b> rich</p>")
+    await bot.edit_message_text(chat_id=1, message_id=sent.message_id, rich_message=rich)
+    edited = fake.message(1, sent.message_id)
+    assert edited.rich_message is not None and edited.text == "now rich" and edited.edits == 1
+    assert "text" not in edited.raw
+    with pytest.raises(TelegramBadRequest, match="message is not modified"):
+        await bot.edit_message_text(chat_id=1, message_id=sent.message_id, rich_message=rich)
+    await bot.edit_message_text("plain again", chat_id=1, message_id=sent.message_id)
+    assert fake.message(1, sent.message_id).rich_message is None
+    fake.unsupported_methods |= {"sendRichMessage", "sendRichMessageDraft"}
+    with pytest.raises(TelegramNotFound, match="method not found"):
+        await bot.send_rich_message(chat_id=1, rich_message=rich)

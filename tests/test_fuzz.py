@@ -50,7 +50,8 @@ from bot.app import App
 from transcript import TranscriptStore
 
 from .fake_openai import FakeOpenAI
-from .fake_telegram import FakeTelegram, StoredMessage
+from .fake_rich import blocks_text
+from .fake_telegram import Call, FakeTelegram, StoredMessage
 from .harness import OTHER_USER, USER, BotFactory, answers_to, ask
 
 JSON = dict[str, Any]
@@ -547,17 +548,27 @@ class Storm:
 # ---------------------------------------------------------------------- checks
 
 
+def sent_messages(tg: FakeTelegram) -> list[Call]:
+    """The bot's messages as sent: sendMessage and sendRichMessage calls Telegram took."""
+    calls = tg.calls_to("sendMessage") + tg.calls_to("sendRichMessage")
+    return sorted((c for c in calls if c.status == 200), key=lambda c: c.at)
+
+
+def first_text(call: Call) -> str:
+    """The text a message had when it was sent (a rich message's visible text)."""
+    rich = call.result.get("rich_message")
+    return blocks_text(rich["blocks"]) if rich else str(call.result["text"])
+
+
 def replies_by_target(tg: FakeTelegram) -> dict[tuple[int, int], list[str]]:
     """(chat, replied message id) -> first texts of the bot's messages replying to it."""
     replies: dict[tuple[int, int], list[str]] = defaultdict(list)
-    for call in tg.calls_to("sendMessage"):
-        if call.status != 200:
-            continue
+    for call in sent_messages(tg):
         reply = call.params.get("reply_parameters")
         assert isinstance(reply, dict), f"the bot spoke without replying: {call.params}"
         chat_id = int(call.params["chat_id"])
         assert reply.get("chat_id") in (None, chat_id), f"cross-chat reply: {call.params}"
-        replies[(chat_id, int(reply["message_id"]))].append(str(call.result["text"]))
+        replies[(chat_id, int(reply["message_id"]))].append(first_text(call))
     return replies
 
 
@@ -711,7 +722,7 @@ async def test_update_storm_keeps_chats_apart(
     tg.flood_edits_per_second = 1.0  # edits beyond Telegram's pace count as violations
     started = time.monotonic()
     storm = Storm(tg, random.Random(SEED), make_chats(tg))
-    async with start_bot() as app:
+    async with start_bot(rich_messages="auto") as app:  # the production default
         for round_no in range(1, ROUNDS + 1):
             await run_round(tg, app, storm, round_no)
         turns = app.runner.completed
@@ -729,7 +740,7 @@ async def test_update_storm_keeps_chats_apart(
     check_model_requests(llm)
     check_expectations(tg, storm)
     transcripts = await check_transcripts(tg, storm, TranscriptStore(redis))
-    sent = sum(1 for call in tg.calls_to("sendMessage") if call.status == 200)
+    sent = len(sent_messages(tg))
     print(
         f"\nfuzz: {storm.updates} updates fed, {turns} turns finished, {sent} messages sent, "
         f"{len(llm.requests)} model requests, {transcripts} transcripts checked, "

@@ -23,7 +23,7 @@ from openai.resources.chat.completions import completions as sdk_completions
 from bot.model import ModelClient, ModelError, WireCache, wire_messages
 from bot.model.sdk import can_post_bytes
 from transcript import ChatMessage
-from transcript.model import ToolCall
+from transcript.records import ToolCall
 
 from .fake_openai import FakeOpenAI
 
@@ -200,6 +200,54 @@ async def test_a_stream_cut_before_text_is_tried_again(llm: FakeOpenAI) -> None:
         answer = await model.stream(chain(4), ignore)
     assert answer.text
     assert len(sent) == 2 and sent[0] == sent[1]
+
+
+async def test_retries_of_a_call_are_one_count_never_nested(llm: FakeOpenAI) -> None:
+    """A stream cut before text, then 503s: OPENAI_MAX_RETRIES=2 is three requests in
+    all (the SDK's own retries inside ours made it four and up to nine)."""
+    llm.cut_stream_next(after_chunks=0)
+    llm.fail_next(503, retry_after_ms=1, count=5)
+    async with client(llm, max_retries=2) as (model, sent):
+        with pytest.raises(ModelError) as caught:
+            await model.stream(chain(4), ignore)
+    assert caught.value.kind == "unavailable"
+    assert len(sent) == 3 and len(set(sent)) == 1
+
+
+async def test_a_failed_summary_call_is_tried_again(llm: FakeOpenAI) -> None:
+    llm.fail_next(502, retry_after_ms=1)
+    async with client(llm, max_retries=1) as (model, sent):
+        answer = await model.complete(chain(4), max_tokens=10)
+    assert answer.text and len(sent) == 2
+
+
+@pytest.mark.parametrize(
+    ("headers", "wait"),
+    [
+        ({"retry_after": 7}, 7.0),
+        ({"retry_after_ms": 250}, 0.25),
+        ({"retry_after": 7, "retry_after_ms": 1500}, 1.5),
+        ({"retry_after": 3600}, None),  # beyond the honoured bound: the backoff decides
+        ({}, None),
+    ],
+)
+async def test_the_wait_a_rate_limit_names_is_kept(
+    llm: FakeOpenAI, headers: dict[str, Any], wait: float | None
+) -> None:
+    llm.fail_next(429, **headers)
+    async with client(llm) as (model, _sent):
+        with pytest.raises(ModelError) as caught:
+            await model.stream(chain(4), ignore)
+    assert caught.value.kind == "rate_limited" and caught.value.transient
+    assert caught.value.retry_after == wait
+
+
+async def test_a_server_that_says_do_not_retry_is_not_retried(llm: FakeOpenAI) -> None:
+    llm.fail_next(503, should_retry=False)
+    async with client(llm, max_retries=2) as (model, sent):
+        with pytest.raises(ModelError):
+            await model.stream(chain(4), ignore)
+    assert len(sent) == 1
 
 
 async def test_a_stream_cut_after_text_keeps_the_partial(llm: FakeOpenAI) -> None:

@@ -20,7 +20,10 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from redis.asyncio import Redis
+
 from bot.app import App
+from bot.data import keys
 from bot.turn import notices
 
 from .fake_openai import FakeOpenAI
@@ -228,3 +231,37 @@ async def test_a_reply_whose_part_is_aliased_between_two_lookups_continues_the_a
         tg.send_user_message(USER, USER, "count for me")
         await tg.wait_for(lambda: bool(replies), 30)
         await assert_continues(tg, llm, app, USER, replies[0], answer)
+
+
+async def test_a_part_sent_as_the_answer_ends_is_recorded_before_the_final_edit(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory, redis: Redis
+) -> None:
+    """Soak seed 1 (3 min, 12 chats): a group answer's first part was sent mid-stream,
+    and Telegram's answer came back after the model had finished. The part was left
+    to the final write, which waits for the final edit's pace (the group's budget:
+    seconds); a kill in that wait left the part unrecorded, and the restarted bot
+    sent the answer again. The part must be recorded before the final edit goes out."""
+    tg.add_group(GROUP, "Team")
+    streaming(llm, words(60), delay=0.03)
+    question: list[int] = []
+    first: list[int] = []
+    recorded_at_final_edit: list[Any] = []
+
+    async def hook(call: Call) -> None:
+        if chat_of(call) != GROUP or call.status != 200:
+            return
+        if call.method == "sendMessage" and not first:
+            first.append(call.result["message_id"])
+            # Telegram's answer arrives once the model has finished its stream
+            await tg.wait_for(lambda: bool(llm.requests) and llm.requests[0].completed, 15)
+        elif call.method == "editMessageText" and first and not recorded_at_final_edit:
+            ledger = keys.pending_parts_key(str(GROUP))
+            recorded_at_final_edit.append(await redis.hget(ledger, str(first[0])))
+
+    tg.after_call = hook
+    async with start_bot() as app:
+        question.append(
+            tg.send_user_message(GROUP, USER, "@replychain_bot count for me")["message_id"]
+        )
+        await tg.wait_for(lambda: app.runner.completed >= 1, 30)
+    assert recorded_at_final_edit == [str(question[0]).encode()]

@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 from bot.bus.inbound import EDIT, RETRY, Inbound
 from bot.bus.intake import Intake
 from bot.data import keys as bot_keys
-from bot.ops import threads
+from bot.ops import conversations
 from bot.ops.forget import forget_chat
 from bot.telegram.routers import HELP_TEXT
 from bot.telegram.steering import (
@@ -123,9 +123,9 @@ async def test_a_300_node_tree_fits_one_message_around_the_marked_path(
     assert count >= 300
     marked = spine[40]
     await store.alias("77", [5000], marked)
-    full = await threads.tree(redis, store, 77, 5000)
+    full = await conversations.tree(redis, store, 77, 5000)
     assert len(full) > 4096 and full.count("\n") == count + 1
-    short = await threads.tree(redis, store, 77, 5000, limit=4096)
+    short = await conversations.tree(redis, store, 77, 5000, limit=4096)
     assert len(short) <= 4096
     lines = short.splitlines()
     assert f"{count} nodes" in lines[0]

@@ -15,7 +15,7 @@ from redis.exceptions import ResponseError
 
 from bot.data import keys
 from bot.model import Usage
-from bot.ops.threads import audit_records
+from bot.ops.conversations import audit_records
 from bot.turn.notices import DAILY_LIMIT as DAILY_LIMIT_NOTICE
 from bot.turn.notices import TURN_GUARD as TURN_GUARD_NOTICE
 from bot.usage import accounting as accounting_module
@@ -453,13 +453,13 @@ async def test_a_record_carries_other_writes_in_its_round_trip_even_without_scri
     await accounting.record(CallRecord(5, 7, 11, node(1), "m", Usage(100, 20), 0.1))
     await redis.script_flush()  # as after a restart of Redis: its script cache is empty
 
-    def also(pipe: Any) -> int:
+    def with_writes(pipe: Any) -> int:
         pipe.incr("rc:{5}:probe")
         pipe.incr("rc:{5}:probe")
         return 2
 
     replies = await accounting.record(
-        CallRecord(5, 7, 13, node(3), "m", Usage(1, 2), 0.1), also=also
+        CallRecord(5, 7, 13, node(3), "m", Usage(1, 2), 0.1), with_writes=with_writes
     )
     assert replies == [1, 2]  # the ride-along's own replies
     assert await accounting.user_all_time(7) == Totals(101, 22, 0, 2)

@@ -21,7 +21,7 @@ from aiohttp import web
 from redis.asyncio import Redis
 
 from bot.metrics import Health, MetricsServer
-from bot.ops import threads
+from bot.ops import conversations
 from bot.prometheus import PrometheusMetrics
 from bot.settings import Settings, SettingsError, load_settings
 from bot.telegram.session import BotApiSession
@@ -282,7 +282,7 @@ async def test_export_is_the_export_commands_markdown(
         "api/export", viewer.init_data(), chat=USER, tree=seeded.tree, node=seeded.refs["xss"]
     )
     assert status == 200
-    command = await threads.export(redis, store, USER, seeded.messages["xss"])
+    command = await conversations.export(redis, store, USER, seeded.messages["xss"])
     title, _, rest = body["markdown"].partition("\n")
     assert rest == command.partition("\n")[2]  # the same renderer; the title names the node
     assert title == f"# Conversation in chat {USER}, up to node {seeded.refs['xss']}"

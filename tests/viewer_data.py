@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 from bot.model import Usage
 from bot.usage.accounting import Accounting, CallRecord
 from transcript import ChatMessage, NodeId, ToolCall, TranscriptStore
-from transcript.model import Role
+from transcript.records import Role
 
 XSS = '<script>window.__xss = 1</script><img src=x onerror="window.__xss = 2"> **still text**'
 MARKDOWN = "Here is **bold**, *italic* and `code`.\n\n```\nprint('hi')\n```\n\n- one\n- two"

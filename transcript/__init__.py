@@ -14,7 +14,7 @@ from .errors import (
     TranscriptError,
     UnknownSchemaError,
 )
-from .model import ChatMessage, Fold, Image, Node, NodeId, ToolCall, Transcript, count_depth
+from .records import ChatMessage, Fold, Image, Node, NodeId, ToolCall, Transcript, count_depth
 from .store import DEFAULT_CACHE_BYTES, Placement, TranscriptStore
 
 __all__ = [

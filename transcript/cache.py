@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from cachetools import LRUCache
 
 from .codec import SegmentRecord
-from .model import ChatMessage, Fold, Node, NodeId, sizing_chars
+from .records import ChatMessage, Fold, Node, NodeId, sizing_chars
 
 #: Rough Python heap cost of the objects around one message / node / alias.
 _MESSAGE_OVERHEAD = 120

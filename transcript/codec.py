@@ -23,7 +23,7 @@ from typing import Any
 import msgpack
 
 from .errors import CorruptRecordError, UnknownSchemaError
-from .model import ChatMessage, Image, Role, ToolCall
+from .records import ChatMessage, Image, Role, ToolCall
 
 SCHEMA_VERSION = 1
 

@@ -28,7 +28,7 @@ from . import codec, keys
 from .cache import FoldIndex, RecordCache, SegmentEntry
 from .codec import ROOT_SEGMENT, SegmentRecord
 from .errors import CorruptRecordError, MissingNodeError, StoreUnavailableError
-from .model import ChatMessage, Fold, Node, NodeId, Transcript, count_depth
+from .records import ChatMessage, Fold, Node, NodeId, Transcript, count_depth
 
 T = TypeVar("T")
 #: A hash field (key, field) of the node's scope where an append records its node.

@@ -22,7 +22,7 @@ from redis.maint_notifications import MaintNotificationsConfig
 
 from transcript import StoreUnavailableError
 
-from .lane import Lane, lane_for
+from .pipeline_client import PipelineClient, pipeline_client_for
 
 T = TypeVar("T")
 #: Queues writes on a pipeline (scripts with ``Pipeline.eval``); what it returns is
@@ -34,15 +34,15 @@ _UNAVAILABLE = (ConnectionError, TimeoutError, OSError, ClusterDownError, TryAga
 
 
 class BotRedis(Redis):
-    """redis-py's client, and the :class:`~bot.data.lane.Lane` that
+    """redis-py's client, and the :class:`~bot.data.pipeline_client.PipelineClient` that
     :func:`run_together` sends the turn's hot round trips on (``None``: redis-py's
     pipeline sends them)."""
 
-    lane: Lane | None = None
+    pipelines: PipelineClient | None = None
 
     async def aclose(self, close_connection_pool: bool | None = None) -> None:
-        if self.lane is not None:
-            await self.lane.aclose()
+        if self.pipelines is not None:
+            await self.pipelines.aclose()
         await super().aclose(close_connection_pool)
 
 
@@ -73,8 +73,9 @@ def connect(
     redis-py's cluster retries: they follow the cluster's topology (a MOVED slot, a
     replica promoted after a failover), which is routing, not a retry policy.
 
-    On a single server the client also has a :class:`~bot.data.lane.Lane` with the
-    same limits, for :func:`run_together`.
+    On a single server the client also has a
+    :class:`~bot.data.pipeline_client.PipelineClient` with the same limits, for
+    :func:`run_together`.
     """
     if cluster:
         routed = RedisCluster.from_url(
@@ -103,7 +104,7 @@ def connect(
         decode_responses=False,
     )
     client = cast(BotRedis, BotRedis.from_pool(pool))  # from_pool builds a cls
-    client.lane = lane_for(
+    client.pipelines = pipeline_client_for(
         url,
         callbacks=client.response_callbacks,
         max_connections=max_connections,
@@ -138,8 +139,8 @@ async def run_together(redis: Redis, *queues: Queued) -> list[list[Any]]:
     Lua scripts in it go as EVAL with their text (``Pipeline.eval``): redis-py asks
     SCRIPT EXISTS before each pipeline holding EVALSHA (a round trip more), and a
     cluster pipeline refuses EVALSHA. Nothing is atomic across queues. The
-    pipeline only collects the commands where the client has a lane
-    (:class:`BotRedis`): the lane sends them.
+    pipeline only collects the commands where the client has a pipeline client
+    (:class:`BotRedis`): the pipeline client sends them.
     """
     pipe = redis.pipeline(transaction=False)
     counts = []
@@ -147,8 +148,10 @@ async def run_together(redis: Redis, *queues: Queued) -> list[list[Any]]:
         before = len(pipe)  # (a cluster's pipeline has no command_stack)
         queue(pipe)
         counts.append(len(pipe) - before)
-    lane = redis.lane if isinstance(redis, BotRedis) else None
-    replies = await guarded(pipe.execute() if lane is None else lane.execute(pipe.command_stack))
+    direct = redis.pipelines if isinstance(redis, BotRedis) else None
+    replies = await guarded(
+        pipe.execute() if direct is None else direct.execute(pipe.command_stack)
+    )
     shaped, at = [], 0
     for count in counts:
         shaped.append(replies[at : at + count])

@@ -19,9 +19,10 @@ The message bus:
                          shard crc32(chat id) % N
     rc:deadletter      stream of turns given up after TURN_MAX_ATTEMPTS unexpected
                          failures (the entry, the error's type; for the operator)
-    rc:stops           stream of stop buttons pressed under answers another process
-                         may write (chat, draft id; capped near 1,000 entries; every
-                         process reads it from its end, bot/bus/stops.py)
+    rc:relay           stream every process reads from its end (capped near 1,000
+                         entries; bot/bus/relay.py): stop buttons pressed under
+                         answers another process may write (chat, draft id) and
+                         Telegram flood windows (chat, seconds)
     rc:poller          the BOT_INSTANCE that polls Telegram (a lease, SET PX,
                          renewed while it polls; bot/bus/leader.py)
 
@@ -126,8 +127,8 @@ from transcript.keys import NAMESPACE, scope_prefix
 INTAKE_STREAM = f"{NAMESPACE}:intake"
 INTAKE_GROUP = "turns"
 DEAD_LETTER_STREAM = f"{NAMESPACE}:deadletter"
-#: Stop buttons pressed under answers another process writes (bot/bus/stops.py).
-STOP_STREAM = f"{NAMESPACE}:stops"
+#: Stops and flood windows every process hears of (bot/bus/relay.py).
+RELAY_STREAM = f"{NAMESPACE}:relay"
 TEXT_ONLY_MODELS = f"{NAMESPACE}:text-only"
 
 #: The key holding the version of the key layout a Redis holds (bot/data/layout.py).

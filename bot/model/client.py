@@ -1,8 +1,10 @@
 """The model edge: one streamed chat completion from any OpenAI-compatible endpoint.
 
-The SDK retries 429, 5xx, timeouts and refused connections itself (honouring
-``retry-after``) before the first byte of the answer; a stream that breaks
-before any text arrived is retried here too (:func:`bot.retry.retrying`).
+One retry owner for the edge: the SDK's own retries are off, and
+:meth:`Endpoint.call` retries a call that failed before any text arrived (429 honouring
+``retry-after``, 5xx, timeouts, refused connections, a stream that broke before its
+first text) ``OPENAI_MAX_RETRIES`` times with :data:`MODEL_BACKOFF`, one attempts
+counter per call (:func:`bot.retry.retrying`).
 Every failure becomes a :class:`ModelError` whose ``kind`` the turn flow turns
 into a clear message (bot/model/sdk.py classifies them).
 
@@ -16,7 +18,7 @@ message, so a long chain cost more CPU than everything else in a turn). Each
 stored message is immutable, so its JSON is encoded once and kept in a
 byte-bounded :class:`WireCache`; a request body is those pieces joined. The body
 goes to the SDK's ``post(..., content=bytes)``, which sends it as it is and still
-does auth, retries (bytes replay), error mapping and SSE parsing. The bytes are
+does auth, error mapping and SSE parsing (a retry sends the same bytes). The bytes are
 exactly what ``create()`` would have sent (same keys in the same order, the
 same ``json.dumps`` settings as the SDK's ``openapi_dumps``), so the same chain
 is the same request bytes every turn and prompt caches keep hitting.
@@ -79,8 +81,9 @@ IMAGE_PLACEHOLDER = "[an image the user sent; this model cannot see images]"
 IMAGE_UNREADABLE = "[an image the user sent; the model could not read it]"
 #: Per-message overhead of the chat format, in tokens.
 MESSAGE_OVERHEAD = 4
-#: Waits between tries of a stream that broke before any text arrived.
-BROKEN_STREAM_BACKOFF = Backoff(0.5, 8.0, 0.2)
+#: Waits between tries of a model call (the SDK's own schedule: 0.5 s doubling to 8 s,
+#: jittered); a ``retry-after`` the endpoint names wins.
+MODEL_BACKOFF = Backoff(0.5, 8.0, 0.2)
 #: Encoded bytes of messages the wire cache keeps (about twice that in memory,
 #: counting the messages it keys on).
 WIRE_CACHE_BYTES = 4 << 20
@@ -131,11 +134,15 @@ class ModelError(Exception):
         #: names, if it names one (its ``param``), and that image's digest.
         self.part: tuple[int, int] | None = None
         self.image: str | None = None
+        #: A failure another try may not meet (429, 5xx, a timeout, a broken connection).
+        self.transient = False
+        #: The wait the endpoint asked for (``retry-after-ms`` / ``retry-after``), seconds.
+        self.retry_after: float | None = None
 
     @property
-    def broke_before_text(self) -> bool:
-        """A stream that broke before any text: worth another try."""
-        return self.mid_stream and not self.partial and self.kind in ("unavailable", "timeout")
+    def retryable(self) -> bool:
+        """Transient, and no text arrived: worth another try (nothing was shown)."""
+        return self.transient and not self.partial
 
 
 class Model(Protocol):
@@ -151,6 +158,7 @@ class Model(Protocol):
         *,
         media: Media = None,
         stop: asyncio.Event | None = None,
+        on_thoughts: Callable[[str], None] | None = None,
     ) -> Answer: ...
 
     async def complete(self, messages: Sequence[ChatMessage], *, max_tokens: int) -> Answer: ...
@@ -243,6 +251,11 @@ class _Progress:
     @property
     def reasoning(self) -> str:
         return "\n\n".join(part for part in (self.thought.strip(), self.think.strip()) if part)
+
+    @property
+    def thought_size(self) -> int:
+        """How much of the thoughts has arrived (it grows with each of their deltas)."""
+        return len(self.thought) + len(self.think)
 
     @property
     def generated(self) -> str:
@@ -636,6 +649,7 @@ class ModelClient:
         tools: bytes | None = None,
         media: Media = None,
         stop: asyncio.Event | None = None,
+        on_thoughts: Callable[[str], None] | None = None,
     ) -> Answer:
         """Stream one answer, calling ``on_text`` with the whole text so far.
 
@@ -644,7 +658,8 @@ class ModelClient:
         is exactly what it was before tools existed. ``media`` holds the bytes
         of the messages' images (see :data:`Media`). Setting ``stop`` ends the
         call at once: the stream is closed and what arrived so far is returned
-        as a ``stopped`` answer.
+        as a ``stopped`` answer. ``on_thoughts`` gets a reasoning model's thoughts
+        so far as they grow, until its answer's text begins (for a live view only).
         """
         client = self._client
         body: bytes | list[dict[str, Any]] = (
@@ -662,23 +677,11 @@ class ModelClient:
             progress = _Progress()  # a retried stream starts over
             return self._stream_once(
                 client, messages, body=body, on_text=on_text, started=started,
-                progress=progress, tools=tools,
+                progress=progress, tools=tools, on_thoughts=on_thoughts,
             )  # fmt: skip
 
         try:
-            # The SDK retried the request itself (429, 5xx, timeouts); only a
-            # stream that broke before any text arrived is retried here.
-            answer = await _unless_stopped(
-                retrying(
-                    attempt,
-                    on=(ModelError,),
-                    when=lambda exc: isinstance(exc, ModelError) and exc.broke_before_text,
-                    attempts=self.max_retries + 1,
-                    backoff=BROKEN_STREAM_BACKOFF,
-                    on_retry=lambda _exc: log.info("model stream broke before any text; retrying"),
-                ),
-                stop,
-            )
+            answer = await _unless_stopped(self._endpoint.call(attempt), stop)
         except ModelError as exc:
             # a failed call may still be billed for what it streamed: estimate it
             exc.latency = time.monotonic() - started
@@ -711,8 +714,8 @@ class ModelClient:
             else wire_messages(messages)
         )
         try:
-            text, reported = await sdk.complete(
-                client, model=self.model, body=body, max_tokens=max_tokens
+            text, reported = await self._endpoint.call(
+                lambda: sdk.complete(client, model=self.model, body=body, max_tokens=max_tokens)
             )
         except ModelError as error:
             error.latency = time.monotonic() - started
@@ -732,6 +735,7 @@ class ModelClient:
         started: float,
         progress: _Progress,
         tools: bytes | None = None,
+        on_thoughts: Callable[[str], None] | None = None,
     ) -> Answer:
         from . import sdk  # noqa: PLC0415 - loaded by self._client
 
@@ -741,9 +745,12 @@ class ModelClient:
         try:
             async with contextlib.aclosing(chunks):
                 async for chunk in chunks:
+                    thought = progress.thought_size
                     usage, grew = _read_chunk(chunk, progress, calls, usage)
                     if grew:
                         on_text(progress.text)  # its failure is its own, not the model's
+                    elif on_thoughts and not progress.text and progress.thought_size > thought:
+                        on_thoughts(progress.reasoning)
         except ModelError as error:
             error.partial = progress.text
             raise
@@ -775,11 +782,25 @@ class Endpoint:
     max_retries: int
 
     def client(self) -> openai.AsyncOpenAI:
+        """The SDK client, its own retries off: :meth:`call` is the edge's one retry."""
         from . import sdk  # noqa: PLC0415 - the SDK is imported on the first call
 
-        return sdk.openai_client(
-            api_key=self.api_key,
-            base_url=self.base_url,
-            timeout=self.timeout,
-            max_retries=self.max_retries,
+        return sdk.openai_client(api_key=self.api_key, base_url=self.base_url, timeout=self.timeout)
+
+    async def call(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        """``attempt()``, tried again while it fails :attr:`ModelError.retryable`, at most
+        ``max_retries`` more times, waiting :data:`MODEL_BACKOFF` or the ``retry-after``
+        the endpoint named."""
+
+        def retried(exc: BaseException) -> None:
+            log.info("model call failed (%s); trying again", getattr(exc, "kind", "?"))
+
+        return await retrying(
+            attempt,
+            on=(ModelError,),
+            when=lambda exc: isinstance(exc, ModelError) and exc.retryable,
+            attempts=self.max_retries + 1,
+            backoff=MODEL_BACKOFF,
+            wait_hint=lambda exc: exc.retry_after if isinstance(exc, ModelError) else None,
+            on_retry=retried,
         )

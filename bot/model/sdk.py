@@ -20,10 +20,12 @@ reads the answers; this module hands them to the SDK and classifies what fails::
 
 from __future__ import annotations
 
+import email.utils
 import inspect
 import json
 import re
-from collections.abc import AsyncGenerator
+import time
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any, cast
 
 import aiohttp
@@ -34,20 +36,19 @@ from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 from .client import ModelError, Usage
 
 
-def openai_client(
-    *, api_key: str, base_url: str | None, timeout: float, max_retries: int
-) -> openai.AsyncOpenAI:
+def openai_client(*, api_key: str, base_url: str | None, timeout: float) -> openai.AsyncOpenAI:
     """The SDK client every call to the model endpoint goes through (chat, transcription).
 
     It runs on the SDK's aiohttp transport (``openai[aiohttp]``; aiohttp is aiogram's
-    HTTP client already) instead of httpx's own (httpcore on anyio): the SDK's retries,
-    timeouts and typed errors stay, at about a fifth less of the bot's CPU per turn
-    (``python -m bench process``)."""
+    HTTP client already) instead of httpx's own (httpcore on anyio): the SDK's timeouts
+    and typed errors stay, at about a fifth less of the bot's CPU per turn
+    (``python -m bench process``). Its retries are off: the edge retries once, in
+    :meth:`bot.model.client.Endpoint.call`."""
     return openai.AsyncOpenAI(
         api_key=api_key,
         base_url=base_url,
         timeout=openai.Timeout(timeout, connect=min(timeout, 10.0)),
-        max_retries=max_retries,
+        max_retries=0,
         http_client=openai.DefaultAioHttpClient(),
     )
 
@@ -89,7 +90,7 @@ async def stream_chunks(
     except Exception as exc:
         # some SDK versions let transport errors of a broken stream through unwrapped
         error = ModelError("unavailable", f"the stream broke ({type(exc).__name__})")
-        error.mid_stream = True
+        error.mid_stream = error.transient = True
         raise error from exc
     finally:
         await stream.close()
@@ -103,8 +104,8 @@ async def _open(
     tools: bytes | None,
 ) -> openai.AsyncStream[Any]:
     if isinstance(body, bytes):
-        # post() sends ``content`` as it is (no transform, no copy; bytes are
-        # replayed on the SDK's retries) with the same auth and SSE parsing
+        # post() sends ``content`` as it is (no transform, no copy; a retry sends
+        # the same bytes) with the same auth and SSE parsing
         # create() uses; create() passes the same path, cast and security.
         return await client.post(
             "/chat/completions",
@@ -258,7 +259,47 @@ def _timed_out(exc: openai.APITimeoutError) -> bool:
 
 
 def classify(exc: Exception) -> ModelError:
-    """The SDK's error (or an unexpected one) as a :class:`ModelError` of a kind."""
+    """The SDK's error (or an unexpected one) as a :class:`ModelError` of a kind, marked
+    transient where the SDK itself would have retried it (with the wait it names)."""
+    error = _kind_of(exc)
+    if isinstance(exc, openai.APIConnectionError):  # timeouts included
+        error.transient = True
+    elif isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        told = exc.response.headers.get("x-should-retry")  # the server's say wins
+        error.transient = (
+            told == "true"
+            if told in ("true", "false")
+            else (status in (408, 409, 429) or status >= 500)
+        )
+        error.retry_after = _retry_after(exc.response.headers)
+    return error
+
+
+#: The longest ``retry-after`` honoured (the SDK's bound); a longer one gets the backoff.
+RETRY_AFTER_LIMIT = 60.0
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    """The wait a response asks for: ``retry-after-ms``, else ``retry-after`` in seconds
+    or as an HTTP date; None when absent, unreadable, or outside (0, 60] s."""
+    wait: float | None = None
+    try:
+        if "retry-after-ms" in headers:
+            wait = float(headers["retry-after-ms"]) / 1000
+        elif "retry-after" in headers:
+            raw = headers["retry-after"]
+            try:
+                wait = float(raw)
+            except ValueError:
+                when = email.utils.parsedate_to_datetime(raw)
+                wait = when.timestamp() - time.time()
+    except (ValueError, TypeError, IndexError):
+        return None
+    return wait if wait is not None and 0 < wait <= RETRY_AFTER_LIMIT else None
+
+
+def _kind_of(exc: Exception) -> ModelError:
     if isinstance(exc, openai.APITimeoutError) and _timed_out(exc):
         return ModelError("timeout", "the model did not answer in time")
     if isinstance(exc, openai.RateLimitError):

@@ -34,4 +34,7 @@ class Transcriber:
 
         if self._client is None:
             self._client = self._endpoint.client()
-        return await sdk.transcribe(self._client, model=self.model, data=data, name=name, mime=mime)
+        client = self._client
+        return await self._endpoint.call(
+            lambda: sdk.transcribe(client, model=self.model, data=data, name=name, mime=mime)
+        )

@@ -4,7 +4,7 @@ They read the same settings as the bot and never start polling. Each prints
 what it found on stdout and, when it cannot, one line on stderr with a
 non-zero exit code: never a traceback, never a secret. ``doctor`` checks a
 set-up (:mod:`bot.ops.doctor`); ``export``, ``tree`` and ``why`` read stored
-threads and audit records (:mod:`bot.ops.threads`), from a Redis whose key layout
+threads and audit records (:mod:`bot.ops.conversations`), from a Redis whose key layout
 this bot knows (:mod:`bot.data.layout`).
 
 This package is imported lazily by :mod:`bot.__main__` (it pulls in redis,
@@ -24,7 +24,7 @@ from transcript import StoreUnavailableError, TranscriptError
 
 from ..data.layout import UnknownLayoutError, check_layout
 from ..settings import Settings
-from .threads import OpsError
+from .conversations import OpsError
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -39,7 +39,7 @@ def read_thread(command: str, settings: Settings, chat_id: int, message_id: int)
     from transcript import TranscriptStore  # noqa: PLC0415
 
     from ..data.connection import connect  # noqa: PLC0415
-    from . import threads  # noqa: PLC0415
+    from . import conversations  # noqa: PLC0415
 
     async def work() -> str:
         redis = connect(settings.redis_url, cluster=settings.redis_cluster)
@@ -47,10 +47,10 @@ def read_thread(command: str, settings: Settings, chat_id: int, message_id: int)
         try:
             await check_layout(redis, claim=False)
             if command == "export":
-                return await threads.export(redis, store, chat_id, message_id)
+                return await conversations.export(redis, store, chat_id, message_id)
             if command == "tree":
-                return await threads.tree(redis, store, chat_id, message_id)
-            return await threads.why(
+                return await conversations.tree(redis, store, chat_id, message_id)
+            return await conversations.why(
                 redis, store, chat_id, message_id, audit_days=settings.model_audit_days
             )
         finally:

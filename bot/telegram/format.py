@@ -24,7 +24,17 @@ from itertools import accumulate
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-__all__ = ["TELEGRAM_LIMIT", "Chunk", "escape_html", "render_chunks", "utf16_len"]
+__all__ = [
+    "TELEGRAM_LIMIT",
+    "Chunk",
+    "clean_text",
+    "code_language",
+    "escape_html",
+    "render_chunks",
+    "safe_url",
+    "text_table",
+    "utf16_len",
+]
 
 TELEGRAM_LIMIT = 4096
 """Telegram's limit on a message's visible text, in UTF-16 code units."""
@@ -54,10 +64,15 @@ class Chunk:
     """One Telegram message: `html` for parse_mode=HTML, `plain` as its fallback.
 
     `plain` is exactly the text Telegram shows for `html`; utf16_len(plain) <= limit.
+    A rich chunk (``rich``, :mod:`bot.telegram.rich`) is a Bot API 10.1 rich message
+    instead: `html` is its rich HTML (``InputRichMessage.html``) within the rich limits,
+    `plain` its visible text, and it has no plain-text fallback of its own (refused, the
+    answer is rendered again as HTML chunks).
     """
 
     html: str
     plain: str
+    rich: bool = False
 
 
 def utf16_len(text: str) -> int:
@@ -100,15 +115,20 @@ _INLINE_OPEN = {"strong_open": _BOLD, "em_open": _ITALIC, "s_open": _STRIKE}
 _INLINE_CLOSE = frozenset({"strong_close", "em_close", "s_close", "link_close"})
 
 
-def _pre_tag(info: str) -> _Tag:
+def code_language(info: str) -> str:
+    """The language a code fence's info string names, reduced to what Telegram takes."""
     words = info.split()
-    lang = "".join(c for c in words[0] if c in _LANG_CHARS)[:_MAX_LANG_LEN] if words else ""
+    return "".join(c for c in words[0] if c in _LANG_CHARS)[:_MAX_LANG_LEN] if words else ""
+
+
+def _pre_tag(info: str) -> _Tag:
+    lang = code_language(info)
     if not lang:
         return _PRE
     return _Tag("pre", f'<pre><code class="language-{lang}">', "</code></pre>")
 
 
-def _safe_url(url: str) -> str | None:
+def safe_url(url: str) -> str | None:
     """The URL if Telegram may link it (http, https, tg, mailto), else None."""
     url = url.strip()
     scheme, colon, rest = url.partition(":")
@@ -142,7 +162,9 @@ class _ListState:
     number: int
 
 
-def _format_table(rows: list[list[str]], header_rows: int) -> str:
+def text_table(rows: list[list[str]], header_rows: int) -> str:
+    """A table as aligned text with pipes, for a monospaced block (the first
+    ``header_rows`` rows above a rule)."""
     if not rows:
         return ""
     ncols = max(len(row) for row in rows)
@@ -302,7 +324,7 @@ class _Builder:
             elif kind == "thead_close":
                 header_rows = len(rows)
             j += 1
-        self._leaf(_format_table(rows, header_rows), _PRE)
+        self._leaf(text_table(rows, header_rows), _PRE)
         return j + 1
 
     # inline
@@ -318,7 +340,7 @@ class _Builder:
                 if len(opened) > 1:
                     opened.pop()
             elif kind == "link_open":
-                url = _safe_url(str(tok.attrGet("href") or ""))
+                url = safe_url(str(tok.attrGet("href") or ""))
                 opened.append(_with(stack, _link_tag(url) if url else None))
             elif kind == "code_inline":
                 in_link = any(t.kind == "a" for t in stack)
@@ -332,7 +354,7 @@ class _Builder:
 
     def _image(self, tok: Token, stack: _Stack) -> None:
         alt = _inline_text(tok.children) if tok.children else tok.content
-        url = _safe_url(str(tok.attrGet("src") or ""))
+        url = safe_url(str(tok.attrGet("src") or ""))
         if url is None or any(t.kind == "a" for t in stack):
             self.emit(alt, stack)
         else:
@@ -452,7 +474,7 @@ class _Doc:
         return "".join(parts)
 
 
-def _clean(text: str) -> str:
+def clean_text(text: str) -> str:
     """Replace lone surrogates (from broken JSON) by U+FFFD; join split pairs."""
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
@@ -483,11 +505,11 @@ def render_chunks(
     """
     if limit < 2:
         raise ValueError("limit must be at least 2 UTF-16 units")
-    texts, stacks = _body_runs(_clean(markdown))
-    thoughts = _clean(reasoning).strip()
+    texts, stacks = _body_runs(clean_text(markdown))
+    thoughts = clean_text(reasoning).strip()
     if thoughts:
         texts, stacks = [thoughts, "\n", *texts], [(_THOUGHTS,), (), *stacks]
-    prefix = _clean(prefix) if prefix.strip() else ""
+    prefix = clean_text(prefix) if prefix.strip() else ""
     keep = 0  # avoid cutting inside the prefix
     if not texts:  # the output's trailing whitespace is trimmed, the prefix's too
         texts, stacks = [prefix.rstrip() or EMPTY_PLACEHOLDER], [()]

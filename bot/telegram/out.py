@@ -1,6 +1,6 @@
 """Sending to Telegram: answer parts and notices, as typed outcomes the turn can act on.
 
-Every Telegram failure a turn may meet becomes one of five errors (the
+Every Telegram failure a turn may meet becomes one of six errors (the
 session, :mod:`bot.telegram.session`, has already classified odd answers,
 typed refusals by their description (:mod:`bot.telegram.errors`) and waited
 out flood control)::
@@ -9,12 +9,17 @@ out flood control)::
     AnswerRejectedError       a 400 that retrying will not fix
     MessageGoneError          the message to edit was deleted
     DraftsUnavailableError    this chat, or this Bot API server, takes no drafts
+    RichUnavailableError      this Bot API server knows no rich messages, or Telegram
+                              refused this one: render the answer as HTML instead
     TelegramUnavailableError  5xx, network, flood control past its bound, an answer
                               that cannot be read: try the turn again later
 
-Messages, edits and drafts go out as HTML (the bot's default parse mode) and fall
-back to the same text without formatting when Telegram still rejects the entities
-(:meth:`TelegramOut._formatted`, for all three).
+Messages, edits and drafts go out through one wrapper, :meth:`TelegramOut._formatted`,
+for all three: a rich chunk (:mod:`bot.telegram.rich`) as a Bot API 10.1 rich message
+(``sendRichMessage``, ``editMessageText`` with ``rich_message``, ``sendRichMessageDraft``);
+any other as HTML (the bot's default parse mode), sent again without formatting when
+Telegram still rejects the entities. A rich message has no such fallback of its own: it
+may be split differently from HTML, so the writer renders the answer again as HTML.
 """
 
 from __future__ import annotations
@@ -34,7 +39,13 @@ from aiogram.exceptions import (
     TelegramRetryAfter,
     TelegramServerError,
 )
-from aiogram.types import BufferedInputFile, InlineKeyboardMarkup, Message, ReplyParameters
+from aiogram.types import (
+    BufferedInputFile,
+    InlineKeyboardMarkup,
+    InputRichMessage,
+    Message,
+    ReplyParameters,
+)
 
 from .errors import (
     DraftPeerInvalidError,
@@ -69,8 +80,19 @@ class DraftsUnavailableError(Exception):
     """No drafts here: the chat takes none, or the Bot API server knows no ``sendMessageDraft``."""
 
 
+class RichUnavailableError(Exception):
+    """No rich message here: the Bot API server knows no rich messages (then they are
+    off for the rest of the process), or Telegram refused this one (its content, a
+    limit). Nothing was sent or changed: the answer goes on as HTML."""
+
+
 class TelegramUnavailableError(Exception):
     """Telegram failed, could not be reached or answered unreadably: try the turn later."""
+
+
+#: Refusals of a rich request that are not about its content: they are handled as for
+#: any message (the topic is gone, the message deleted, no change, no drafts here).
+_NOT_ABOUT_CONTENT = (NotModifiedError, EditTargetGoneError, ThreadGoneError, DraftPeerInvalidError)
 
 
 def _sent_id(exc: UnreadableResultError) -> int | None:
@@ -120,9 +142,15 @@ class TelegramOut:
     #: Whether answers stream as drafts in private chats; the first server that knows no
     #: ``sendMessageDraft`` turns it off for the life of the process.
     drafts = True
+    #: Whether answers go out as rich messages (RICH_MESSAGES=auto); the first server that
+    #: knows none turns it off for the life of the process.
+    rich = True
 
-    def __init__(self, bot: Bot) -> None:
+    def __init__(self, bot: Bot, *, rich: bool = True) -> None:
+        """``rich``: answers go out as rich messages (RICH_MESSAGES=auto) until the
+        first Bot API server that knows none turns them off for the life of the process."""
         self.bot = bot
+        self.rich = rich
 
     async def send(
         self,
@@ -138,6 +166,7 @@ class TelegramOut:
             message = await self._formatted(
                 self.bot.send_message,
                 chunk,
+                rich=self.bot.send_rich_message,
                 chat_id=chat_id,
                 reply_parameters=_reply(reply_to),
                 message_thread_id=thread_id,
@@ -169,7 +198,11 @@ class TelegramOut:
         """
         try:
             await self._formatted(
-                self.bot.edit_message_text, chunk, chat_id=chat_id, message_id=message_id
+                self.bot.edit_message_text,
+                chunk,
+                rich=self.bot.edit_message_text,
+                chat_id=chat_id,
+                message_id=message_id,
             )
         except NotModifiedError:
             pass
@@ -192,6 +225,7 @@ class TelegramOut:
             await self._formatted(
                 self.bot.send_message_draft,
                 chunk or _THINKING,
+                rich=self.bot.send_rich_message_draft,
                 chat_id=chat_id,
                 draft_id=draft_id,
                 message_thread_id=thread_id,
@@ -320,17 +354,54 @@ class TelegramOut:
         except (TelegramBadRequest, UnreadableResultError) as exc:
             log.info("could not delete message %s: %s", message_id, exc.message)
 
-    @classmethod
     async def _formatted(
-        cls, method: Callable[..., Awaitable[Any]], chunk: Chunk, **fields: Any
+        self,
+        method: Callable[..., Awaitable[Any]],
+        chunk: Chunk,
+        *,
+        rich: Callable[..., Awaitable[Any]],
+        **fields: Any,
     ) -> Any:
-        """``method`` with the chunk's HTML (the bot's default parse mode) and ``fields``;
-        when Telegram rejects the HTML's entities, once more with the same text unformatted."""
+        """The chunk with ``fields``: a rich chunk through ``rich`` as a rich message;
+        any other through ``method`` with its HTML (the bot's default parse mode), and
+        when Telegram rejects the HTML's entities, once more with the text unformatted.
+
+        Raises :class:`RichUnavailableError` when the server knows no ``rich`` method
+        (rich messages are then off for good: one log line) or refuses the rich message
+        with a 400 that names no other refusal (its content, a limit: Telegram's texts
+        for those are not documented, so they are told apart by exclusion).
+        """
+        if chunk.rich:
+            return await self._rich(rich, chunk, **fields)
         try:
-            return await cls._call(method(text=chunk.html, **fields))
+            return await self._call(method(text=chunk.html, **fields))
         except EntitiesRejectedError as exc:
             log.warning("Telegram rejected formatting (%s); sending plain text", exc.message)
-            return await cls._call(method(text=chunk.plain, parse_mode=None, **fields))
+            return await self._call(method(text=chunk.plain, parse_mode=None, **fields))
+
+    async def _rich(
+        self, method: Callable[..., Awaitable[Any]], chunk: Chunk, **fields: Any
+    ) -> Any:
+        if not self.rich:  # turned off by another answer meanwhile
+            raise RichUnavailableError("rich messages are off")
+        try:
+            return await self._call(
+                method(rich_message=InputRichMessage(html=chunk.html), **fields)
+            )
+        except UnknownMethodError as exc:
+            if self.rich:  # one line, however many answers were sending
+                log.warning(
+                    "the Bot API server does not know rich messages (%s); "
+                    "answers are sent as HTML from now on",
+                    exc.message,
+                )
+            self.rich = False
+            raise RichUnavailableError(exc.message) from exc
+        except _NOT_ABOUT_CONTENT:
+            raise
+        except TelegramBadRequest as exc:
+            log.warning("Telegram refused a rich message (%s); sending it as HTML", exc.message)
+            raise RichUnavailableError(exc.message) from exc
 
     @staticmethod
     async def _call(request: Any) -> Any:

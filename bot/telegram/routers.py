@@ -26,7 +26,7 @@ from transcript import StoreUnavailableError, TranscriptStore
 from ..bus.albums import Albums
 from ..bus.inbound import EDIT, MESSAGE, MediaRef
 from ..bus.intake import Intake
-from ..bus.stops import StopRelay
+from ..bus.relay import Relay
 from ..i18n import N_, _
 from ..settings import Settings
 from ..usage.accounting import Accounting
@@ -189,7 +189,7 @@ def build_router(allowed_user_ids: frozenset[int]) -> Router:
 
     # a handler here also puts this update type into getUpdates' allowed_updates
     @root.stopped_message_generation()
-    async def on_stop(event: MessageGenerationStopped, stops: StopRelay) -> None:
+    async def on_stop(event: MessageGenerationStopped, stops: Relay) -> None:
         """The stop button under a draft: end that answer, here or in the process
         writing it."""
         try:

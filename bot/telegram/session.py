@@ -189,6 +189,8 @@ class FloodControl(BaseRequestMiddleware):
         self.max_wait = max_wait
         self.metrics = metrics or Metrics()
         self._not_before: dict[object, float] = {}
+        #: Tells the other processes of a flood window met here (bot/bus/relay.py).
+        self.tell: Callable[[int, float], None] | None = None
         #: One call at a time per chat (while a call is running or waiting).
         self._chat_turns: weakref.WeakValueDictionary[object, asyncio.Lock] = (
             weakref.WeakValueDictionary()
@@ -204,6 +206,13 @@ class FloodControl(BaseRequestMiddleware):
         if lock is None:
             lock = self._chat_turns[chat] = asyncio.Lock()
         return lock
+
+    def hold(self, chat: object, seconds: float) -> None:
+        """No call to ``chat`` for ``seconds`` from now (a window Telegram opened, here
+        or in another process)."""
+        until = time.monotonic() + seconds + _RETRY_MARGIN
+        self._not_before[chat] = max(self._not_before.get(chat, 0.0), until)
+        self._prune()
 
     def _wait_for(self, chat: object) -> float:
         return self._not_before.get(chat, 0.0) - time.monotonic()
@@ -227,9 +236,9 @@ class FloodControl(BaseRequestMiddleware):
                 try:
                     return await make_request(bot, method)
                 except TelegramRetryAfter as exc:
-                    until = time.monotonic() + exc.retry_after + _RETRY_MARGIN
-                    self._not_before[chat] = max(self._not_before.get(chat, 0.0), until)
-                    self._prune()
+                    self.hold(chat, exc.retry_after)
+                    if self.tell is not None and isinstance(chat, int):
+                        self.tell(chat, exc.retry_after)
                     self.metrics.telegram_429(method.__api_method__)
                     log.warning(
                         "Telegram flood control on %s: waiting %ss before retrying",

@@ -3,7 +3,7 @@
 /retry goes into the durable intake like a message (a turn of kind ``retry``:
 the engine asks the answer's question again and stores the new answer as a
 sibling). /tree and /export are sent as a reply to a message of a
-conversation and read it with the operator's renderers (:mod:`bot.ops.threads`,
+conversation and read it with the operator's renderers (:mod:`bot.ops.conversations`,
 the same text ``python -m bot tree`` and ``export`` print; the one place this
 edge reaches into ``bot.ops``). /forget asks for a confirmation button and, on
 the asker's press, erases the chat (:mod:`bot.ops.forget`). A private-chat
@@ -32,7 +32,7 @@ from transcript import StoreUnavailableError, TranscriptError, TranscriptStore
 from ..bus.inbound import RETRY
 from ..bus.intake import Intake
 from ..i18n import N_, _
-from ..ops import threads
+from ..ops import conversations
 from ..ops.forget import forget_chat
 from ..settings import Settings
 from .format import TELEGRAM_LIMIT, Chunk, escape_html
@@ -119,7 +119,7 @@ async def on_tree(
 
     async def reply() -> int | None:
         text = await _read(
-            notifier, message, threads.tree(redis, store, chat, target, limit=TREE_LIMIT)
+            notifier, message, conversations.tree(redis, store, chat, target, limit=TREE_LIMIT)
         )
         if text is None:
             return None
@@ -159,7 +159,7 @@ async def on_export(
     chat = message.chat.id
 
     async def reply() -> int | None:
-        text = await _read(notifier, message, threads.export(redis, store, chat, target))
+        text = await _read(notifier, message, conversations.export(redis, store, chat, target))
         if text is None:
             return None
         return await notifier.out.send_document(
@@ -248,7 +248,7 @@ async def _read(notifier: Notifier, message: Message, reading: Awaitable[str]) -
     """Await a renderer; a message of no thread, or a damaged one, gets a one-line notice."""
     try:
         text = await reading
-    except threads.OpsError:
+    except conversations.OpsError:
         notice(notifier, message, _(NOT_A_THREAD))
         return None
     except TranscriptError as exc:

@@ -11,6 +11,14 @@ stop button): an empty draft ("Thinking…") when the model has no text after
 messages; the final text is sent as messages (drafts are ephemeral). When the
 chat or the server takes no drafts, the writer goes on by editing, from the
 same text: nothing shown is lost or sent twice.
+
+Where the server has them (RICH_MESSAGES=auto), an answer is rendered as rich
+messages (:mod:`bot.telegram.rich`: one message holds up to 32,768 characters, so
+a long answer is one message, and drafts are rich drafts); otherwise, and for the
+rest of an answer Telegram refused a rich message of, as HTML chunks
+(:mod:`bot.telegram.format`). Switching renders the same text again and brings the
+parts on screen in line with it (rich ones edited into HTML, the parts HTML needs
+beyond them sent), through the same journal: again nothing is lost or sent twice.
 Every new message goes through the :class:`PartJournal`: it is announced before
 it is sent (so nothing is sent while the journal cannot record it, e.g. while
 Redis is away) and recorded once Telegram accepted it, before anything else
@@ -31,7 +39,14 @@ from typing import Protocol
 
 from .drafts import draft_id
 from .format import Chunk, render_chunks
-from .out import ChatUnavailableError, DraftsUnavailableError, MessageGoneError, TelegramOut
+from .out import (
+    ChatUnavailableError,
+    DraftsUnavailableError,
+    MessageGoneError,
+    RichUnavailableError,
+    TelegramOut,
+)
+from .rich import render_rich
 from .session import AFTER_FLOOD_WAIT
 
 log = logging.getLogger("replychain.answer")
@@ -183,7 +198,13 @@ class AnswerWriter:
         self.first_shown_at: float | None = None
         #: The last rendering, by its input: the final text often equals the last
         #: draft's or edit's (a model ending right after its last delta).
-        self._rendered: tuple[tuple[str, str, str], list[Chunk]] | None = None
+        self._rendered: tuple[tuple[str, str, str, str, bool], list[Chunk]] | None = None
+        #: False once Telegram refused a rich message of this answer: the rest is HTML.
+        self._rich_ok = True
+        #: A reasoning model's thoughts so far, before its answer (:meth:`think`), and
+        #: those the draft on screen shows.
+        self._thoughts = ""
+        self._shown_thoughts = ""
 
     @property
     def closing(self) -> bool:
@@ -193,6 +214,11 @@ class AnswerWriter:
     def drafting(self) -> bool:
         """Whether the answer streams as drafts (else by editing messages)."""
         return self._draft_of is not None and self._out.drafts
+
+    @property
+    def rich(self) -> bool:
+        """Whether the answer is rendered as rich messages (else as HTML chunks)."""
+        return self._rich_ok and self._out.rich
 
     @property
     def message_ids(self) -> list[int]:
@@ -237,6 +263,17 @@ class AnswerWriter:
                 self._last_push = time.monotonic() - self._interval + FIRST_SHOW_DELAY
             self._pump_task = asyncio.create_task(self._pump())
 
+    def think(self, thoughts: str) -> None:
+        """A reasoning model's thoughts so far, while it has no answer text yet; cheap.
+
+        A rich draft shows them live in its thinking block; they are never part of a
+        message (SHOW_REASONING shows the final thoughts, given to :meth:`finish`).
+        Elsewhere (edits, HTML drafts) the thoughts are not shown: nothing is done.
+        """
+        if self.drafting and self.rich:
+            self._thoughts = thoughts
+            self.update(self._latest)
+
     def ended(self) -> None:
         """The model's text is complete: nothing more is drafted or edited before
         :meth:`finish`, which shows it once the answer is stored (a draft of it now
@@ -254,7 +291,7 @@ class AnswerWriter:
         if self._fatal is not None:
             raise self._fatal
         await self._pace()
-        await self._push(text, reasoning)
+        await self._push(text, reasoning, final=True)
         return self.message_ids
 
     async def fail(self, notice: str) -> list[int]:
@@ -264,7 +301,7 @@ class AnswerWriter:
             raise self._fatal
         if self._latest.strip():
             await self._pace()
-            await self._push(f"{self._latest}\n\n{notice}")
+            await self._push(f"{self._latest}\n\n{notice}", final=True)
         else:
             await self._push_plain(notice)
         return self.message_ids
@@ -277,9 +314,7 @@ class AnswerWriter:
         chunk = Chunk(text, text)
         if self.parts:
             try:
-                self._last_edit = time.monotonic()
-                self._spend()
-                await self._out.edit(self._chat_id, self.parts[0].message_id, chunk)
+                await self._edit(self.parts[0].message_id, chunk)
             except MessageGoneError:
                 self.parts[0].message_id = await self._send_new(chunk, 1)
             self.parts[0].chunk = chunk
@@ -298,6 +333,20 @@ class AnswerWriter:
             wait = max(wait, self._budget.wait(self._chat_id))
         if wait > 0:
             await asyncio.sleep(wait)  # a rate, not a retry
+
+    async def _edit(self, message_id: int, chunk: Chunk) -> None:
+        """Edit a part, within the per-message edit pace.
+
+        The pace runs from the end of the call too: Telegram counts an edit when it
+        arrives, which a large one (a rich message of 30,000 characters) or one slowed
+        on its way does late.
+        """
+        self._last_edit = time.monotonic()
+        self._spend()
+        try:
+            await self._out.edit(self._chat_id, message_id, chunk)
+        finally:
+            self._last_edit = time.monotonic()
 
     def _spend(self) -> None:
         """A message or an edit goes to the chat (the group's budget)."""
@@ -344,7 +393,7 @@ class AnswerWriter:
                     return  # finish() shows the final text
                 if not self._draft_due():
                     continue  # only a draft about to vanish is shown again
-            if self._latest != self._shown or self._draft_due():
+            if self._stale or self._draft_due():
                 try:
                     await self._push(self._latest)
                 except ChatUnavailableError as exc:
@@ -357,6 +406,16 @@ class AnswerWriter:
                     log.warning("streaming edit failed: %s", type(exc).__name__)
                     if not self.parts and not self.drafting:
                         raise
+
+    @property
+    def _stale(self) -> bool:
+        """The text on screen is not the latest (nor the thoughts a draft shows)."""
+        return self._latest != self._shown or self._thinking() != self._shown_thoughts
+
+    def _thinking(self) -> str:
+        """The thoughts a draft shows now: a rich draft's, until the answer text begins."""
+        live = self.drafting and self.rich and not self._closing and not self._latest.strip()
+        return self._thoughts if live else ""
 
     async def _next_round(self) -> None:
         """Wait until the next round of edits or drafts is worth making, and allowed."""
@@ -375,8 +434,10 @@ class AnswerWriter:
         else:
             # a draft shown 30 s ago is gone: show it again even without new text
             await self._wait_dirty(self._last_draft + DRAFT_REFRESH - now)
-        # drafts are paced from when the last one was done: a chat's rate counts arrivals
-        wait = max(self._last_push, self._last_draft) + self._interval - time.monotonic()
+        # drafts and edits are paced from when the last one was done: a chat's rate
+        # counts arrivals
+        last = max(self._last_push, self._last_draft, self._last_edit)
+        wait = last + self._interval - time.monotonic()
         if wait > 0 and not self._closing:
             # rate limit: at most one round of edits per interval
             with contextlib.suppress(TimeoutError):
@@ -401,10 +462,24 @@ class AnswerWriter:
             self._dirty.clear()
             await self._dirty.wait()
 
-    async def _push(self, text: str, reasoning: str = "") -> None:
+    async def _push(self, text: str, reasoning: str = "", *, final: bool = False) -> None:
+        """Show ``text``: edit the parts on screen, send the new ones. ``final``: the
+        answer's final text (:meth:`finish`, :meth:`fail`), whose last new part the
+        turn's final write records; a streaming push records every part it sends."""
+        try:
+            await self._push_rendered(text, reasoning, final)
+        except RichUnavailableError:
+            # nothing of that call reached the screen; the parts that did are brought in
+            # line with the HTML rendering (for this answer; for every answer when the
+            # server has no rich messages at all)
+            self._rich_ok = False
+            await self._push_rendered(text, reasoning, final)
+
+    async def _push_rendered(self, text: str, reasoning: str, final: bool) -> None:
         # the pace counts attempts, failed ones too: a failing edit is not retried at once
         self._last_push = time.monotonic()
-        chunks = self._render(text, reasoning)
+        thinking = self._thinking()
+        chunks = self._render(text, reasoning, thinking)
         drafting = self.drafting and not self._closing
         # while drafting, the part being written is a draft; the parts before it are done
         settled = chunks[:-1] if drafting else chunks
@@ -413,9 +488,7 @@ class AnswerWriter:
                 part = self.parts[i]
                 if part.chunk != chunk:
                     try:
-                        self._last_edit = time.monotonic()
-                        self._spend()
-                        await self._out.edit(self._chat_id, part.message_id, chunk)
+                        await self._edit(part.message_id, chunk)
                     except MessageGoneError:
                         # deleted by the user meanwhile: the part goes out anew
                         part.message_id = await self._send_new(chunk, i + 1)
@@ -424,23 +497,26 @@ class AnswerWriter:
                 message_id = await self._send_new(chunk, i + 1)
                 self.parts.append(Part(message_id, chunk))
                 # recorded before anything else is awaited: until then a crash would
-                # leave it on screen unrecorded
-                last = self._closing and i == len(chunks) - 1
+                # leave it on screen unrecorded. Only the final push's last part is
+                # left to the final write, which follows it with no Telegram call
+                # between; a streaming push that returns once the answer is closing
+                # is followed by the final text's pace (seconds in a busy group).
+                last = final and i == len(chunks) - 1
                 await self.journal.sent(self.message_ids, last=last)
                 if len(self.parts) == 1:
                     if self.first_shown_at is None:
                         self.first_shown_at = time.monotonic()
                     await self._stop_typing()
-        tail = chunks[-1] if text.strip() else None
+        tail = chunks[-1] if text.strip() or thinking else None
         if drafting and not await self._draft(len(chunks), tail):
             # no drafts here after all: the same text goes on by editing
             if text.strip():
-                await self._push(text, reasoning)
+                await self._push(text, reasoning, final=final)
             else:
                 await self._start_typing()
             return
         await self._drop_extra(len(chunks))
-        self._shown = text
+        self._shown, self._shown_thoughts = text, thinking
 
     def next_new_part(self, text: str, reasoning: str = "") -> int:
         """The number of the first part the final ``text`` adds to those on screen (0:
@@ -448,10 +524,17 @@ class AnswerWriter:
         chunks = self._render(text, reasoning)
         return len(self.parts) + 1 if len(chunks) > len(self.parts) else 0
 
-    def _render(self, text: str, reasoning: str) -> list[Chunk]:
-        source = (text, self.prefix, reasoning)
+    def _render(self, text: str, reasoning: str, thinking: str = "") -> list[Chunk]:
+        rich = self.rich
+        source = (text, self.prefix, reasoning, thinking, rich)
         if self._rendered is None or self._rendered[0] != source:
-            self._rendered = (source, render_chunks(text, prefix=self.prefix, reasoning=reasoning))
+            prefix = self.prefix
+            chunks = (
+                render_rich(text, prefix=prefix, reasoning=reasoning, thinking=thinking)
+                if rich
+                else render_chunks(text, prefix=prefix, reasoning=reasoning)
+            )
+            self._rendered = (source, chunks)
         return self._rendered[1]
 
     async def _draft(self, number: int, chunk: Chunk | None) -> bool:

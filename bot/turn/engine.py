@@ -60,7 +60,7 @@ from ..telegram.writer import AnswerWriter, ChatBudget, JournalUnavailableError
 from ..usage.accounting import Accounting, CallRecord
 from . import notices
 from .context import ContextWindow, MessageTooLargeError, Window
-from .media import MediaError, MediaReader, heard_line
+from .media import MediaError, MediaReader, voice_quote
 from .state import TurnState, TurnStates, message_of
 from .topics import TopicTitles
 
@@ -288,7 +288,7 @@ class Engine:
 
     async def _steps(self, turn: Turn) -> Reply:
         user = await self._store_user_node(turn)
-        turn.writer.prefix = f"[depth:{user.depth + 1}] " + heard_line(turn.inbound, user)
+        turn.writer.prefix = f"[depth:{user.depth + 1}] " + voice_quote(turn.inbound, user)
         if turn.state.lost_track:  # replying to the notice goes on from the message
             raise TurnEnded(Reply(_(notices.LOST_TRACK), user.id, notice=True))
         if turn.state.answer is not None:
@@ -624,8 +624,9 @@ class Engine:
                 )
             else:
                 answer = await self.model.stream(
-                    window.messages, turn.writer.update, media=window.media, stop=stop
-                )
+                    window.messages, turn.writer.update, media=window.media, stop=stop,
+                    on_thoughts=turn.writer.think,
+                )  # fmt: skip
         except ModelError as exc:
             if exc.kind == "no_images":
                 await self.context.text_only()
@@ -680,7 +681,7 @@ class Engine:
             if announce:
                 TurnStates.queue_sending(pipe, inbound, state, announce)
 
-        [reply, *_others] = await self.accounting.record(call, also=writes)
+        [reply, *_others] = await self.accounting.record(call, with_writes=writes)
         if announce:
             state.sending = announce
         node = await self._durably(lambda: self.states.answer_placed(state, placement, reply))

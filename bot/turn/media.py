@@ -298,7 +298,7 @@ class MediaReader:
         await guarded(self.redis.delete(unheard_key(scope, message_id)))
 
 
-def heard_line(inbound: Inbound, user: Node) -> str:
+def voice_quote(inbound: Inbound, user: Node) -> str:
     """What was heard, quoted above the answer to a voice message ("" otherwise)."""
     if not inbound.media or inbound.media[0].kind not in ("voice", "audio"):
         return ""

@@ -394,18 +394,20 @@ class Accounting:
             maxsize=LAST_CALLS_KEPT
         )
 
-    async def record(self, call: CallRecord, *, also: Queued | None = None) -> list[Any]:
+    async def record(self, call: CallRecord, *, with_writes: Queued | None = None) -> list[Any]:
         """Count one call exactly once; waits while Redis is away (a call costs money).
 
         The call id makes a repeated record a no-op, so waiting and retrying
-        can never count a call twice. ``also`` queues more idempotent script
+        can never count a call twice. ``with_writes`` queues more idempotent script
         calls on the same round trip (the answer's node); their replies are
         returned.
         """
         self.metrics.model_call(call.usage, call.latency, call.error)
-        return await self.outage.guard(lambda: self._save(call, also), on=(StoreUnavailableError,))
+        return await self.outage.guard(
+            lambda: self._save(call, with_writes), on=(StoreUnavailableError,)
+        )
 
-    async def _save(self, call: CallRecord, also: Queued | None) -> list[Any]:
+    async def _save(self, call: CallRecord, with_writes: Queued | None) -> list[Any]:
         """Two steps sent together: the chat's detail (with a pending entry) and the
         user's totals; the pending entry is removed by a later write (the turn's
         final one, :meth:`queue_settled`, or the chat's next record).
@@ -440,7 +442,9 @@ class Accounting:
             _queue_totals(pipe, marker, recording.pending())
 
         try:
-            replies = await run_together(self._redis, steps, *([also] if also else []))
+            replies = await run_together(
+                self._redis, steps, *([with_writes] if with_writes else [])
+            )
         except BaseException:
             self._done.setdefault(call.chat_id, set()).update(done)
             raise
@@ -456,7 +460,7 @@ class Accounting:
             if sent in self._sizes
             else (usage.prompt_tokens, usage.completion_tokens, call.view)
         )
-        return replies[1] if also else []
+        return replies[1] if with_writes else []
 
     async def _finish(self, chat_id: int, stale: dict[str, str], now: datetime) -> None:
         """Write the totals of pending entries a crash left behind, then remove them."""

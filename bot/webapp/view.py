@@ -26,7 +26,7 @@ from transcript import ChatMessage, NodeId, TranscriptStore, codec, keys
 
 from ..data import keys as bot_keys
 from ..data.connection import guarded
-from ..ops import threads
+from ..ops import conversations
 from ..usage.accounting import Prices, Totals
 
 #: Characters of a node's first line in the skeleton.
@@ -55,7 +55,7 @@ def parse_ref(scope: str, tree: int, ref: str) -> NodeId:
     return NodeId(scope, tree, int(match[1]), int(match[2]))
 
 
-def _role(item: threads.TreeNode) -> str:
+def _role(item: conversations.TreeNode) -> str:
     node = item.node
     if node.id.seg == 0 and node.id.idx == 0:
         return "system"
@@ -97,7 +97,7 @@ async def _calls(redis: Redis, chat_id: int, tree: int, audit_days: int) -> dict
     found: dict[str, list[_Call]] = {}
     for values in await guarded(pipe.execute()):
         for value in values:
-            record = threads.AuditRecord.decode(value, chat_id)
+            record = conversations.AuditRecord.decode(value, chat_id)
             if (
                 record is None
                 or record.is_summary
@@ -190,7 +190,7 @@ async def _folds(redis: Redis, scope: str, tree: int) -> dict[str, JSON]:
     return found
 
 
-def _entry(item: threads.TreeNode, parent: int) -> JSON:
+def _entry(item: conversations.TreeNode, parent: int) -> JSON:
     """A node's skeleton entry: ref, parent, role, depth, first line, message id, images."""
     node = item.node
     entry: JSON = {
@@ -209,7 +209,7 @@ def _entry(item: threads.TreeNode, parent: int) -> JSON:
 
 
 def _usages(
-    nodes: dict[tuple[int, int], threads.TreeNode],
+    nodes: dict[tuple[int, int], conversations.TreeNode],
     calls: dict[str, list[_Call]],
     summed: dict[str, Totals],
     prices: Prices,
@@ -239,11 +239,11 @@ async def skeleton(
     the message's node. :class:`ViewError` (404) for a message of no stored thread.
     """
     try:
-        found = await threads.locate(redis, store, chat_id, message_id)
-    except threads.OpsError:
+        found = await conversations.locate(redis, store, chat_id, message_id)
+    except conversations.OpsError:
         raise ViewError(404, "not_found") from None
     scope, tree = found.node.scope, found.node.tree
-    nodes = await threads.load_tree(redis, scope, tree)
+    nodes = await conversations.load_tree(redis, scope, tree)
     if (0, 0) not in nodes:
         raise ViewError(404, "not_found")
     folds = await _folds(redis, scope, tree)
@@ -311,5 +311,5 @@ async def export(
 ) -> JSON:
     """The branch root → node ``ref`` as Markdown (``/export``'s renderer) and a file name."""
     node = parse_ref(str(chat_id), tree, ref)
-    text = await threads.export_node(redis, store, node, f"node {ref}")
+    text = await conversations.export_node(redis, store, node, f"node {ref}")
     return {"name": f"conversation-{abs(chat_id)}-{tree}-{ref}.md", "markdown": text}

@@ -1,5 +1,5 @@
-"""The lane (bot/data/lane.py) against a real redis-server: it must answer exactly as
-redis-py's pipeline does, and fail the way the turn already handles."""
+"""The pipeline client (bot/data/pipeline_client.py) against a real redis-server: it
+must answer exactly as redis-py's pipeline does, and fail the way the turn already handles."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from redis.asyncio.client import Pipeline
 from redis.exceptions import AuthenticationError, BusyLoadingError, DataError, ResponseError
 
 from bot.data.connection import BotRedis, connect, run_together
-from bot.data.lane import Lane, lane_for, pack
+from bot.data.pipeline_client import PipelineClient, pack, pipeline_client_for
 from transcript import StoreUnavailableError
 
 from .redis_server import RedisServer, free_port
@@ -33,20 +33,20 @@ def _writes(pipe: Pipeline) -> None:
     pipe.get("missing")
 
 
-def _lane(redis: Redis) -> Lane:
-    assert isinstance(redis, BotRedis) and redis.lane is not None
-    return redis.lane
+def _client(redis: Redis) -> PipelineClient:
+    assert isinstance(redis, BotRedis) and redis.pipelines is not None
+    return redis.pipelines
 
 
-async def test_a_lane_answers_as_redis_py_pipeline_does(redis: Redis) -> None:
-    lane = _lane(redis)
-    [by_lane] = await run_together(redis, _writes)
+async def test_the_pipeline_client_answers_as_redis_py_pipeline_does(redis: Redis) -> None:
+    client = _client(redis)
+    [by_client] = await run_together(redis, _writes)
     await redis.flushall()
     pipe = redis.pipeline(transaction=False)
     _writes(pipe)
-    assert by_lane == await pipe.execute()
-    assert by_lane[:4] == [[1, "é".encode()], True, False, 2]  # callbacks applied
-    assert lane._idle  # the connection went back for the next round trip
+    assert by_client == await pipe.execute()
+    assert by_client[:4] == [[1, "é".encode()], True, False, 2]  # callbacks applied
+    assert client._idle  # the connection went back for the next round trip
 
 
 async def test_replies_are_split_by_queue(redis: Redis) -> None:
@@ -89,12 +89,12 @@ async def test_a_redis_restart_is_noticed_and_a_new_connection_taken(
     client = connect(private_redis.url)
     try:
         await run_together(client, lambda pipe: pipe.set("k", 1))
-        stale = list(_lane(client)._idle)
+        stale = list(_client(client)._idle)
         private_redis.restart()
         assert await client.get("k") == b"1"  # redis-py's pool notices too
-        # the idle connection is dead: the lane notices when it takes it, and answers
+        # the idle connection is dead: the pipeline client notices when it takes it, and answers
         assert await run_together(client, lambda pipe: pipe.get("k")) == [[b"1"]]
-        assert all(connection not in _lane(client)._open for connection in stale)
+        assert all(connection not in _client(client)._open for connection in stale)
     finally:
         await client.aclose()
 
@@ -119,7 +119,7 @@ async def test_a_silent_redis_times_out_as_an_outage(private_redis: RedisServer)
         private_redis.proc.send_signal(19)  # SIGSTOP: the socket stays open, no answer
         with pytest.raises(StoreUnavailableError, match="TimeoutError"):
             await asyncio.wait_for(run_together(client, lambda pipe: pipe.get("k")), 10)
-        assert not _lane(client)._open  # a connection that timed out is not used again
+        assert not _client(client)._open  # a connection that timed out is not used again
     finally:
         private_redis.proc.send_signal(18)  # SIGCONT
         await client.aclose()
@@ -137,7 +137,7 @@ async def test_a_cancelled_round_trip_closes_its_connection(private_redis: Redis
         with pytest.raises(asyncio.CancelledError):
             await waiting
         # its reply, arriving later, must not be read as another command's
-        assert not _lane(client)._open
+        assert not _client(client)._open
         private_redis.proc.send_signal(18)
         assert await run_together(client, lambda pipe: pipe.get("k")) in ([[b"1"]], [[b"2"]])
         assert await run_together(client, lambda pipe: pipe.set("j", 5)) == [[True]]
@@ -147,7 +147,7 @@ async def test_a_cancelled_round_trip_closes_its_connection(private_redis: Redis
 
 
 async def test_loading_the_dataset_is_an_outage_until_the_data_is_in() -> None:
-    """Redis answers -LOADING while it reads its data after a restart: the lane raises
+    """Redis answers -LOADING while it reads its data after a restart: the pipeline client raises
     it at once (redis-py's BusyLoadingError, an outage to the caller, whose policy
     retries), and the next round trip gets the answer once the data is in."""
     answers = [b"-LOADING Redis is loading the dataset in memory\r\n", b"+PONG\r\n"]
@@ -165,15 +165,15 @@ async def test_loading_the_dataset_is_an_outage_until_the_data_is_in() -> None:
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    lane = lane_for(f"redis://127.0.0.1:{port}/0", **_SETTINGS)
-    assert lane is not None
+    client = pipeline_client_for(f"redis://127.0.0.1:{port}/0", **_SETTINGS)
+    assert client is not None
     try:
         with pytest.raises(BusyLoadingError):
-            await lane.execute([(("PING",), {})])
-        assert await lane.execute([(("PING",), {})]) == [b"PONG"]
+            await client.execute([(("PING",), {})])
+        assert await client.execute([(("PING",), {})]) == [b"PONG"]
         assert not answers
     finally:
-        await lane.aclose()
+        await client.aclose()
         server.close()
         await server.wait_closed()
 
@@ -208,5 +208,5 @@ _SETTINGS: dict[str, Any] = {
 
 
 def test_tls_keeps_redis_py_pipelines() -> None:
-    assert lane_for("rediss://127.0.0.1:1/0", **_SETTINGS) is None
-    assert lane_for("unix:///tmp/redis.sock", **_SETTINGS) is not None
+    assert pipeline_client_for("rediss://127.0.0.1:1/0", **_SETTINGS) is None
+    assert pipeline_client_for("unix:///tmp/redis.sock", **_SETTINGS) is not None

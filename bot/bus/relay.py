@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -27,19 +28,31 @@ from ..telegram.drafts import StopButtons
 
 log = logging.getLogger("replychain.stops")
 
-#: Stops kept on the stream (approximately): only the last moments' are ever read.
-STOPS_KEPT = 1000
+#: Entries kept on the stream (approximately): only the last moments' are ever read.
+RELAY_KEPT = 1000
 #: How long one read of the stream waits for a stop (ms).
 READ_BLOCK_MS = 2000
 
 
-class StopRelay:
-    """Presses a stop here, or passes it on to the process that writes the answer."""
+class Relay:
+    """Presses a stop here, or passes it on to the process that writes the answer; tells
+    every process of a chat's flood window."""
 
-    def __init__(self, redis: Redis, stops: StopButtons, outage: Outage) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        stops: StopButtons,
+        outage: Outage,
+        floods: Callable[[int, float], None] | None = None,
+    ) -> None:
+        """``floods(chat, seconds)``: hold this process's calls to a chat (another
+        process met a 429 there)."""
         self._redis = redis
         self.stops = stops
         self.outage = outage
+        self._floods = floods
+        #: Flood windows being told to the others (kept until their write is done).
+        self._telling: set[asyncio.Task[None]] = set()
         #: Set once :meth:`run` knows where the stream ends (stops from then on reach it).
         self.listening = asyncio.Event()
 
@@ -49,8 +62,22 @@ class StopRelay:
         if self.stops.press(chat_id, draft):
             return True
         fields: Any = {"c": chat_id, "d": draft}
-        await guarded(self._redis.xadd(keys.STOP_STREAM, fields, maxlen=STOPS_KEPT))
+        await guarded(self._redis.xadd(keys.RELAY_STREAM, fields, maxlen=RELAY_KEPT))
         return False
+
+    def flood(self, chat_id: int, seconds: float) -> None:
+        """Telegram opened a flood window of ``seconds`` on ``chat_id`` here: tell the
+        other processes (one write, in the background: the caller is waiting it out
+        already). Lost when Redis is away: the others then meet the 429 themselves."""
+
+        async def tell() -> None:
+            fields: Any = {"c": chat_id, "w": f"{seconds:g}"}
+            with contextlib.suppress(StoreUnavailableError):
+                await guarded(self._redis.xadd(keys.RELAY_STREAM, fields, maxlen=RELAY_KEPT))
+
+        task = asyncio.create_task(tell())
+        self._telling.add(task)
+        task.add_done_callback(self._telling.discard)
 
     async def run(self, stopping: asyncio.Event) -> None:
         """Press every stop other processes pass on, until ``stopping`` is set."""
@@ -69,16 +96,20 @@ class StopRelay:
             return  # stopping while Redis is away
 
     async def _end(self) -> str:
-        newest: Any = await guarded(self._redis.xrevrange(keys.STOP_STREAM, count=1))
+        newest: Any = await guarded(self._redis.xrevrange(keys.RELAY_STREAM, count=1))
         return str(newest[0][0].decode()) if newest else "0-0"
 
     async def _read(self, since: str) -> list[tuple[bytes, dict[bytes, bytes]]]:
-        streams: Any = {keys.STOP_STREAM: since}
+        streams: Any = {keys.RELAY_STREAM: since}
         found: Any = await guarded(self._redis.xread(streams, count=100, block=READ_BLOCK_MS))
         return list(found[0][1]) if found else []
 
     def _pass_on(self, fields: dict[bytes, bytes]) -> None:
         with contextlib.suppress(KeyError, ValueError):
+            if b"w" in fields:
+                if self._floods is not None:
+                    self._floods(int(fields[b"c"]), float(fields[b"w"]))
+                return
             chat_id, draft = int(fields[b"c"]), int(fields[b"d"])
             if self.stops.press(chat_id, draft):
                 log.info("answer in chat %s stopped by the user (passed on)", chat_id)

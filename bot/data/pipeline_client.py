@@ -5,11 +5,11 @@ pipeline of a few commands queued by :func:`bot.data.connection.run_together`.
 redis-py spends ~100 us of CPU per round trip before and after the wire: its
 pool's condition, a timeout per reply read, the retry wrapper, the command
 packer's per-argument encoder, its observability hooks. That was most of the bot's
-own cost per turn (``python -m bench bot``). The lane sends the same queued
+own cost per turn (``python -m bench bot``). The pipeline client sends the same queued
 commands on connections of its own: one write, one read loop over a hiredis
 reader, one timeout for the whole round trip. It speaks RESP3 (as redis-py does) to one
 server (``redis://`` and ``unix://`` URLs); a TLS URL or a cluster keeps redis-py's
-pipeline (:func:`lane_for` gives ``None``).
+pipeline (:func:`pipeline_client_for` gives ``None``).
 
 Semantics are redis-py's, so callers cannot tell the two apart:
 
@@ -22,7 +22,7 @@ Semantics are redis-py's, so callers cannot tell the two apart:
 - the commands of a pipeline may be sent twice (the caller's retry after a lost
   reply), as with redis-py: every write the turn queues is idempotent.
 
-A connection is returned to the lane only after all its replies were read; one
+A connection is returned to the pipeline client only after all its replies were read; one
 that failed or was cancelled mid-way is closed, and so are the idle ones (after a
 Redis restart they are all dead). An idle connection the server closed meanwhile is
 noticed when it is taken (its end of stream arrived) and replaced.
@@ -93,8 +93,8 @@ class _Connection:
         self.writer.close()
 
 
-class Lane:
-    """Pipelines of queued commands on connections of the lane's own (see the module)."""
+class PipelineClient:
+    """Pipelines of queued commands on connections of the pipeline client's own (see the module)."""
 
     def __init__(
         self,
@@ -220,7 +220,7 @@ class Lane:
         return shaped
 
     async def aclose(self) -> None:
-        """Close every connection of the lane, and wait until they are closed."""
+        """Close every connection of the pipeline client, and wait until they are closed."""
         self._idle = []
         closing = list(self._open)
         for connection in closing:
@@ -230,9 +230,9 @@ class Lane:
                 await connection.writer.wait_closed()
 
 
-def lane_for(url: str, **settings: Any) -> Lane | None:
-    """A lane for ``url``, or ``None`` where redis-py's own pipeline is kept (TLS)."""
+def pipeline_client_for(url: str, **settings: Any) -> PipelineClient | None:
+    """A pipeline client for ``url``, or ``None`` where redis-py's own pipeline is kept (TLS)."""
     found = parse_url(url)
     if "connection_class" in found and found["connection_class"] is not UnixDomainSocketConnection:
         return None
-    return Lane(found, **settings)
+    return PipelineClient(found, **settings)

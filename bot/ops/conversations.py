@@ -1,4 +1,4 @@
-"""Reading stored threads for the operator: ``export``, ``tree`` and ``why``.
+"""Reading stored conversations for the operator: ``export``, ``tree`` and ``why``.
 
 ``tree`` and ``export`` also answer /tree and /export: their words are message ids
 (:mod:`bot.i18n`), in English for the operator's commands and in the user's language

@@ -1,0 +1,57 @@
+"""The relay every process reads (bot/bus/relay.py): a flood window one process meets
+holds the chat's calls in the others, against a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+
+from redis.asyncio import Redis
+
+from bot.bus.relay import Relay
+from bot.data import keys
+from bot.retry import Outage
+from bot.telegram.drafts import StopButtons
+from bot.telegram.session import FloodControl
+
+CHAT = 4242
+
+
+async def test_a_flood_window_met_in_one_process_holds_the_chat_in_the_others(
+    redis: Redis,
+) -> None:
+    outage = Outage("Redis", "")
+    here, there = FloodControl(), FloodControl()
+    telling = Relay(redis, StopButtons(), outage, here.hold)
+    hearing = Relay(redis, StopButtons(), outage, there.hold)
+    here.tell = telling.flood
+    stopping = asyncio.Event()
+    reading = asyncio.create_task(hearing.run(stopping))
+    try:
+        await asyncio.wait_for(hearing.listening.wait(), 10)
+        assert there._wait_for(CHAT) <= 0
+        # what FloodControl does on a 429 of 30 s in this chat
+        here.hold(CHAT, 30)
+        assert here.tell is not None
+        here.tell(CHAT, 30)
+        deadline = asyncio.get_running_loop().time() + 10
+        while there._wait_for(CHAT) <= 0:
+            assert asyncio.get_running_loop().time() < deadline, "the window never arrived"
+            await asyncio.sleep(0.02)  # polling a condition, bounded above
+        assert 29 < there._wait_for(CHAT) <= 31
+        assert there._wait_for(CHAT + 1) <= 0  # other chats go on
+    finally:
+        stopping.set()
+        await asyncio.wait_for(reading, 10)
+    assert await redis.xlen(keys.RELAY_STREAM) == 1
+
+
+async def test_a_flood_window_is_not_told_while_redis_is_away() -> None:
+    """Telling is best effort: with Redis away the others meet the 429 themselves, and
+    the call that met it is not held up by the failed write."""
+    unreachable = Redis(port=1, socket_connect_timeout=0.2)
+    relay = Relay(unreachable, StopButtons(), Outage("Redis", ""))
+    relay.flood(CHAT, 5)
+    tasks = list(relay._telling)
+    assert tasks
+    await asyncio.wait_for(asyncio.gather(*tasks), 10)  # ends without raising
+    await unreachable.aclose()
