@@ -14,7 +14,7 @@ PIP_COMPILE := CUSTOM_COMPILE_COMMAND="make upgrade" $(BIN)/pip-compile --quiet 
 	--no-emit-index-url --no-emit-find-links
 
 .PHONY: run stop test install dev-install redis-server chromium check-config lint typecheck pytest soak \
-	bench upgrade lock clean
+	bench upgrade lock clean i18n
 
 # Runtime dependencies only, pinned by requirements.txt (the systemd / production path).
 install: $(RUNTIME_STAMP)
@@ -58,6 +58,24 @@ lock: | $(BIN)/python
 	$(PIP_COMPILE) --output-file requirements.txt pyproject.toml
 	$(PIP_COMPILE) --extra dev --constraint requirements.txt \
 		--output-file requirements-dev.txt pyproject.toml
+
+# The bot's own texts (bot/i18n.py): extract the message ids of the code into the
+# template, bring every language's catalogue in line with it, compile them. The .mo
+# files are committed beside the .po files, so an install needs no step of its own.
+# A new language: `$(BIN)/pybabel init -D replychain -i bot/locales/replychain.pot
+# -d bot/locales -l <code>`, translate its .po, then `make i18n` (docs/operating.md).
+LOCALES := bot/locales
+i18n: dev-install
+	$(BIN)/pybabel extract --no-default-keywords -k N_ -k _ -k ngettext:1,2 \
+		--add-location=file --sort-by-file --project=replychain --no-wrap \
+		--msgid-bugs-address="" --copyright-holder="" -o $(LOCALES)/replychain.pot.new bot
+	@# a template differing only in its creation date is left as it was
+	@if diff -q -I '^"POT-Creation-Date' $(LOCALES)/replychain.pot $(LOCALES)/replychain.pot.new \
+		>/dev/null 2>&1; then rm $(LOCALES)/replychain.pot.new; \
+	else mv $(LOCALES)/replychain.pot.new $(LOCALES)/replychain.pot; fi
+	$(BIN)/pybabel update -D replychain -i $(LOCALES)/replychain.pot -d $(LOCALES) \
+		--ignore-pot-creation-date --no-wrap --ignore-obsolete
+	$(BIN)/pybabel compile -D replychain -d $(LOCALES) --statistics
 
 # Install redis-server through the system package manager when it is missing.
 redis-server:

@@ -347,7 +347,7 @@ async def start_up(redis_url: str, logs: Path) -> str:
             for name, module, failing in launches:
                 tg = TimedTelegram()
                 if failing:
-                    tg.unsupported_methods = {"setMyCommands"}
+                    tg.unsupported_methods = {"setMyCommands", "getMyCommands"}
                     tg.fail_next("deleteWebhook", status=500, count=100)
                 await _flush(redis_url)
                 async with tg:

@@ -36,6 +36,7 @@ from redis.asyncio import Redis
 
 from transcript import StoreUnavailableError, TranscriptStore
 
+from . import i18n
 from .bus.albums import Albums
 from .bus.intake import Intake
 from .bus.leader import Lease
@@ -52,11 +53,11 @@ from .model.transcribe import Transcriber
 from .model.vision import Vision
 from .retry import Outage, cancel_until_done, retrying
 from .settings import Settings, webhook_rule
-from .telegram.choices import COMMANDS as CHOICE_COMMANDS
 from .telegram.files import Files
+from .telegram.menu import sync_menu
 from .telegram.out import Notifier, TelegramOut, TelegramUnavailableError
 from .telegram.polling import Poller
-from .telegram.routers import COMMANDS, AccessControl, SkipUnknownUpdates, build_router
+from .telegram.routers import AccessControl, SkipUnknownUpdates, build_router
 from .telegram.session import BadResponseError, BotApiSession, FloodControl, UnreadableResultError
 from .telegram.viewer import continue_router
 from .tools.config import load_config
@@ -77,7 +78,6 @@ if TYPE_CHECKING:
     from .webapp.server import ViewerServer
 
 #: The commands Telegram lists in its menu.
-BOT_COMMANDS = [*COMMANDS, *CHOICE_COMMANDS]
 
 log = logging.getLogger("replychain")
 
@@ -256,21 +256,18 @@ class App:
         self.stopping = asyncio.Event()
         self.dispatcher = Dispatcher()
         self.dispatcher.update.outer_middleware(SkipUnknownUpdates())
+        i18n.force(settings.bot_language)
+        i18n.LanguageMiddleware().setup(self.dispatcher)  # every handler, in the sender's language
         self.dispatcher.include_routers(*self._routers(settings))
-        self.dispatcher["notifier"] = self.notifier
-        self.dispatcher["intake"] = self.intake
-        self.dispatcher["albums"] = self.albums
-        self.dispatcher["stopping"] = self.stopping
-        self.dispatcher["accounting"] = self.accounting
-        self.dispatcher["store"] = self.store
-        self.dispatcher["redis"] = self.redis
         # stops: Telegram's stop button, for the answers being generated here or elsewhere;
         # and the flood windows every process must honour
         self.stops = Relay(self.redis, self.engine.stops, self.intake.outage, floods.hold)
         floods.tell = self.stops.flood
         self.dispatcher.workflow_data.update(
-            settings=settings, stops=self.stops, topics=self.topics, branches=self.engine.branches,
-            catalogue=self.catalogue,
+            notifier=self.notifier, intake=self.intake, albums=self.albums,
+            stopping=self.stopping, accounting=self.accounting, store=self.store,
+            redis=self.redis, settings=settings, stops=self.stops, topics=self.topics,
+            branches=self.engine.branches, catalogue=self.catalogue,
         )  # fmt: skip
         self.webhook, self.viewer = self._servers(settings)
         self.poller = self._poller(settings)
@@ -526,7 +523,7 @@ class App:
                 f"{webhook_rule(self.settings.telegram_api_url)}"
             ) from None
         try:
-            await self.bot.set_my_commands(BOT_COMMANDS)
+            await sync_menu(self.bot)
         except Exception as exc:
             detail = getattr(exc, "message", None) or type(exc).__name__
             log.warning("could not register the commands: %s", detail)
@@ -559,10 +556,7 @@ class App:
         """
         steps: list[tuple[str, Callable[[], Awaitable[object]]]] = [
             ("delete the webhook", lambda: self.bot.delete_webhook(drop_pending_updates=False)),
-            (
-                "register the commands",
-                lambda: self.bot.set_my_commands(BOT_COMMANDS),
-            ),
+            ("register the commands", lambda: sync_menu(self.bot)),
         ]
         for what, call in steps:
             try:

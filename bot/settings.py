@@ -36,6 +36,8 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SYSTEM_PROMPT_FILE = PROJECT_ROOT / "config" / "system_prompt.txt"
 #: MODELS_FILE when it is not set, if it exists.
 DEFAULT_MODELS_FILE = PROJECT_ROOT / "config" / "models.toml"
+#: The catalogues of the bot's own texts (bot/i18n.py reads them).
+LOCALES = Path(__file__).resolve().parent / "locales"
 FALLBACK_SYSTEM_PROMPT = "You are a helpful assistant chatting in Telegram."
 #: Where `make run` starts its local redis-server (config/redis.conf).
 LOCAL_REDIS_URL = "redis://127.0.0.1:6390/0"
@@ -133,10 +135,18 @@ SETTINGS_HELP: dict[str, str] = {
     "WEBAPP_URL": "public HTTPS URL Telegram opens for the thread viewer Mini App (unset: off)",
     "WEBAPP_LISTEN": "host:port the thread viewer is served on (127.0.0.1:8081)",
     "WEBAPP_AUTH_MAX_AGE": "seconds a viewer's Telegram sign-in (initData) is accepted (3600)",
+    "BOT_LANGUAGE": "one interface language for everyone, e.g. de (unset: each user's own)",
 }
 
 #: Host name suffixes that name a machine on this host or the local network.
 _LOCAL_SUFFIXES = (".localhost", ".local", ".internal", ".lan", ".home.arpa")
+
+
+def shipped_languages() -> list[str]:
+    """The languages of the bot's own texts: English and each catalogue in bot/locales/
+    (read without Babel or aiogram, which this module must not import)."""
+    found = (p.name for p in LOCALES.iterdir() if (p / "LC_MESSAGES").is_dir())
+    return sorted({"en", *found})
 
 
 class SettingsError(Exception):
@@ -328,6 +338,9 @@ class Settings(BaseSettings):
     webapp_listen: str = "127.0.0.1:8081"
     #: Seconds after its ``auth_date`` a viewer's ``initData`` is still accepted.
     webapp_auth_max_age: int = Field(3600, ge=10, le=7 * 24 * 3600)
+    #: The one language of every text the bot writes itself; unset = each user's
+    #: Telegram ``language_code``.
+    bot_language: str | None = None
 
     @field_validator("*", mode="before")
     @classmethod
@@ -423,6 +436,23 @@ class Settings(BaseSettings):
             example = "8081" if info.field_name == "webapp_listen" else "8080"
             raise ValueError(f"must be host:port, e.g. 127.0.0.1:{example}")
         return value.strip()
+
+    @field_validator("bot_language")
+    @classmethod
+    def _check_bot_language(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        value = value.strip()
+        shipped = shipped_languages()
+        base = re.split(r"[-_]", value, maxsplit=1)[0].lower()
+        if not re.fullmatch(r"[A-Za-z]{2,3}([-_][A-Za-z0-9]{2,8})*", value) or (
+            base not in shipped
+        ):
+            raise ValueError(
+                f"must be a language the bot has texts in: {', '.join(shipped)} "
+                "(a regional code such as pt-br is fine)"
+            )
+        return value
 
     @field_validator("webapp_url")
     @classmethod

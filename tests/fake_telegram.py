@@ -539,12 +539,15 @@ class _User:
     id: int
     first_name: str
     username: str | None = None
+    #: The IETF tag of the user's client language (Telegram leaves it out when unknown).
+    language_code: str | None = "en"
 
     def as_dict(self) -> JSON:
         user: JSON = {"id": self.id, "is_bot": False, "first_name": self.first_name}
         if self.username:
             user["username"] = self.username
-        user["language_code"] = "en"
+        if self.language_code is not None:
+            user["language_code"] = self.language_code
         return user
 
 
@@ -1523,6 +1526,11 @@ class FakeTelegram:
 
     def add_user(self, user_id: int, first_name: str = "User", username: str | None = None) -> None:
         self._users[user_id] = _User(user_id, first_name, username)
+        self._notify()
+
+    def set_language(self, user_id: int, language_code: str | None) -> None:
+        """The user's client language from now on (None: Telegram sends none)."""
+        self._ensure_user(user_id).language_code = language_code
         self._notify()
 
     def add_private_chat(

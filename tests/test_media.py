@@ -459,7 +459,7 @@ async def test_a_text_file_too_large_for_the_budget_does_not_block_the_thread(
             tg, app, USER, None, reply_to=answer, document=True, data=b"word " * 2000,
             file_name="long.txt", mime_type="text/plain",
         )  # fmt: skip
-        assert text == notices.TOO_LARGE.format(budget=1000)
+        assert text == notices.TOO_LARGE.format(budget="1,000")
         notice = answers_to(tg, USER, big)[-1].message_id
         _, text = await ask(tg, app, USER, "a short question then", reply_to=notice)
     assert text == "[depth:4] echo: a short question then"

@@ -267,7 +267,7 @@ async def check_tree(tmp_path: Path, env: dict[str, str], thread: Branched) -> s
     shown = await cli(tmp_path, env, "tree", str(USER), str(thread.explain))
     assert shown.code == 0, shown
     lines = shown.out.splitlines()
-    assert "7 node(s), 2 branch(es)" in lines[0]
+    assert "7 nodes, 2 branches" in lines[0]
     assert lines[1].startswith("system prompt: You are a test assistant.")
     assert "6 below" in lines[1]
     assert lines[2].startswith("[depth:1] user: hello there, how are you today my dear…")

@@ -9,6 +9,7 @@ from typing import Any
 
 import msgpack
 import pytest
+from babel.dates import format_date
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
@@ -134,7 +135,7 @@ async def test_daily_limit_refuses_without_a_model_call_and_resets_at_midnight(
         assert text.startswith("[depth:2] ")
         assert (await app.accounting.user_today(USER)).tokens >= 20
         refused, text = await ask(tg, app, USER, "one more please")
-        assert text == DAILY_LIMIT_NOTICE.format(limit=20, reset="00:00 UTC", wait="1h 30m")
+        assert text == DAILY_LIMIT_NOTICE.format(limit=20, reset="12:00\u202fAM", wait="1h 30m")
         assert len(llm.requests) == 1
         # the other user is not limited by this user's spending
         _, text = await ask(tg, app, OTHER_USER, "my own budget", user=OTHER_USER)
@@ -187,8 +188,8 @@ async def test_stats_is_for_owners_only(
     stats = answers_to(tg, USER, allowed)[0].text or ""
     total = reported(llm).tokens
     assert f"{OTHER_USER}: {total:,} / {total:,}" in stats
-    today = utc_now().strftime("%Y-%m-%d")
-    assert f"{today}: {total:,} (1 calls)" in stats
+    today = format_date(utc_now().date(), "medium", locale="en")  # Nov 26, 2026
+    assert f"{today}: {total:,} (1 call)" in stats
 
 
 async def test_turn_guard_stops_a_loop_of_model_calls(

@@ -48,8 +48,12 @@ class Viewer:
     tg: FakeTelegram
     now: list[float]
 
-    def init_data(self, user: int = USER, *, age: float = 0, token: str | None = None) -> str:
-        return sign_init_data(token or self.tg.token, user, int(self.now[0] - age))
+    def init_data(
+        self, user: int = USER, *, age: float = 0, token: str | None = None, language: str = "en"
+    ) -> str:
+        return sign_init_data(
+            token or self.tg.token, user, int(self.now[0] - age), language=language
+        )
 
     async def get(
         self, path: str, init_data: str | None, **query: Any
@@ -128,6 +132,25 @@ async def test_a_valid_caller_gets_the_skeleton_without_the_texts(
         "continue": f"https://t.me/{viewer.tg.username}?start=reply-",
         "kind": "private",
     }
+
+
+async def test_the_page_and_its_errors_speak_the_callers_language(
+    viewer: Viewer, seeded: Seeded
+) -> None:
+    """initData's user.language_code picks the page's texts and the errors' (Japanese)."""
+    status, body, _ = await viewer.get(
+        "api/tree", viewer.init_data(language="ja"), chat=USER, message=seeded.messages["xss"]
+    )
+    assert status == 200, body
+    assert body["texts"]["title"] == "会話ツリー"
+    assert body["texts"].keys() == PAGE.keys()
+    status, body, _ = await viewer.get(
+        "api/tree", viewer.init_data(language="ja"), chat=USER, message=999999
+    )
+    assert (status, body) == (
+        404,
+        {"error": "そのメッセージは、このチャットに保存されたどの会話にも属していません。"},
+    )
 
 
 @pytest.mark.parametrize("case", ["missing", "no_scheme", "forged", "other_token", "expired"])

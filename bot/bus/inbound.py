@@ -10,9 +10,9 @@ from typing import Any, Literal
 import msgpack
 
 #: Fields of an intake entry: chat, message, user, text, reply_to, thread, is_group,
-#: reply_to_bot, kind, media, group, guest (the layout's version is rc:layout,
+#: reply_to_bot, kind, media, group, guest, language (the layout's version is rc:layout,
 #: bot/data/layout.py).
-_FIELDS = 12
+_FIELDS = 13
 
 #: A new message.
 MESSAGE = ""
@@ -82,6 +82,8 @@ class Inbound:
     #: A guest message (Bot API 10.0): its ``guest_query_id``, which the answer is
     #: posted with (once); ``None`` for a message of a chat the bot is in.
     guest: str | None = None
+    #: The sender's Telegram ``language_code`` ("" unknown): the turn's notices are in it.
+    language: str = ""
 
     @property
     def turn(self) -> str:
@@ -119,6 +121,7 @@ class Inbound:
                 [m.encode() for m in self.media],
                 self.group,
                 self.guest,
+                self.language,
             ]
         )
         return data
@@ -143,11 +146,12 @@ class Inbound:
                 media,
                 album,
                 guest,
+                lang,
             ) = fields
             return cls(
                 chat, message, user, text, reply_to, thread, bool(group), bool(to_bot),
                 str(kind), tuple(MediaRef.decode(m) for m in media), album,
-                None if guest is None else str(guest),
+                None if guest is None else str(guest), str(lang),
             )  # fmt: skip
         except Exception:  # a damaged entry must not stop the bus
             return None

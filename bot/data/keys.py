@@ -7,7 +7,7 @@ so a turn's state lives in the same Redis Cluster slot as its transcript.
 
 The layout itself (bot/data/layout.py):
 
-    rc:layout          the version of this key layout, LAYOUT_VERSION ("1"): set by
+    rc:layout          the version of this key layout, LAYOUT_VERSION ("2"): set by
                          the first bot to start on a Redis (SET NX); a bot or an
                          operator command refuses a Redis holding another version
 
@@ -147,8 +147,10 @@ TEXT_ONLY_MODELS = f"{NAMESPACE}:text-only"
 LAYOUT_KEY = f"{NAMESPACE}:layout"
 #: The version of the key layout this module describes: every key shape above, the
 #: transcript store's (:mod:`transcript.keys`) and what each holds. A change that an
-#: older bot would misread takes the next number.
-LAYOUT_VERSION = "1"
+#: older bot would misread takes the next number. 2: an intake entry (also kept for
+#: an album or an unheard voice note) carries its sender's language_code, a field
+#: bots of layout 1 reject, as this one rejects their entries.
+LAYOUT_VERSION = "2"
 
 
 def intake_stream(shard: int) -> str:

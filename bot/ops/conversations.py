@@ -1,5 +1,9 @@
 """Reading stored conversations for the operator: ``export``, ``tree`` and ``why``.
 
+``tree`` and ``export`` also answer /tree and /export: their words are message ids
+(:mod:`bot.i18n`), in English for the operator's commands and in the user's language
+there.
+
 Everything here only reads. A message id is found through the store's public
 API (:meth:`TranscriptStore.resolve`, ``history``, ``path``, ``node``); two
 reads the store has no API for are done here, from the key shapes in
@@ -31,6 +35,7 @@ from transcript.errors import CorruptRecordError
 
 from ..data import keys as bot_keys
 from ..data.connection import guarded
+from ..i18n import N_, _, ngettext
 from ..model.client import wire_messages
 from ..turn.context import SUMMARY_VIEW
 from ..turn.topics import TITLE_VIEW
@@ -39,7 +44,9 @@ from ..usage.accounting import AUDIT_FIELDS
 #: Words of a message shown in a tree line.
 TREE_WORDS = 8
 _NODE_FIELD = re.compile(rb"^(\d+)\.(\d+)$")
-_HEADINGS = {"system": "System", "user": "User", "assistant": "Assistant", "tool": "Tool"}
+_HEADINGS = {
+    "system": N_("System"), "user": N_("User"), "assistant": N_("Assistant"), "tool": N_("Tool")
+}  # fmt: skip
 
 
 class OpsError(Exception):
@@ -86,7 +93,7 @@ async def export(redis: Redis, store: TranscriptStore, chat_id: int, message_id:
     its own heading (it stands for everything above it; the messages stay too).
     """
     found = await locate(redis, store, chat_id, message_id)
-    return await export_node(redis, store, found.node, f"message {message_id}")
+    return await export_node(redis, store, found.node, _("message {id}").format(id=message_id))
 
 
 async def export_node(redis: Redis, store: TranscriptStore, leaf: NodeId, what: str) -> str:
@@ -98,17 +105,25 @@ async def export_node(redis: Redis, store: TranscriptStore, leaf: NodeId, what: 
     history = await store.history(leaf)
     count = len(history.messages)
     lines = [
-        f"# Conversation in chat {leaf.scope}, up to {what}",
+        "# " + _("Conversation in chat {chat}, up to {what}").format(chat=leaf.scope, what=what),
         "",
-        f"_{count} message(s), depth {history.depth}, from the root to node "
-        f"{leaf.ref}: the full history of this branch only._",
+        "_"
+        + _(
+            "{messages}, depth {depth}, from the root to node {node}: the full history of "
+            "this branch only."
+        ).format(
+            messages=ngettext("{count} message", "{count} messages", count).format(count=count),
+            depth=history.depth,
+            node=leaf.ref,
+        )
+        + "_",
     ]
     for index, node in enumerate(nodes):
         for message in node.messages:
             if index == 0 and message.role == "system":
-                heading = "System prompt"
+                heading = _("System prompt")
             else:
-                heading = _HEADINGS[message.role]
+                heading = _(_HEADINGS[message.role])
                 if message.name:
                     heading += f" ({message.name})"
             lines += ["", f"## {heading}", ""]
@@ -116,11 +131,13 @@ async def export_node(redis: Redis, store: TranscriptStore, leaf: NodeId, what: 
                 lines.append(message.content)
             lines += _image_lines(message)
             for call in message.tool_calls:
-                lines.append(f"- calls `{call.name}({call.arguments})`")
+                lines.append(
+                    "- " + _("calls {call}").format(call=f"`{call.name}({call.arguments})`")
+                )
         if keys.node_field(node.id.seg, node.id.idx) in fold_refs:
             fold = await fold_at(redis, node.id)
             for message in fold.messages if fold else ():
-                lines += ["", "## Fold summary (stands for everything above)", ""]
+                lines += ["", "## " + _("Fold summary (stands for everything above)"), ""]
                 lines.append(_text(message))
     return "\n".join(lines) + "\n"
 
@@ -194,17 +211,17 @@ def _tree_label(item: TreeNode, marked: NodeId, model: str | None = None) -> str
     role = node.messages[0].role if node.messages else "system"
     text = " ".join(_text(m) for m in node.messages)
     if node.id.seg == 0 and node.id.idx == 0:
-        label = f"system prompt: {_first_words(text)}"
+        label = _("system prompt: {text}").format(text=_first_words(text))
     else:
-        who = {"user": "user", "assistant": "bot"}.get(role, role)
+        who = {"user": _("user"), "assistant": _("bot")}.get(role, role)
         label = f"[depth:{node.depth}] {who}: {_first_words(text)}"
     details = [f"model {model}"] if model else []
     if item.message_ids:
-        details.append(f"msg {min(item.message_ids)}")
-    details.append(f"{item.below} below")
+        details.append(_("msg {id}").format(id=min(item.message_ids)))
+    details.append(_("{count} below").format(count=item.below))
     label += f"  ({'; '.join(details)})"
     if node.id == marked:
-        label += "  ◀ this message"
+        label += "  " + _("◀ this message")
     return label
 
 
@@ -224,10 +241,17 @@ async def tree(
     if root is None:
         raise OpsError(f"the conversation of message {message_id} has no root node stored")
     leaves = sum(1 for item in nodes.values() if not item.children)
-    header = (
-        f"conversation {found.node.tree} of chat {chat_id}: {len(nodes)} node(s), "
-        f"{leaves} branch(es); message {message_id} is node {found.node.ref} "
-        f"(depth {(await store.node(found.node)).depth})"
+    header = _(
+        "conversation {tree} of chat {chat}: {nodes}, {branches}; message {message} is node "
+        "{node} (depth {depth})"
+    ).format(
+        tree=found.node.tree,
+        chat=chat_id,
+        nodes=ngettext("{count} node", "{count} nodes", len(nodes)).format(count=len(nodes)),
+        branches=ngettext("{count} branch", "{count} branches", leaves).format(count=leaves),
+        message=message_id,
+        node=found.node.ref,
+        depth=(await store.node(found.node)).depth,
     )
     models = _answer_models(nodes, await audit_records(redis, chat_id))
     if len(set(models.values())) < 2:
@@ -303,15 +327,19 @@ def _render_lines(
     for index, line in enumerate(lines):
         if shown is None or index in shown:
             if hidden:
-                out.append(f"{line.prefix}… {hidden} more")
+                out.append(line.prefix + _more(hidden))
                 hidden = 0
             out.append(line.prefix + line.label)
         else:
             hidden += 1
     if hidden:
-        out.append(f"… {hidden} more")
+        out.append(_more(hidden))
     text = "\n".join(out) + "\n"
     return text[: limit - 2] + "…\n" if limit and len(text) > limit else text
+
+
+def _more(hidden: int) -> str:
+    return _("… {count} more").format(count=hidden)
 
 
 def _distances(
@@ -391,7 +419,7 @@ async def audit_records(redis: Redis, chat_id: int) -> list[AuditRecord]:
 
 def parse_view(view: str) -> tuple[str | None, int]:
     """The fold ref (None: no fold) and the count of oldest nodes left out, of a view."""
-    base, _, dropped = view.partition("+")
+    base, _plus, dropped = view.partition("+")
     return (base or None), int(dropped) if dropped else 0
 
 

@@ -36,6 +36,7 @@ from transcript import TranscriptStore, keys
 from ..bus.inbound import Inbound
 from ..data import keys as bot_keys
 from ..data.connection import guarded
+from ..i18n import _, ngettext, number
 
 _BATCH = 500
 
@@ -51,13 +52,30 @@ class Erased:
     usage_records: int
 
     def summary(self) -> str:
-        return (
-            f"Erased everything I stored about this chat: {self.conversations} "
-            f"conversation(s) with {self.messages} message id(s), {self.turn_records} "
-            f"turn record(s), {self.queued} queued or parked message(s), and "
-            f"{self.usage_records} usage and audit record(s). Your token totals (numbers "
-            "without text) stay. A new message starts a fresh conversation."
-        )
+        """What was erased, for the user, in the current language."""
+        counts = {
+            "conversations": ngettext(
+                "{count} conversation", "{count} conversations", self.conversations
+            ).format(count=number(self.conversations)),
+            "messages": ngettext(
+                "{count} message id", "{count} message ids", self.messages
+            ).format(count=number(self.messages)),
+            "turns": ngettext(
+                "{count} turn record", "{count} turn records", self.turn_records
+            ).format(count=number(self.turn_records)),
+            "queued": ngettext(
+                "{count} queued or parked message", "{count} queued or parked messages", self.queued
+            ).format(count=number(self.queued)),
+            "usage": ngettext(
+                "{count} usage and audit record", "{count} usage and audit records",
+                self.usage_records,
+            ).format(count=number(self.usage_records)),
+        }  # fmt: skip
+        return _(
+            "Erased everything I stored about this chat: {conversations} with {messages}, "
+            "{turns}, {queued}, and {usage}. Your token totals (numbers without text) stay. "
+            "A new message starts a fresh conversation."
+        ).format(**counts)
 
 
 async def forget_chat(

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 from aiogram import F, Router
 from aiogram.filters import Command, CommandObject
 from aiogram.types import (
-    BotCommand,
     CallbackQuery,
     InlineKeyboardButton,
     InlineKeyboardMarkup,
@@ -30,6 +29,7 @@ from transcript import StoreUnavailableError, TranscriptError
 
 from .. import choice_texts as texts
 from ..catalogue import MODEL, PERSONA, Catalogue
+from ..i18n import N_
 from .format import Chunk, escape_html
 from .messages import Checked, notice, replied_id, thread_of
 from .out import Notifier
@@ -39,10 +39,11 @@ if TYPE_CHECKING:  # (the turn's, passed in by the dispatcher: this edge sits be
 
 log = logging.getLogger("replychain.handlers")
 
-COMMANDS = [
-    BotCommand(command="model", description="Pick the model (reply: for this branch)"),
-    BotCommand(command="persona", description="Pick a persona (reply: for this branch)"),
-]
+#: The menu's entries for these commands: each command and its description (a message id).
+COMMANDS = (
+    ("model", N_("Pick the model (reply: for this branch)")),
+    ("persona", N_("Pick a persona (reply: for this branch)")),
+)
 #: Callback data prefix of a menu's buttons: "<prefix>:<kind>:<asker>:<target>:<time>:<name>".
 _PREFIX = "pick"
 #: How long a menu's buttons work.

@@ -123,6 +123,7 @@ def inbound_of(
         kind=kind,
         media=media,
         group=message.media_group_id if media else None,
+        language=(message.from_user.language_code or "") if message.from_user else "",
     )
 
 

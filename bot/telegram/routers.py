@@ -34,10 +34,12 @@ from ..bus.albums import Albums
 from ..bus.inbound import EDIT, MESSAGE, RETRY, Inbound, MediaRef
 from ..bus.intake import Intake
 from ..bus.relay import Relay
+from ..i18n import N_, _
 from ..settings import Settings
 from ..usage.accounting import Accounting
 from ..usage.reports import OWNER_ONLY_TEXT, stats_chart, stats_report, usage_report
 from . import guest
+from .choices import COMMANDS as CHOICE_COMMANDS
 from .choices import choices_router
 from .messages import (
     Checked,
@@ -57,17 +59,27 @@ from .steering import RETRY_USAGE, steering_router, topic_router
 
 log = logging.getLogger("replychain.handlers")
 
-COMMANDS = [
-    BotCommand(command="start", description="What this bot is and how threads work"),
-    BotCommand(command="help", description="How to continue, branch and start conversations"),
-    BotCommand(command="usage", description="Your tokens today and in total (reply: this chain)"),
-    BotCommand(command="retry", description="Reply to an answer: another answer to it"),
-    BotCommand(command="tree", description="Reply: the tree of this conversation"),
-    BotCommand(command="export", description="Reply: this branch as a Markdown file"),
-    BotCommand(command="forget", description="Erase everything stored about this chat"),
-]
+#: The command menu: each command and its description (a message id).
+COMMANDS = (
+    ("start", N_("What this bot is and how threads work")),
+    ("help", N_("How to continue, branch and start conversations")),
+    ("usage", N_("Your tokens today and in total (reply: this chain)")),
+    ("retry", N_("Reply to an answer: another answer to it")),
+    ("tree", N_("Reply: the tree of this conversation")),
+    ("export", N_("Reply: this branch as a Markdown file")),
+    ("forget", N_("Erase everything stored about this chat")),
+)
 
-HELP_TEXT = (
+
+def command_menu() -> list[BotCommand]:
+    """The command menu in the current language."""
+    return [
+        BotCommand(command=name, description=_(text))
+        for name, text in (*COMMANDS, *CHOICE_COMMANDS)
+    ]
+
+
+HELP_TEXT = N_(
     "I am a chat bot for an AI model, and every reply chain is its own conversation.\n\n"
     "• Send a message that replies to nothing: a new conversation starts.\n"
     "• Reply to one of my answers (any part of it): the conversation continues.\n"
@@ -86,14 +98,14 @@ HELP_TEXT = (
     "/forget erases everything I stored about this chat (after you confirm)."
 )
 
-UNSUPPORTED_TEXT = (
+UNSUPPORTED_TEXT = N_(
     "I read text, photos, voice notes, audio and text files (.txt, .md, .py, .json, .csv …). "
     "Stickers, videos, video notes, locations and other media are not supported: send "
     "your question in one of those forms."
 )
-EMPTY_MENTION_TEXT = "Mention me together with a question, or reply to one of my answers."
-UNKNOWN_COMMAND_TEXT = "I don't know that command. Send /help to see how I work."
-REFUSAL_TEXT = "Sorry, this bot is private: it only answers the people its owner allowed."
+EMPTY_MENTION_TEXT = N_("Mention me together with a question, or reply to one of my answers.")
+UNKNOWN_COMMAND_TEXT = N_("I don't know that command. Send /help to see how I work.")
+REFUSAL_TEXT = N_("Sorry, this bot is private: it only answers the people its owner allowed.")
 REFUSAL_EVERY = 3600.0
 
 #: Content the bot cannot read but answers with a short note.
@@ -156,7 +168,7 @@ class AccessControl(BaseMiddleware):
         if now - self._refused.get(key, -REFUSAL_EVERY) >= REFUSAL_EVERY:
             self._refused[key] = now
             log.info("refused user %s (not in ALLOWED_USER_IDS)", key)
-            notice(data["notifier"], event, REFUSAL_TEXT, personal=True)
+            notice(data["notifier"], event, _(REFUSAL_TEXT), personal=True)
         return None
 
 
@@ -220,7 +232,7 @@ def _conversation_router() -> Router:
     @router.message(CommandStart())
     @router.message(Command("help"))
     async def on_help(message: Message, notifier: Notifier) -> None:
-        notice(notifier, message, HELP_TEXT)
+        notice(notifier, message, _(HELP_TEXT))
 
     @router.message(Checked(F.text.startswith("/")), Addressed())
     async def on_unknown_command(message: Message, notifier: Notifier, bot: Bot) -> None:
@@ -228,7 +240,7 @@ def _conversation_router() -> Router:
         me = await bot.me()
         if target and target.lower() != (me.username or "").lower():
             return  # a command for another bot in this group
-        notice(notifier, message, UNKNOWN_COMMAND_TEXT, personal=True)
+        notice(notifier, message, _(UNKNOWN_COMMAND_TEXT), personal=True)
 
     @router.message(Checked(F.photo | F.document | F.audio), InAddressedAlbum())
     @router.message(Checked(F.photo | F.voice | F.audio | F.document), Addressed())
@@ -260,7 +272,7 @@ def _conversation_router() -> Router:
 
     @router.message(Checked(F.content_type.in_(UNSUPPORTED)), Addressed())
     async def on_unsupported(message: Message, notifier: Notifier) -> None:
-        notice(notifier, message, UNSUPPORTED_TEXT)
+        notice(notifier, message, _(UNSUPPORTED_TEXT))
 
     return router
 
@@ -283,7 +295,7 @@ async def _take_in(
         text = strip_mention(text, me.username)
     if not text.strip() and not media:
         if kind == MESSAGE:
-            notice(notifier, message, EMPTY_MENTION_TEXT)
+            notice(notifier, message, _(EMPTY_MENTION_TEXT))
         return
     inbound = inbound_of(message, kind, text=text, bot_id=me.id, media=media)
     # an album's photo is noted in its album before it enters the intake
@@ -388,7 +400,7 @@ def _usage_router() -> Router:
     ) -> None:
         user = message.from_user.id if message.from_user else 0
         if user not in settings.owner_user_ids:
-            notice(notifier, message, OWNER_ONLY_TEXT, personal=True)
+            notice(notifier, message, _(OWNER_ONLY_TEXT), personal=True)
             return
 
         async def reply() -> list[int]:

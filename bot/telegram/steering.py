@@ -32,6 +32,7 @@ from transcript import StoreUnavailableError, TranscriptError, TranscriptStore
 from ..bus.inbound import RETRY
 from ..bus.intake import Intake
 from ..catalogue import Catalogue
+from ..i18n import N_, _
 from ..ops import conversations
 from ..ops.forget import forget_chat
 from ..settings import Settings
@@ -43,23 +44,23 @@ from .viewer import open_tree_markup
 
 log = logging.getLogger("replychain.handlers")
 
-RETRY_USAGE = "Send /retry as a reply to one of my answers to get another answer to it."
-TREE_HINT = "Send /tree as a reply to a message of a conversation to see its tree."
-EXPORT_HINT = "Send /export as a reply to a message of a conversation to get it as a file."
-NOT_A_THREAD = (
+RETRY_USAGE = N_("Send /retry as a reply to one of my answers to get another answer to it.")
+TREE_HINT = N_("Send /tree as a reply to a message of a conversation to see its tree.")
+EXPORT_HINT = N_("Send /export as a reply to a message of a conversation to get it as a file.")
+NOT_A_THREAD = N_(
     "That message belongs to no conversation I have stored: reply to one of my "
     "answers or to a message I answered."
 )
-UNREADABLE = "That conversation cannot be read right now; try again in a moment."
-FORGET_ASK = (
+UNREADABLE = N_("That conversation cannot be read right now; try again in a moment.")
+FORGET_ASK = N_(
     "Erase everything I stored about this chat: every conversation and its messages, "
     "queued messages, and the usage and audit detail? This cannot be undone."
 )
-FORGET_OWNERS_ONLY = "In groups only the bot's owner can erase what is stored about the chat."
-FORGET_CANCELLED = "Nothing was erased."
-FORGET_NOT_YOURS = "Only the person who sent /forget can confirm it."
-FORGET_EXPIRED = "This confirmation has expired; send /forget again."
-FORGET_FAILED = "Redis is unreachable: nothing (or not everything) was erased. Press again."
+FORGET_OWNERS_ONLY = N_("In groups only the bot's owner can erase what is stored about the chat.")
+FORGET_CANCELLED = N_("Nothing was erased.")
+FORGET_NOT_YOURS = N_("Only the person who sent /forget can confirm it.")
+FORGET_EXPIRED = N_("This confirmation has expired; send /forget again.")
+FORGET_FAILED = N_("Redis is unreachable: nothing (or not everything) was erased. Press again.")
 #: How long a /forget confirmation button works.
 FORGET_CONFIRM_SECONDS = 600
 _FORGET = "forget"
@@ -114,7 +115,7 @@ async def on_tree(
 ) -> None:
     target = replied_id(message)
     if target is None:
-        notice(notifier, message, TREE_HINT, personal=True)
+        notice(notifier, message, _(TREE_HINT), personal=True)
         return
     chat = message.chat.id
 
@@ -144,7 +145,7 @@ async def on_retry(
     command: CommandObject | None = None,
 ) -> None:
     if replied_id(message) is None:
-        notice(notifier, message, RETRY_USAGE, personal=True)
+        notice(notifier, message, _(RETRY_USAGE), personal=True)
         return
     model, unknown = retry_model(command, catalogue)  # /retry <model>: that model answers
     if unknown:
@@ -166,7 +167,7 @@ async def on_export(
 ) -> None:
     target = replied_id(message)
     if target is None:
-        notice(notifier, message, EXPORT_HINT, personal=True)
+        notice(notifier, message, _(EXPORT_HINT), personal=True)
         return
     chat = message.chat.id
 
@@ -178,7 +179,7 @@ async def on_export(
             chat,
             f"conversation-{abs(chat)}-{target}.md",
             text.encode(),
-            caption="This branch of the conversation, from its root to that message.",
+            caption=_("This branch of the conversation, from its root to that message."),
             reply_to=message.message_id,
             thread_id=thread_of(message),
             markup=await open_tree_markup(notifier.out.bot, settings, message, target),
@@ -190,27 +191,27 @@ async def on_export(
 async def on_forget(message: Message, *, notifier: Notifier, settings: Settings) -> None:
     user = message.from_user.id if message.from_user else 0
     if message.chat.type != ChatType.PRIVATE and user not in settings.owner_user_ids:
-        notice(notifier, message, FORGET_OWNERS_ONLY, personal=True)
+        notice(notifier, message, _(FORGET_OWNERS_ONLY), personal=True)
         return
     markup = InlineKeyboardMarkup(
         inline_keyboard=[
             [
                 InlineKeyboardButton(
-                    text="Erase everything",
+                    text=_("Erase everything"),
                     callback_data=f"{_FORGET}:{user}:{int(time.time())}",
                 ),
-                InlineKeyboardButton(text="Cancel", callback_data=f"{_FORGET}:no"),
+                InlineKeyboardButton(text=_("Cancel"), callback_data=f"{_FORGET}:no"),
             ]
         ]
     )
     if message.chat.type == ChatType.PRIVATE:
         ask = notifier.out.send_buttons(
-            message.chat.id, FORGET_ASK, markup, reply_to=message.message_id,
+            message.chat.id, _(FORGET_ASK), markup, reply_to=message.message_id,
             thread_id=thread_of(message),
         )  # fmt: skip
     else:  # to the asker only (an ephemeral message, where the server has them)
         ask = notifier.out.send_personal(
-            message.chat.id, FORGET_ASK, receiver=user, reply_to=message.message_id,
+            message.chat.id, _(FORGET_ASK), receiver=user, reply_to=message.message_id,
             thread_id=thread_of(message), markup=markup,
         )  # fmt: skip
     notifier.run(lambda: ask, name=f"forget-{message.chat.id}", chat_id=message.chat.id)
@@ -227,9 +228,9 @@ async def on_forget_pressed(
     """The confirmation: erase (once the presser is the asker), then say what went."""
     message = query.message
     if not isinstance(message, Message):
-        await query.answer(FORGET_EXPIRED)
+        await query.answer(_(FORGET_EXPIRED))
         return
-    _, who, *when = (query.data or "").split(":")
+    _kind, who, *when = (query.data or "").split(":")
     chat = message.chat.id
 
     async def say(text: str) -> None:
@@ -242,23 +243,23 @@ async def on_forget_pressed(
         await notifier.out.edit(chat, message.message_id, Chunk(escape_html(text), text))
 
     if who == "no":
-        await query.answer(FORGET_CANCELLED)
-        await say(FORGET_CANCELLED)
+        await query.answer(_(FORGET_CANCELLED))
+        await say(_(FORGET_CANCELLED))
         return
     if not who.isdigit() or query.from_user.id != int(who):
-        await query.answer(FORGET_NOT_YOURS, show_alert=True)
+        await query.answer(_(FORGET_NOT_YOURS), show_alert=True)
         return
     if not when or time.time() - int(when[0]) > FORGET_CONFIRM_SECONDS:
-        await query.answer(FORGET_EXPIRED)
-        await say(FORGET_EXPIRED)
+        await query.answer(_(FORGET_EXPIRED))
+        await say(_(FORGET_EXPIRED))
         return
     try:
         erased = await forget_chat(redis, store, chat, intake_shards=settings.intake_shards)
     except StoreUnavailableError:
-        await query.answer(FORGET_FAILED, show_alert=True)
+        await query.answer(_(FORGET_FAILED), show_alert=True)
         return
     log.info("erased what was stored about chat %s (/forget)", chat)
-    await query.answer("Erased.")
+    await query.answer(_("Erased."))
     await say(erased.summary())
 
 
@@ -267,10 +268,10 @@ async def _read(notifier: Notifier, message: Message, reading: Awaitable[str]) -
     try:
         text = await reading
     except conversations.OpsError:
-        notice(notifier, message, NOT_A_THREAD, personal=True)
+        notice(notifier, message, _(NOT_A_THREAD), personal=True)
         return None
     except TranscriptError as exc:
         log.warning("chat %s: a thread could not be read: %s", message.chat.id, exc)
-        notice(notifier, message, UNREADABLE)
+        notice(notifier, message, _(UNREADABLE))
         return None
     return text

@@ -23,6 +23,7 @@ from aiogram.types import InlineKeyboardButton, InlineKeyboardMarkup, Message, W
 
 from transcript import StoreUnavailableError, TranscriptStore
 
+from ..i18n import _, current
 from ..settings import Settings
 from ..webapp.texts import CONTINUE_HERE, OPEN_TREE, error_text
 from .messages import Checked
@@ -49,13 +50,13 @@ async def open_tree_markup(
     param = start_param(message.chat.id, target)
     if message.chat.type == ChatType.PRIVATE:
         url = f"{settings.webapp_url}?{urlencode({'tgWebAppStartParam': param})}"
-        button = InlineKeyboardButton(text=OPEN_TREE, web_app=WebAppInfo(url=url))
+        button = InlineKeyboardButton(text=_(OPEN_TREE), web_app=WebAppInfo(url=url))
     else:
         me = await bot.me()
         if not (me.has_main_web_app and me.username):
             return None
         link = f"https://t.me/{me.username}?{urlencode({'startapp': param})}"
-        button = InlineKeyboardButton(text=OPEN_TREE, url=link)
+        button = InlineKeyboardButton(text=_(OPEN_TREE), url=link)
     return InlineKeyboardMarkup(inline_keyboard=[[button]])
 
 
@@ -85,6 +86,8 @@ async def on_continue(
                     CONTINUE_PREFIX, target)  # fmt: skip
         return
     if known:
-        notifier.say(chat, CONTINUE_HERE, reply_to=target, thread_id=None)
+        notifier.say(chat, _(CONTINUE_HERE), reply_to=target, thread_id=None)
     else:
-        notifier.say(chat, error_text("not_found"), reply_to=message.message_id, thread_id=None)
+        notifier.say(
+            chat, error_text("not_found", current()), reply_to=message.message_id, thread_id=None
+        )

@@ -27,6 +27,7 @@ from typing import Any, Protocol, TypeVar
 from transcript import ChatMessage, Node, ToolCall, TranscriptStore
 
 from ..bus.inbound import Inbound
+from ..i18n import _
 from ..model import Answer, Media
 from ..turn.state import TurnState, TurnStates
 from .hub import ToolHub, ToolResult
@@ -167,7 +168,7 @@ class ToolLoop:
         todo = [i for i in range(len(calls)) if i not in done]
         if todo:
             names = ", ".join(dict.fromkeys(self._label(calls[i].name) for i in todo))
-            progress(f"🔧 Using {names}…")
+            progress(_("🔧 Using {names}…").format(names=names))
 
         async def one(i: int) -> None:
             call = calls[i]

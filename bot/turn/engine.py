@@ -51,6 +51,7 @@ from ..bus.albums import Albums
 from ..bus.inbound import EDIT, MESSAGE, RETRY, Inbound
 from ..bus.runner import Ack, InFlight, TurnBusy
 from ..data.connection import Queued
+from ..i18n import _, number, speaking
 from ..metrics import Metrics
 from ..model import Answer, Model, ModelError
 from ..retry import Outage, retrying
@@ -255,8 +256,12 @@ class Engine:
 
         ``True`` when this run finished the turn (``ack`` was queued on its final
         write), ``False`` when it was finished before; :class:`TurnBusy` when
-        another worker runs it.
+        another worker runs it. Everything it says is in the sender's language.
         """
+        with speaking(inbound.language):
+            return await self._run(inbound, ack)
+
+    async def _run(self, inbound: Inbound, ack: Ack) -> bool:
         started = time.monotonic()
         state, prefs = await self._claim_reading(inbound)
         if state is None:
@@ -286,7 +291,7 @@ class Engine:
                 reply = ended.reply
             except RecordError as exc:
                 log.error("turn in chat %s failed: %s", inbound.chat_id, exc)
-                reply = Reply(notices.DAMAGED_HISTORY.format(ref=exc.ref), None, notice=True)
+                reply = Reply(_(notices.DAMAGED_HISTORY).format(ref=exc.ref), None, notice=True)
             await self._deliver(turn, reply)
             self.metrics.turn("notice" if reply.notice else "answer", started)
             self.metrics.first_text(started, writer.first_shown_at)
@@ -331,7 +336,7 @@ class Engine:
         user = await self._store_user_node(turn)
         turn.writer.prefix = f"[depth:{user.depth + 1}] " + voice_quote(turn.inbound, user)
         if turn.state.lost_track:  # replying to the notice goes on from the message
-            raise TurnEnded(Reply(notices.LOST_TRACK, user.id, notice=True))
+            raise TurnEnded(Reply(_(notices.LOST_TRACK), user.id, notice=True))
         if turn.state.answer is not None:
             stored = await self.store.node(turn.state.answer)
             return Reply(stored.messages[-1].content or "", stored.id)
@@ -355,10 +360,10 @@ class Engine:
                     break
                 leaf = await self._tool_round(turn, user, leaf, (window, answer))
         turn.writer.ended()
-        shown = f"{answer.text}\n\n{notices.STOPPED}" if answer.stopped else answer.text
+        shown = f"{answer.text}\n\n{_(notices.STOPPED)}" if answer.stopped else answer.text
         thoughts = answer.reasoning if self.rules.show_reasoning else ""
         # the final text's first new part (if any) is announced with the answer
-        final = shown if shown.strip() else notices.EMPTY_ANSWER
+        final = shown if shown.strip() else _(notices.EMPTY_ANSWER)
         try:
             first_new = turn.writer.next_new_part(final, thoughts)
         except Exception:  # met again when it is shown, once the answer is stored
@@ -376,7 +381,7 @@ class Engine:
         call = self._call(turn, leaf.id, window, answer)
         await self.accounting.record(call)
         if self.tools.rounds(state) >= self.tools.max_rounds:
-            text = notices.TOOL_ROUNDS.format(rounds=self.tools.max_rounds)
+            text = _(notices.TOOL_ROUNDS).format(rounds=self.tools.max_rounds)
             raise TurnEnded(Reply(text, leaf.id, notice=True))
         leaf = await self.tools.round(
             state, leaf=leaf, answer=answer, progress=turn.writer.update, durably=self._durably
@@ -396,7 +401,7 @@ class Engine:
             personal = await self._personal(turn, reply.text) if reply.personal else None
             ids = await turn.writer.fail(reply.text) if personal is None else personal
         else:
-            text = reply.text if reply.text.strip() else notices.EMPTY_ANSWER
+            text = reply.text if reply.text.strip() else _(notices.EMPTY_ANSWER)
             ids = await turn.writer.finish(text, reasoning=reply.reasoning)
         writes: list[Queued] = [turn.ack, self.accounting.queue_settled(inbound.scope)]
         if node is None:  # a reply to it starts a new conversation
@@ -535,7 +540,7 @@ class Engine:
         elif role == "user":
             user = nodes[-1]  # the question itself: one more answer to it
         else:
-            raise TurnEnded(Reply(notices.RETRY_NOT_AN_ANSWER, None, notice=True))
+            raise TurnEnded(Reply(_(notices.RETRY_NOT_AN_ANSWER), None, notice=True))
         await self._durably(lambda: self.states.set_user(turn.state, user.id))
         return user
 
@@ -666,7 +671,7 @@ class Engine:
         if len(inbound.text) > limit:
             # kept, but replying to the notice continues without the over-long message
             parent = (await self.store.path(user.id))[-2]
-            text = notices.TOO_LONG.format(length=len(inbound.text), limit=limit)
+            text = _(notices.TOO_LONG).format(length=number(len(inbound.text)), limit=number(limit))
             raise TurnEnded(Reply(text, parent.id, notice=True))
 
     async def _check_limits(self, turn: Turn, user: Node) -> None:
@@ -683,7 +688,7 @@ class Engine:
                 "turn for message %s in chat %s stopped: %d model calls, %d tokens",
                 inbound.message_id, inbound.chat_id, state.calls - 1, spent,
             )  # fmt: skip
-            raise TurnEnded(Reply(notices.TURN_GUARD, user.id, notice=True))
+            raise TurnEnded(Reply(_(notices.TURN_GUARD), user.id, notice=True))
         daily, dollars = rules.user_daily_tokens, rules.user_daily_dollars
         if daily or dollars:
             today = await self.accounting.user_today(inbound.user_id)
@@ -703,7 +708,8 @@ class Engine:
             # long text file must not make every later turn of the thread too large too)
             from_user = bool(leaf.messages) and leaf.messages[0].role == "user"
             parent = (await self.store.path(leaf.id))[-2] if from_user else leaf
-            text = notices.TOO_LARGE.format(budget=self.context.for_branch(turn.branch).budget)
+            budget = self.context.for_branch(turn.branch).budget
+            text = _(notices.TOO_LARGE).format(budget=number(budget))
             raise TurnEnded(Reply(text, parent.id if from_user else leaf.id, notice=True)) from None
 
     async def _ask(
@@ -747,19 +753,19 @@ class Engine:
                 # answer at once without that image: one more call, under the turn guard
                 await self.states.count_call(turn.state, with_writes=aside)
                 await self._check_limits(turn, user)
-                if notices.IMAGE_SET_ASIDE not in turn.writer.prefix:
-                    turn.writer.prefix += notices.IMAGE_SET_ASIDE
+                if _(notices.IMAGE_SET_ASIDE) not in turn.writer.prefix:
+                    turn.writer.prefix += _(notices.IMAGE_SET_ASIDE)
                 without = await self._window(turn, user)
                 answer = await self._ask(turn, user, without, tools, stop=stop)
                 await context.answered(inbound, turn.state)
                 return answer
-            text = f"⚠️ {notices.MODEL_ERRORS[exc.kind]} {notices.RETRY_HINT}"
+            text = notices.model_error(exc.kind)
             raise TurnEnded(Reply(text, user.id, notice=True)) from None
         if answer.stopped and not answer.text.strip():
             # stopped before any text: nothing to keep but what the call cost
             call = self._call(turn, user.id, window, answer)
             await self.accounting.record(call)
-            raise TurnEnded(Reply(notices.STOPPED_EARLY, user.id, notice=True))
+            raise TurnEnded(Reply(_(notices.STOPPED_EARLY), user.id, notice=True))
         context.learn(window.messages, answer.usage, tools=tools is not None)
         return answer
 
@@ -786,7 +792,7 @@ class Engine:
             if announce:
                 TurnStates.queue_sending(pipe, inbound, state, announce)
 
-        [reply, *_] = await self.accounting.record(call, with_writes=writes)
+        [reply, *_others] = await self.accounting.record(call, with_writes=writes)
         if announce:
             state.sending = announce
         node = await self._durably(lambda: self.states.answer_placed(state, placement, reply))
@@ -824,14 +830,16 @@ class Engine:
         shown = state.answer or state.user
         if shown is not None and state.parts:
             await self.store.alias(inbound.scope, state.parts, shown)
+        with speaking(inbound.language):
+            text = _(notices.GAVE_UP)
         try:
             if inbound.guest is not None:
-                text = Chunk(escape_html(notices.GAVE_UP), notices.GAVE_UP)
-                await post_guest(self.out, inbound.guest, text, name=inbound.message_id)
+                chunk = Chunk(escape_html(text), text)
+                await post_guest(self.out, inbound.guest, chunk, name=inbound.message_id)
                 notice = part_of(inbound.message_id)
             else:
                 notice = await self.out.send_text(
-                    inbound.chat_id, notices.GAVE_UP, reply_to=inbound.message_id,
+                    inbound.chat_id, text, reply_to=inbound.message_id,
                     thread_id=inbound.thread_id,
                 )  # fmt: skip
         except Exception as exc:  # the chat may be gone too; the dead letter has the turn

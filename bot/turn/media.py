@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from babel.numbers import format_decimal
 from redis.asyncio import Redis
 
 from transcript import ChatMessage, Image, Node, TranscriptStore
@@ -24,6 +25,7 @@ from transcript import ChatMessage, Image, Node, TranscriptStore
 from ..bus.inbound import Inbound, MediaRef
 from ..data.connection import guarded
 from ..data.keys import unheard_key
+from ..i18n import N_, _, current, number
 from ..model import ModelError
 from ..model.transcribe import Transcriber
 from ..telegram.files import BOT_API_DOWNLOAD_LIMIT, Files, FileTooBigError, FileUnreadableError
@@ -122,37 +124,47 @@ UNHEARD_TTL = 7 * 24 * 3600
 #: Longest quote of what was heard shown above the answer.
 HEARD_QUOTE = 120
 
-TOO_BIG = (
-    "This file is too big for me to read ({size:.1f} MB; bots can download at most "
-    "{limit:.0f} MB). Please send a smaller one, or paste the part that matters."
+TOO_BIG = N_(
+    "This file is too big for me to read ({size} MB; bots can download at most "
+    "{limit} MB). Please send a smaller one, or paste the part that matters."
 )
-TEXT_TOO_BIG = (
+TEXT_TOO_BIG = N_(
     "This text file is too big for me ({size} KB; the limit is {limit} KB). Please send a "
     "smaller one, or paste the part that matters."
 )
-UNREADABLE_FILE = "I could not get this file from Telegram ({reason}). Please send it again."
-UNREADABLE_TEXT = (
+UNREADABLE_FILE = N_("I could not get this file from Telegram ({reason}). Please send it again.")
+UNREADABLE_TEXT = N_(
     "I could not read {name} as text (it is not UTF-8 or UTF-16, or it is binary). "
     "Please send it as UTF-8 text."
 )
-PDF = "I cannot read PDF files. Please send the text instead (copy it, or save it as .txt)."
-NOT_TEXT = (
+PDF = N_("I cannot read PDF files. Please send the text instead (copy it, or save it as .txt).")
+NOT_TEXT = N_(
     "I can read photos, voice notes, audio and text files (.txt, .md, .py, .json, .csv …), "
     "but not {name}. Please send its text instead."
 )
-IMAGE_FILE = "To show me a picture, send it as a photo (not as a file): then I can see it."
-AUDIO_TOO_BIG = (
-    "This recording is too big for me ({size:.1f} MB; the limit is {limit:.0f} MB). Please "
+IMAGE_FILE = N_("To show me a picture, send it as a photo (not as a file): then I can see it.")
+AUDIO_TOO_BIG = N_(
+    "This recording is too big for me ({size} MB; the limit is {limit} MB). Please "
     "send a shorter one, or a compressed one (a voice note, MP3 or Ogg)."
 )
-AUDIO_TOO_LONG = (
+AUDIO_TOO_LONG = N_(
     "This recording is too long for me ({duration}s; the limit is {limit}s). Please send a "
     "shorter one."
 )
-UNHEARD = (
+UNHEARD = N_(
     "⚠️ I could not transcribe your voice message ({reason}). It is kept: reply to it "
     "(with anything) to try again."
 )
+
+
+#: Why a voice message could not be transcribed, by the model error's kind.
+_SPEECH_FAILURES = {
+    "rate_limited": N_("the speech service is busy"),
+    "unavailable": N_("the speech service is not reachable"),
+    "timeout": N_("the speech service took too long"),
+    "config": N_("the speech service refused the request"),
+}
+_SPEECH_REJECTED = N_("the speech service rejected it")
 
 
 class MediaError(Exception):
@@ -225,7 +237,7 @@ class MediaReader:
                 raise MediaError(_too_big(size, exc.limit)) from None
             raise MediaError(_over_limit(ref, size, exc.limit)) from None
         except FileUnreadableError as exc:
-            raise MediaError(UNREADABLE_FILE.format(reason=str(exc) or "refused")) from None
+            raise MediaError(_(UNREADABLE_FILE).format(reason=str(exc) or "refused")) from None
 
     async def _image(self, inbound: Inbound, ref: MediaRef) -> Image:
         data = await self._fetch(ref, PHOTO_MAX_BYTES)
@@ -235,10 +247,12 @@ class MediaReader:
     async def _heard(self, inbound: Inbound, ref: MediaRef) -> str:
         limit = self.limits.audio_max_seconds
         if ref.duration > limit:
-            raise MediaError(AUDIO_TOO_LONG.format(duration=ref.duration, limit=limit))
+            raise MediaError(
+                _(AUDIO_TOO_LONG).format(duration=number(ref.duration), limit=number(limit))
+            )
         data = await self._fetch(ref, limit * AUDIO_BYTES_PER_SECOND)
         if self.transcriber is None:
-            raise MediaError(UNHEARD.format(reason="no transcription is set up"))
+            raise MediaError(_(UNHEARD).format(reason=_("no transcription is set up")))
         name = ref.name or ("voice.ogg" if ref.kind == "voice" else "audio.mp3")
         mime = ref.mime or ("audio/ogg" if ref.kind == "voice" else "audio/mpeg")
         try:
@@ -246,26 +260,26 @@ class MediaReader:
         except ModelError as exc:
             log.warning("transcribing in chat %s failed: %s", inbound.chat_id, exc.kind)
             await self.keep_unheard(inbound)
-            raise MediaError(UNHEARD.format(reason=_reason(exc))) from None
+            raise MediaError(_(UNHEARD).format(reason=_reason(exc))) from None
         if not text:
             await self.keep_unheard(inbound)
-            raise MediaError(UNHEARD.format(reason="no speech was heard"))
+            raise MediaError(_(UNHEARD).format(reason=_("no speech was heard")))
         return text
 
     async def _text_file(self, ref: MediaRef) -> str:
         name = ref.name or "file"
         suffix = PurePosixPath(name.lower()).suffix
         if ref.mime == "application/pdf" or suffix == ".pdf":
-            raise MediaError(PDF)
+            raise MediaError(_(PDF))
         if ref.mime.startswith("image/"):
-            raise MediaError(IMAGE_FILE)
+            raise MediaError(_(IMAGE_FILE))
         if not (ref.mime.startswith("text/") or ref.mime in TEXT_MIME_TYPES) and (
             suffix not in TEXT_EXTENSIONS
         ):
-            raise MediaError(NOT_TEXT.format(name=name))
+            raise MediaError(_(NOT_TEXT).format(name=name))
         text = _decode_text(await self._fetch(ref, self.limits.text_file_max_bytes))
         if text is None:
-            raise MediaError(UNREADABLE_TEXT.format(name=name))
+            raise MediaError(_(UNREADABLE_TEXT).format(name=name))
         return f"File {name}:\n{text}"
 
     # ---------------------------------------------------------- voice kept for a retry
@@ -298,26 +312,29 @@ def voice_quote(inbound: Inbound, user: Node) -> str:
 
 
 def _reason(exc: ModelError) -> str:
-    return {
-        "rate_limited": "the speech service is busy",
-        "unavailable": "the speech service is not reachable",
-        "timeout": "the speech service took too long",
-        "config": "the speech service refused the request",
-    }.get(exc.kind, "the speech service rejected it")
+    return _(_SPEECH_FAILURES.get(exc.kind, _SPEECH_REJECTED))
 
 
 def _too_big(size: int, limit: int) -> str:
     """Over the Bot API server's download limit (or a photo over PHOTO_MAX_BYTES)."""
-    return TOO_BIG.format(size=size / 1048576, limit=limit / 1048576)
+    return _(TOO_BIG).format(size=_megabytes(size, 1), limit=_megabytes(limit, 0))
 
 
 def _over_limit(ref: MediaRef, size: int, limit: int) -> str:
     """Over the operator's limit for this kind of file."""
     if ref.kind in ("voice", "audio"):
-        return AUDIO_TOO_BIG.format(size=size / 1048576, limit=limit / 1048576)
+        return _(AUDIO_TOO_BIG).format(size=_megabytes(size, 1), limit=_megabytes(limit, 0))
     if ref.kind == "photo":
         return _too_big(size, limit)
-    return TEXT_TOO_BIG.format(size=max(1, size // 1024), limit=limit // 1024)
+    return _(TEXT_TOO_BIG).format(size=number(max(1, size // 1024)), limit=number(limit // 1024))
+
+
+def _megabytes(size: int, places: int) -> str:
+    """``size`` bytes in MB to ``places`` decimals, in the current language's digits."""
+    return format_decimal(
+        round(size / 1048576, places), format=f"#,##0.{'0' * places}" if places else "#,##0",
+        locale=current(),
+    )  # fmt: skip
 
 
 def _image_mime(data: bytes) -> str:
