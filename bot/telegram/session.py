@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import random
 import time
 import weakref
 from collections.abc import Awaitable, Callable
@@ -71,6 +72,10 @@ log = logging.getLogger("replychain.telegram")
 
 #: Added to every ``retry_after`` so a retry never lands a hair too early.
 _RETRY_MARGIN = 0.1
+#: Most extra wait, drawn at random per window, so processes that met one window
+#: together do not all call the chat again in the same millisecond: the first call
+#: to meet a new 429 then reaches the others (bot/bus/relay.py) before they call.
+FLOOD_SPREAD = 0.3
 _PRUNE_AT = 10_000
 #: Tries of a call Telegram answered with a 5xx (it did not do it: safe to repeat).
 SERVER_ERROR_ATTEMPTS = 3
@@ -210,7 +215,8 @@ class FloodControl(BaseRequestMiddleware):
     def hold(self, chat: object, seconds: float) -> None:
         """No call to ``chat`` for ``seconds`` from now (a window Telegram opened, here
         or in another process)."""
-        until = time.monotonic() + seconds + _RETRY_MARGIN
+        spread = random.uniform(0.0, FLOOD_SPREAD)
+        until = time.monotonic() + seconds + _RETRY_MARGIN + spread
         self._not_before[chat] = max(self._not_before.get(chat, 0.0), until)
         self._prune()
 
