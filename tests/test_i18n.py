@@ -27,6 +27,7 @@ from bot import i18n
 from bot.i18n import I18N, _
 from bot.settings import LOCALES, SettingsError, load_settings
 from bot.telegram import steering
+from bot.telegram.choices import COMMANDS as CHOICE_COMMANDS
 from bot.telegram.menu import sync_menu
 from bot.telegram.routers import COMMANDS, HELP_TEXT, UNSUPPORTED_TEXT
 from bot.telegram.session import BotApiSession
@@ -209,6 +210,22 @@ def in_language(language: str, text: str) -> str:
         return _(text)
 
 
+#: The whole command menu: the bot's commands and the model choices'.
+MENU = (*COMMANDS, *CHOICE_COMMANDS)
+
+
+async def personal(tg: FakeTelegram, chat: int, user: int, text: str) -> str:
+    """A command in a group whose answer concerns the asker alone (an ephemeral
+    message to that person)."""
+    sent = tg.send_user_message(chat, user, text)["message_id"]
+
+    def answered() -> list[str]:
+        return [m.text or "" for m in tg.ephemerals if m.chat_id == chat and m.reply_to == sent]
+
+    await tg.wait_for(lambda: bool(answered()))
+    return answered()[0]
+
+
 async def command(tg: FakeTelegram, chat: int, user: int, text: str, **kw: object) -> str:
     message = tg.send_user_message(chat, user, text, **kw)  # type: ignore[arg-type]
     await tg.wait_for(lambda: bool(answers_to(tg, chat, message["message_id"])))
@@ -279,8 +296,8 @@ async def test_in_a_group_each_person_gets_usage_in_their_own_language(
     tg.set_language(USER, "de")
     tg.set_language(OTHER_USER, "fr")
     async with start_bot():
-        german = await command(tg, group, USER, "/usage")
-        french = await command(tg, group, OTHER_USER, "/usage")
+        german = await personal(tg, group, USER, "/usage")
+        french = await personal(tg, group, OTHER_USER, "/usage")
     assert german.startswith("Deine Nutzung:\nHeute (UTC): 0 Tokens in 0 Modellaufrufen")
     assert french.startswith("Votre utilisation :\nAujourd’hui (UTC) : 0 jeton en 0 appel")
 
@@ -305,7 +322,7 @@ async def test_the_command_menu_is_set_per_language_once(
     menus = len(i18n.languages())  # the default (English) and one per other language
     async with start_bot():
         await tg.wait_for(lambda: len(tg.calls_to("setMyCommands")) == menus)
-    assert _menu(tg, "") == [text for _name, text in COMMANDS]
+    assert _menu(tg, "") == [text for _name, text in MENU]
     assert _menu(tg, "de")[0] == in_language("de", COMMANDS[0][1]) != COMMANDS[0][1]
     assert {c.params.get("language_code") for c in tg.calls_to("setMyCommands")} == {
         None,
@@ -320,7 +337,7 @@ async def test_the_command_menu_is_set_per_language_once(
         # BOT_LANGUAGE: the default menu in that language, the others deleted
         i18n.force("ja")
         assert await sync_menu(bot) == menus
-        assert _menu(tg, "") == [in_language("ja", text) for _name, text in COMMANDS]
+        assert _menu(tg, "") == [in_language("ja", text) for _name, text in MENU]
         assert all(not _menu(tg, code) for code in i18n.languages())
         assert await sync_menu(bot) == 0
     finally:

@@ -23,6 +23,7 @@ from bot.app import App
 from bot.catalogue import CatalogueError, Defaults, Prices, load
 from bot.catalogue import Models as CatalogueModels
 from bot.data import keys as bot_keys
+from bot.i18n import dollars
 from bot.settings import SettingsError
 from bot.turn.branch import Branches
 from bot.usage.accounting import AUDIT_FIELDS, day_of, utc_now
@@ -445,10 +446,11 @@ async def test_every_call_is_priced_by_its_model_in_usage_stats_and_the_audit(
     cost = (cost + paid.completion_tokens * 2.0) / 1e6
     free = local.usages[0]
     text = usage.text or ""
-    assert f"about ${cost:.4f}" in text
-    assert f"  fast: {paid.total_tokens:,} tokens in 1 call, about ${cost:.4f}" in text
-    assert f"  local: {free.total_tokens:,} tokens in 1 call, tokens only: no prices set" in text
-    assert f"Estimated cost of the days above: ${cost:.4f}" in stats
+    money = dollars(cost)  # written the English way: "$0.0001"
+    assert f"about {money}" in text
+    assert f"  fast: {paid.total_tokens:,} tokens, 1 call, about {money}" in text
+    assert f"  local: {free.total_tokens:,} tokens, 1 call, tokens only: no prices set" in text
+    assert f"Estimated cost of the days above: {money}" in stats
     assert "By model" in stats and "  local: " in stats
     audit = await redis.hgetall(bot_keys.chat_usage_key(USER, "a", day_of(utc_now())))
     models = sorted(msgpack.unpackb(v)[AUDIT_FIELDS.index("model")] for v in audit.values())
