@@ -92,26 +92,27 @@ def escape_html(text: str, *, quote: bool = False) -> str:
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class _Tag:
-    """A formatting tag; compared by identity (a reopened tag is the same object)."""
+class Tag:
+    """A formatting tag; compared by identity (a reopened tag is the same object).
+    Shared with the rich renderer (bot/telegram/rich.py)."""
 
     kind: str
     open: str
     close: str
 
 
-_Stack = tuple[_Tag, ...]
+Stack = tuple[Tag, ...]
 
-_BOLD = _Tag("b", "<b>", "</b>")
-_ITALIC = _Tag("i", "<i>", "</i>")
-_STRIKE = _Tag("s", "<s>", "</s>")
-_CODE = _Tag("code", "<code>", "</code>")
-_QUOTE = _Tag("blockquote", "<blockquote>", "</blockquote>")
-_PRE = _Tag("pre", "<pre><code>", "</code></pre>")
+BOLD = Tag("b", "<b>", "</b>")
+ITALIC = Tag("i", "<i>", "</i>")
+STRIKE = Tag("s", "<s>", "</s>")
+CODE = Tag("code", "<code>", "</code>")
+_QUOTE = Tag("blockquote", "<blockquote>", "</blockquote>")
+_PRE = Tag("pre", "<pre><code>", "</code></pre>")
 #: A reasoning model's thoughts: collapsed under the answer's first line until tapped.
-_THOUGHTS = _Tag("blockquote", "<blockquote expandable>", "</blockquote>")
+_THOUGHTS = Tag("blockquote", "<blockquote expandable>", "</blockquote>")
 
-_INLINE_OPEN = {"strong_open": _BOLD, "em_open": _ITALIC, "s_open": _STRIKE}
+_INLINE_OPEN = {"strong_open": BOLD, "em_open": ITALIC, "s_open": STRIKE}
 _INLINE_CLOSE = frozenset({"strong_close", "em_close", "s_close", "link_close"})
 
 
@@ -121,11 +122,11 @@ def code_language(info: str) -> str:
     return "".join(c for c in words[0] if c in _LANG_CHARS)[:_MAX_LANG_LEN] if words else ""
 
 
-def _pre_tag(info: str) -> _Tag:
+def _pre_tag(info: str) -> Tag:
     lang = code_language(info)
     if not lang:
         return _PRE
-    return _Tag("pre", f'<pre><code class="language-{lang}">', "</code></pre>")
+    return Tag("pre", f'<pre><code class="language-{lang}">', "</code></pre>")
 
 
 def safe_url(url: str) -> str | None:
@@ -142,11 +143,11 @@ def safe_url(url: str) -> str | None:
     return url
 
 
-def _link_tag(url: str) -> _Tag:
-    return _Tag("a", f'<a href="{escape_html(url, quote=True)}">', "</a>")
+def _link_tag(url: str) -> Tag:
+    return Tag("a", f'<a href="{escape_html(url, quote=True)}">', "</a>")
 
 
-def _with(stack: _Stack, tag: _Tag | None) -> _Stack:
+def _with(stack: Stack, tag: Tag | None) -> Stack:
     """`stack` plus `tag`, unless the tag is None or its kind is already open."""
     if tag is None or any(t.kind == tag.kind for t in stack):
         return stack
@@ -196,15 +197,15 @@ class _Builder:
 
     def __init__(self) -> None:
         self._parts: list[list[str]] = []
-        self._stacks: list[_Stack] = []
-        self._containers: list[_Stack] = [()]
+        self._stacks: list[Stack] = []
+        self._containers: list[Stack] = [()]
         self._lists: list[_ListState] = []
         self._pending = ""  # separator owed before the next block's text
-        self._pending_stack: _Stack | None = None
+        self._pending_stack: Stack | None = None
         self._handlers: dict[str, Callable[[Token], None]] = {
             "paragraph_open": lambda tok: self._start_block(),
             "paragraph_close": lambda tok: self._end_block("\n" if tok.hidden else "\n\n"),
-            "heading_open": lambda tok: self._open_container(_BOLD),
+            "heading_open": lambda tok: self._open_container(BOLD),
             "heading_close": lambda tok: self._close_container(),
             "blockquote_open": lambda tok: self._open_container(_QUOTE),
             "blockquote_close": lambda tok: self._close_container(),
@@ -222,7 +223,7 @@ class _Builder:
         }
 
     @property
-    def _base(self) -> _Stack:
+    def _base(self) -> Stack:
         return self._containers[-1]
 
     def build(self, tokens: Sequence[Token]) -> None:
@@ -242,10 +243,10 @@ class _Builder:
                 self._leaf(tok.content, None)
             i += 1
 
-    def runs(self) -> tuple[list[str], list[_Stack]]:
+    def runs(self) -> tuple[list[str], list[Stack]]:
         return ["".join(parts) for parts in self._parts], self._stacks
 
-    def emit(self, text: str, stack: _Stack) -> None:
+    def emit(self, text: str, stack: Stack) -> None:
         if not text:
             return
         if self._pending and self._stacks:
@@ -255,7 +256,7 @@ class _Builder:
         self._pending_stack = None
         self._add(text, stack)
 
-    def _add(self, text: str, stack: _Stack) -> None:
+    def _add(self, text: str, stack: Stack) -> None:
         # Tags compare by identity, so this is cheap; equal neighbours share a run.
         if self._stacks and self._stacks[-1] == stack:
             self._parts[-1].append(text)
@@ -274,7 +275,7 @@ class _Builder:
         if len(sep) > len(self._pending):
             self._pending = sep
 
-    def _open_container(self, tag: _Tag) -> None:
+    def _open_container(self, tag: Tag) -> None:
         self._start_block()
         self._containers.append(_with(self._base, tag))
 
@@ -303,7 +304,7 @@ class _Builder:
         state.number += 1
         self.emit(LIST_INDENT * (len(self._lists) - 1) + marker, self._base)
 
-    def _leaf(self, content: str, tag: _Tag | None) -> None:
+    def _leaf(self, content: str, tag: Tag | None) -> None:
         self._start_block()
         self.emit(
             content.rstrip("\n") if tag is None else content.removesuffix("\n"),
@@ -330,7 +331,7 @@ class _Builder:
     # inline
 
     def _inline(self, children: Sequence[Token]) -> None:
-        opened: list[_Stack] = [self._base]
+        opened: list[Stack] = [self._base]
         for tok in children:
             kind = tok.type
             stack = opened[-1]
@@ -344,7 +345,7 @@ class _Builder:
                 opened.append(_with(stack, _link_tag(url) if url else None))
             elif kind == "code_inline":
                 in_link = any(t.kind == "a" for t in stack)
-                self.emit(tok.content, stack if in_link else _with(stack, _CODE))
+                self.emit(tok.content, stack if in_link else _with(stack, CODE))
             elif kind in ("softbreak", "hardbreak"):
                 self.emit("\n", stack)
             elif kind == "image":
@@ -352,7 +353,7 @@ class _Builder:
             else:  # text, html_inline (shown as text), anything unknown
                 self.emit(tok.content, stack)
 
-    def _image(self, tok: Token, stack: _Stack) -> None:
+    def _image(self, tok: Token, stack: Stack) -> None:
         alt = _inline_text(tok.children) if tok.children else tok.content
         url = safe_url(str(tok.attrGet("src") or ""))
         if url is None or any(t.kind == "a" for t in stack):
@@ -378,7 +379,7 @@ def _is_extender(char: str) -> bool:
 class _Doc:
     """The visible text with its formatting runs; cuts and renders chunks of it."""
 
-    def __init__(self, texts: list[str], stacks: list[_Stack]) -> None:
+    def __init__(self, texts: list[str], stacks: list[Stack]) -> None:
         self.texts, self.stacks = texts, stacks
         self.text = "".join(self.texts)
         self.starts = [0, *accumulate(len(t) for t in self.texts)][:-1]
@@ -457,7 +458,7 @@ class _Doc:
 
     def render(self, start: int, end: int) -> str:
         parts: list[str] = []
-        current: _Stack = ()
+        current: Stack = ()
         i = self._run_at(start)
         pos = start
         while pos < end:
@@ -479,13 +480,13 @@ def clean_text(text: str) -> str:
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
-def _body_runs(markdown: str) -> tuple[list[str], list[_Stack]]:
+def _body_runs(markdown: str) -> tuple[list[str], list[Stack]]:
     builder = _Builder()
     builder.build(_md.parse(markdown))
     doc = _Doc(*builder.runs())
     lo, hi = doc.skip_leading(0), len(doc.text.rstrip())
     texts: list[str] = []
-    stacks: list[_Stack] = []
+    stacks: list[Stack] = []
     for text, stack, run_start in zip(doc.texts, doc.stacks, doc.starts, strict=True):
         a, b = max(lo, run_start), min(hi, run_start + len(text))
         if a < b:

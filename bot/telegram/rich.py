@@ -52,8 +52,14 @@ from markdown_it.rules_inline import StateInline
 from markdown_it.token import Token
 
 from .format import (
+    BOLD,
+    CODE,
     EMPTY_PLACEHOLDER,
+    ITALIC,
+    STRIKE,
     Chunk,
+    Stack,
+    Tag,
     clean_text,
     code_language,
     escape_html,
@@ -234,34 +240,20 @@ def _tree(tokens: Sequence[Token]) -> list[_Node]:
 # ------------------------------------------------------------------ inline runs
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class _Tag:
-    """An inline element; compared by identity (a reopened tag is the same object)."""
+_Runs = list[tuple[str, Stack]]
 
-    kind: str
-    open: str
-    close: str
-
-
-_Stack = tuple[_Tag, ...]
-_Runs = list[tuple[str, _Stack]]
-
-_BOLD = _Tag("b", "<b>", "</b>")
-_ITALIC = _Tag("i", "<i>", "</i>")
-_UNDERLINE = _Tag("u", "<u>", "</u>")
-_STRIKE = _Tag("s", "<s>", "</s>")
-_CODE = _Tag("code", "<code>", "</code>")
-_MARK = _Tag("mark", "<mark>", "</mark>")
-_SUB = _Tag("sub", "<sub>", "</sub>")
-_SUP = _Tag("sup", "<sup>", "</sup>")
+_UNDERLINE = Tag("u", "<u>", "</u>")
+_MARK = Tag("mark", "<mark>", "</mark>")
+_SUB = Tag("sub", "<sub>", "</sub>")
+_SUP = Tag("sup", "<sup>", "</sup>")
 #: A formula: its run is one atom, never cut, never formatted inside.
-_MATH = _Tag("math", "<tg-math>", "</tg-math>")
+_MATH = Tag("math", "<tg-math>", "</tg-math>")
 
-_MARKDOWN_TAGS = {"strong": _BOLD, "em": _ITALIC, "s": _STRIKE}
+_MARKDOWN_TAGS = {"strong": BOLD, "em": ITALIC, "s": STRIKE}
 #: HTML a model writes that rich messages have, as balanced pairs without attributes.
 _HTML_TAGS = {
-    "b": _BOLD, "strong": _BOLD, "i": _ITALIC, "em": _ITALIC, "u": _UNDERLINE,
-    "ins": _UNDERLINE, "s": _STRIKE, "strike": _STRIKE, "del": _STRIKE, "code": _CODE,
+    "b": BOLD, "strong": BOLD, "i": ITALIC, "em": ITALIC, "u": _UNDERLINE,
+    "ins": _UNDERLINE, "s": STRIKE, "strike": STRIKE, "del": STRIKE, "code": CODE,
     "mark": _MARK, "sub": _SUB, "sup": _SUP,
 }  # fmt: skip
 _BREAKS = frozenset({"<br>", "<br/>", "<br />"})
@@ -296,15 +288,15 @@ def _html_pairs(nodes: Sequence[_Node]) -> dict[int, int]:
     return pairs
 
 
-def _with(stack: _Stack, tag: _Tag | None, cap: int) -> _Stack:
+def _with(stack: Stack, tag: Tag | None, cap: int) -> Stack:
     """``stack`` plus ``tag``, unless it is None, already open, or the stack is full."""
     if tag is None or len(stack) >= cap or any(t.kind == tag.kind for t in stack):
         return stack
     return (*stack, tag)
 
 
-def _link(url: str) -> _Tag:
-    return _Tag("a", f'<a href="{escape_html(url, quote=True)}">', "</a>")
+def _link(url: str) -> Tag:
+    return Tag("a", f'<a href="{escape_html(url, quote=True)}">', "</a>")
 
 
 class _Inline:
@@ -315,7 +307,7 @@ class _Inline:
         self._cap = cap  # most nested tags (what the leaf's depth leaves over)
         self._skip = skip  # characters still to drop (a task item's "[x] ")
 
-    def add(self, text: str, stack: _Stack) -> None:
+    def add(self, text: str, stack: Stack) -> None:
         if self._skip:
             dropped = text[: self._skip]
             text, self._skip = text[self._skip :], self._skip - len(dropped)
@@ -326,9 +318,9 @@ class _Inline:
         else:
             self.runs.append((text, stack))
 
-    def walk(self, nodes: Sequence[_Node], stack: _Stack) -> None:
+    def walk(self, nodes: Sequence[_Node], stack: Stack) -> None:
         pairs = _html_pairs(nodes)
-        closes: list[tuple[int, _Stack]] = []  # (where, the stack to go back to)
+        closes: list[tuple[int, Stack]] = []  # (where, the stack to go back to)
         for i, node in enumerate(nodes):
             if closes and closes[-1][0] == i:
                 stack = closes.pop()[1]
@@ -341,17 +333,17 @@ class _Inline:
                 continue
             self._node(node, stack)
 
-    def _node(self, node: _Node, stack: _Stack) -> None:
+    def _node(self, node: _Node, stack: Stack) -> None:
         kind = node.type
         if kind in _MARKDOWN_TAGS:
             self.walk(node.children, _with(stack, _MARKDOWN_TAGS[kind], self._cap))
         elif kind in ("softbreak", "hardbreak"):
             self.add("\n", stack)
         elif kind == "code_inline":
-            self.add(node.content, _with(stack, _CODE, self._cap))
+            self.add(node.content, _with(stack, CODE, self._cap))
         elif kind == "math_inline":
             math = _with(stack, _MATH, self._cap)
-            self.add(node.content, math if math != stack else _with(stack, _CODE, self._cap))
+            self.add(node.content, math if math != stack else _with(stack, CODE, self._cap))
         elif kind == "link":
             url = safe_url(str(node.attr("href") or ""))
             self.walk(node.children, _with(stack, _link(url) if url else None, self._cap))
@@ -362,7 +354,7 @@ class _Inline:
         else:  # text, an escape, HTML we do not keep (shown as text), anything unknown
             self.add(node.content, stack)
 
-    def _image(self, node: _Node, stack: _Stack) -> None:
+    def _image(self, node: _Node, stack: Stack) -> None:
         """An image is a link to it, named by its alt text (media are not fetched)."""
         alt = _Inline(self._cap)
         alt.walk(node.children, ())
@@ -377,7 +369,7 @@ class _Inline:
 def _runs_html(runs: _Runs) -> str:
     """Rich HTML of inline runs: tags opened and closed as the stacks change."""
     parts: list[str] = []
-    current: _Stack = ()
+    current: Stack = ()
     for text, stack in runs:
         common = 0
         while common < min(len(current), len(stack)) and current[common] is stack[common]:
@@ -416,7 +408,7 @@ def _cut_runs(runs: _Runs, cap: int) -> tuple[_Runs, _Runs]:
             continue
         if _MATH in tags and head:
             return head, runs[i:]
-        stack = tuple(_CODE if t is _MATH else t for t in tags)
+        stack = tuple(CODE if t is _MATH else t for t in tags)
         end = _fit(text, room)
         cut = max(text.rfind("\n", 0, end + 1), text.rfind(" ", 0, end + 1))
         if cut <= 0 and head:
