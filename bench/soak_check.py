@@ -436,6 +436,10 @@ class Checker:
             if any(p.message_id == part.message_id for p in copy.parts):
                 if not copy.complete(reply_text(parent.key, self.seed)):
                     raise LookupError(f"the answer {s.target} replied to never finished")
+                if copy.notice_kind == "damaged history":
+                    # the notice says the stored history is incomplete and asks for a
+                    # new conversation: a reply to it starts one (a failover lost writes)
+                    return None
                 return parent, not copy.notice
         raise LookupError(f"message {s.target} belongs to no answer of {parent.key}")
 
