@@ -23,10 +23,11 @@ from babel.messages.extract import extract_from_dir
 from babel.messages.mofile import write_mo
 from babel.messages.pofile import read_po
 
-from bot import i18n
+from bot import choice_texts, i18n
 from bot.i18n import I18N, _
 from bot.settings import LOCALES, SettingsError, load_settings
-from bot.telegram import steering
+from bot.telegram import guest, steering
+from bot.telegram.choices import COMMANDS as CHOICE_COMMANDS
 from bot.telegram.menu import sync_menu
 from bot.telegram.routers import COMMANDS, HELP_TEXT, UNSUPPORTED_TEXT
 from bot.telegram.session import BotApiSession
@@ -34,7 +35,7 @@ from bot.turn import notices
 from bot.usage.reports import OWNER_ONLY_TEXT
 from bot.webapp.texts import ERRORS, PAGE
 
-from .fake_telegram import FakeTelegram
+from .fake_telegram import FakeTelegram, StoredMessage
 from .harness import OTHER_USER, USER, BotFactory, answers_to, ask
 
 #: The twelve languages the bot ships at least (English needs no catalogue).
@@ -53,9 +54,14 @@ _PAGE_ONLY = {*PAGE.values(), *ERRORS.values()}
 #: Texts shown as a callback query's answer (at most 200 characters).
 _QUERY_ANSWERS = {
     steering.FORGET_CANCELLED, steering.FORGET_NOT_YOURS, steering.FORGET_EXPIRED,
-    steering.FORGET_FAILED, "Erased.",
+    steering.FORGET_FAILED, "Erased.", guest.HOW_TO_CONTINUE, choice_texts.MENU_EXPIRED,
+    choice_texts.NOT_YOURS, choice_texts.GONE, choice_texts.NOT_A_THREAD,
+    choice_texts.CHOICE_FAILED, choice_texts.MODEL_CHOSEN, choice_texts.MODEL_DEFAULT_CHOSEN,
+    choice_texts.PERSONA_CHOSEN, choice_texts.PERSONA_DEFAULT_CHOSEN,
 }  # fmt: skip
-_COMMAND_TEXTS = {text for _name, text in COMMANDS}
+#: The command menu: the routers' commands, then /model's and /persona's.
+MENU = (*COMMANDS, *CHOICE_COMMANDS)
+_COMMAND_TEXTS = {text for _name, text in MENU}
 
 
 def code_ids() -> dict[str, Message]:
@@ -210,9 +216,17 @@ def in_language(language: str, text: str) -> str:
 
 
 async def command(tg: FakeTelegram, chat: int, user: int, text: str, **kw: object) -> str:
+    """The bot's answer to ``text``: a message, or in a group the asker's ephemeral one."""
     message = tg.send_user_message(chat, user, text, **kw)  # type: ignore[arg-type]
-    await tg.wait_for(lambda: bool(answers_to(tg, chat, message["message_id"])))
-    return answers_to(tg, chat, message["message_id"])[0].text or ""
+
+    def replies() -> list[StoredMessage]:
+        mine = [
+            m for m in tg.ephemerals if m.chat_id == chat and m.reply_to == message["message_id"]
+        ]
+        return answers_to(tg, chat, message["message_id"]) + mine
+
+    await tg.wait_for(lambda: bool(replies()))
+    return replies()[0].text or ""
 
 
 async def test_a_german_user_gets_german_help_and_notices(
@@ -305,7 +319,7 @@ async def test_the_command_menu_is_set_per_language_once(
     menus = len(i18n.languages())  # the default (English) and one per other language
     async with start_bot():
         await tg.wait_for(lambda: len(tg.calls_to("setMyCommands")) == menus)
-    assert _menu(tg, "") == [text for _name, text in COMMANDS]
+    assert _menu(tg, "") == [text for _name, text in MENU]
     assert _menu(tg, "de")[0] == in_language("de", COMMANDS[0][1]) != COMMANDS[0][1]
     assert {c.params.get("language_code") for c in tg.calls_to("setMyCommands")} == {
         None,
@@ -320,7 +334,7 @@ async def test_the_command_menu_is_set_per_language_once(
         # BOT_LANGUAGE: the default menu in that language, the others deleted
         i18n.force("ja")
         assert await sync_menu(bot) == menus
-        assert _menu(tg, "") == [in_language("ja", text) for _name, text in COMMANDS]
+        assert _menu(tg, "") == [in_language("ja", text) for _name, text in MENU]
         assert all(not _menu(tg, code) for code in i18n.languages())
         assert await sync_menu(bot) == 0
     finally:
