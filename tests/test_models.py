@@ -23,6 +23,7 @@ from bot.app import App
 from bot.catalogue import CatalogueError, Defaults, Prices, load
 from bot.catalogue import Models as CatalogueModels
 from bot.data import keys as bot_keys
+from bot.i18n import I18N, _
 from bot.settings import SettingsError
 from bot.turn.branch import Branches
 from bot.usage.accounting import AUDIT_FIELDS, day_of, utc_now
@@ -489,3 +490,18 @@ async def test_a_text_only_model_gets_placeholders_without_a_failed_call(
         await ask(tg, app, USER, None, photo=True, caption="what is this?")
     [request] = local.requests
     assert request.status == 200 and "this model cannot see images" in json.dumps(request.messages)
+
+
+async def test_the_menu_and_its_confirmation_are_in_the_askers_language(
+    tg: FakeTelegram, start: Start
+) -> None:
+    tg.set_language(USER, "de")
+    async with start():
+        menu = await command(tg, "/model")
+        said = await pick(tg, "/model", "local")
+    with I18N.use_locale("de"):
+        wanted_menu = _(texts.MODEL_MENU_DEFAULT).format(current="fast")
+        wanted_said = _(texts.MODEL_DEFAULT_CHOSEN).format(name="local")
+    assert wanted_said != texts.MODEL_DEFAULT_CHOSEN.format(name="local")
+    assert menu.text == wanted_menu
+    assert said == wanted_said
