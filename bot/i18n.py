@@ -111,11 +111,13 @@ def number(value: int | float) -> str:
     return format_decimal(value, locale=current())
 
 
-def dollars(value: float) -> str:
-    """An estimated cost in US dollars to four places, written the current language's way."""
+def dollars(value: float, places: int = 4) -> str:
+    """An amount in US dollars to ``places`` decimals (an estimated cost: four; a budget:
+    two), written the current language's way ($0.0017, 0,0017 $)."""
+    pattern = Locale.parse(current()).currency_formats["standard"].pattern
     return format_currency(
-        round(value, 4), "USD", locale=current(), currency_digits=False,
-        decimal_quantization=False,
+        value, "USD", format=pattern.replace("0.00", "0." + "0" * places), locale=current(),
+        currency_digits=False,
     )  # fmt: skip
 
 

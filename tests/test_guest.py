@@ -14,6 +14,7 @@ from pathlib import Path
 from redis.asyncio import Redis
 
 from bot.app import App
+from bot.i18n import I18N, _
 from bot.telegram import guest
 from bot.telegram.routers import REFUSAL_TEXT
 from bot.turn.state import PartLedger
@@ -358,3 +359,28 @@ def test_a_guest_answer_announced_and_not_yet_recorded_is_waited_for() -> None:
     assert ledger.may_be_sending(guest.part_of(5))
     assert not ledger.may_be_sending(guest.part_of(6))
     assert not PartLedger(parts={}, announced={}).may_be_sending(guest.part_of(5))
+
+
+async def test_a_guest_is_answered_in_their_own_language(
+    tg: FakeTelegram, start_bot: BotFactory
+) -> None:
+    """The answer's button, the hint to a command and the button's answer follow the
+    language of whoever wrote (the summoner's, the presser's)."""
+    tg.add_guest_chat(GROUP, "supergroup")
+    tg.set_language(USER, "de")
+    tg.set_language(OTHER_USER, "fr")
+    async with start_bot() as app:
+        asked, answer = await summon(tg, app, GROUP, "hallo")
+        sent = tg.summon(GROUP, USER, f"@{tg.username} /tree", reply_to=answer.message_id)
+        await tg.wait_for(lambda: bool(answer_to(tg, GROUP, sent["message_id"])), TIMEOUT)
+        query = tg.press_guest_button(GROUP, answer.message_id, OTHER_USER, f"guest:{asked}")
+        await tg.wait_for(lambda: query in tg.query_answers, TIMEOUT)
+    with I18N.use_locale("de"):
+        button, hint = _(guest.BUTTON_TEXT), _(guest.COMMAND_HINT)
+    with I18N.use_locale("fr"):
+        how = _(guest.HOW_TO_CONTINUE).format(bot=tg.username)
+    assert button != guest.BUTTON_TEXT and how != guest.HOW_TO_CONTINUE.format(bot=tg.username)
+    [[shown]] = (answer.reply_markup or {})["inline_keyboard"]
+    assert shown["text"] == button
+    assert answer_to(tg, GROUP, sent["message_id"]).text == hint
+    assert tg.query_answers[query] == how

@@ -23,10 +23,10 @@ from babel.messages.extract import extract_from_dir
 from babel.messages.mofile import write_mo
 from babel.messages.pofile import read_po
 
-from bot import i18n
+from bot import choice_texts, i18n
 from bot.i18n import I18N, _
 from bot.settings import LOCALES, SettingsError, load_settings
-from bot.telegram import steering
+from bot.telegram import guest, steering
 from bot.telegram.choices import COMMANDS as CHOICE_COMMANDS
 from bot.telegram.menu import sync_menu
 from bot.telegram.routers import COMMANDS, HELP_TEXT, UNSUPPORTED_TEXT
@@ -35,7 +35,7 @@ from bot.turn import notices
 from bot.usage.reports import OWNER_ONLY_TEXT
 from bot.webapp.texts import ERRORS, PAGE
 
-from .fake_telegram import FakeTelegram
+from .fake_telegram import FakeTelegram, StoredMessage
 from .harness import OTHER_USER, USER, BotFactory, answers_to, ask
 
 #: The twelve languages the bot ships at least (English needs no catalogue).
@@ -54,9 +54,14 @@ _PAGE_ONLY = {*PAGE.values(), *ERRORS.values()}
 #: Texts shown as a callback query's answer (at most 200 characters).
 _QUERY_ANSWERS = {
     steering.FORGET_CANCELLED, steering.FORGET_NOT_YOURS, steering.FORGET_EXPIRED,
-    steering.FORGET_FAILED, "Erased.",
+    steering.FORGET_FAILED, "Erased.", guest.HOW_TO_CONTINUE, choice_texts.MENU_EXPIRED,
+    choice_texts.NOT_YOURS, choice_texts.GONE, choice_texts.NOT_A_THREAD,
+    choice_texts.CHOICE_FAILED, choice_texts.MODEL_CHOSEN, choice_texts.MODEL_DEFAULT_CHOSEN,
+    choice_texts.PERSONA_CHOSEN, choice_texts.PERSONA_DEFAULT_CHOSEN,
 }  # fmt: skip
-_COMMAND_TEXTS = {text for _name, text in COMMANDS}
+#: The command menu: the routers' commands, then /model's and /persona's.
+MENU = (*COMMANDS, *CHOICE_COMMANDS)
+_COMMAND_TEXTS = {text for _name, text in MENU}
 
 
 def code_ids() -> dict[str, Message]:
@@ -210,26 +215,18 @@ def in_language(language: str, text: str) -> str:
         return _(text)
 
 
-#: The whole command menu: the bot's commands and the model choices'.
-MENU = (*COMMANDS, *CHOICE_COMMANDS)
-
-
-async def personal(tg: FakeTelegram, chat: int, user: int, text: str) -> str:
-    """A command in a group whose answer concerns the asker alone (an ephemeral
-    message to that person)."""
-    sent = tg.send_user_message(chat, user, text)["message_id"]
-
-    def answered() -> list[str]:
-        return [m.text or "" for m in tg.ephemerals if m.chat_id == chat and m.reply_to == sent]
-
-    await tg.wait_for(lambda: bool(answered()))
-    return answered()[0]
-
-
 async def command(tg: FakeTelegram, chat: int, user: int, text: str, **kw: object) -> str:
+    """The bot's answer to ``text``: a message, or in a group the asker's ephemeral one."""
     message = tg.send_user_message(chat, user, text, **kw)  # type: ignore[arg-type]
-    await tg.wait_for(lambda: bool(answers_to(tg, chat, message["message_id"])))
-    return answers_to(tg, chat, message["message_id"])[0].text or ""
+
+    def replies() -> list[StoredMessage]:
+        mine = [
+            m for m in tg.ephemerals if m.chat_id == chat and m.reply_to == message["message_id"]
+        ]
+        return answers_to(tg, chat, message["message_id"]) + mine
+
+    await tg.wait_for(lambda: bool(replies()))
+    return replies()[0].text or ""
 
 
 async def test_a_german_user_gets_german_help_and_notices(
@@ -296,8 +293,8 @@ async def test_in_a_group_each_person_gets_usage_in_their_own_language(
     tg.set_language(USER, "de")
     tg.set_language(OTHER_USER, "fr")
     async with start_bot():
-        german = await personal(tg, group, USER, "/usage")
-        french = await personal(tg, group, OTHER_USER, "/usage")
+        german = await command(tg, group, USER, "/usage")
+        french = await command(tg, group, OTHER_USER, "/usage")
     assert german.startswith("Deine Nutzung:\nHeute (UTC): 0 Tokens in 0 Modellaufrufen")
     assert french.startswith("Votre utilisation :\nAujourd’hui (UTC) : 0 jeton en 0 appel")
 

@@ -23,7 +23,7 @@ from bot.app import App
 from bot.catalogue import CatalogueError, Defaults, Prices, load
 from bot.catalogue import Models as CatalogueModels
 from bot.data import keys as bot_keys
-from bot.i18n import dollars
+from bot.i18n import I18N, _
 from bot.settings import SettingsError
 from bot.turn.branch import Branches
 from bot.usage.accounting import AUDIT_FIELDS, day_of, utc_now
@@ -446,11 +446,10 @@ async def test_every_call_is_priced_by_its_model_in_usage_stats_and_the_audit(
     cost = (cost + paid.completion_tokens * 2.0) / 1e6
     free = local.usages[0]
     text = usage.text or ""
-    money = dollars(cost)  # written the English way: "$0.0001"
-    assert f"about {money}" in text
-    assert f"  fast: {paid.total_tokens:,} tokens, 1 call, about {money}" in text
-    assert f"  local: {free.total_tokens:,} tokens, 1 call, tokens only: no prices set" in text
-    assert f"Estimated cost of the days above: {money}" in stats
+    assert f"about ${cost:.4f}" in text
+    assert f"  fast: {paid.total_tokens:,} tokens in 1 call, about ${cost:.4f}" in text
+    assert f"  local: {free.total_tokens:,} tokens in 1 call, tokens only: no prices set" in text
+    assert f"Estimated cost of the days above: ${cost:.4f}" in stats
     assert "By model" in stats and "  local: " in stats
     audit = await redis.hgetall(bot_keys.chat_usage_key(USER, "a", day_of(utc_now())))
     models = sorted(msgpack.unpackb(v)[AUDIT_FIELDS.index("model")] for v in audit.values())
@@ -491,3 +490,18 @@ async def test_a_text_only_model_gets_placeholders_without_a_failed_call(
         await ask(tg, app, USER, None, photo=True, caption="what is this?")
     [request] = local.requests
     assert request.status == 200 and "this model cannot see images" in json.dumps(request.messages)
+
+
+async def test_the_menu_and_its_confirmation_are_in_the_askers_language(
+    tg: FakeTelegram, start: Start
+) -> None:
+    tg.set_language(USER, "de")
+    async with start():
+        menu = await command(tg, "/model")
+        said = await pick(tg, "/model", "local")
+    with I18N.use_locale("de"):
+        wanted_menu = _(texts.MODEL_MENU_DEFAULT).format(current="fast")
+        wanted_said = _(texts.MODEL_DEFAULT_CHOSEN).format(name="local")
+    assert wanted_said != texts.MODEL_DEFAULT_CHOSEN.format(name="local")
+    assert menu.text == wanted_menu
+    assert said == wanted_said

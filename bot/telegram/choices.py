@@ -29,7 +29,7 @@ from transcript import StoreUnavailableError, TranscriptError
 
 from .. import choice_texts as texts
 from ..catalogue import MODEL, PERSONA, Catalogue
-from ..i18n import N_
+from ..i18n import N_, _
 from .format import Chunk, escape_html
 from .messages import Checked, notice, replied_id, thread_of
 from .out import Notifier
@@ -67,21 +67,21 @@ def retry_model(command: CommandObject | None, catalogue: Catalogue) -> tuple[st
     name = (command.args or "").strip() if command is not None else ""
     if not name or name in catalogue.models:
         return name, ""
-    return "", texts.UNKNOWN_MODEL.format(name=name, names=", ".join(catalogue.models))
+    return "", _(texts.UNKNOWN_MODEL).format(name=name, names=", ".join(catalogue.models))
 
 
 async def on_model(
     message: Message, *, notifier: Notifier, branches: Branches | None, catalogue: Catalogue
 ) -> None:
     if branches is None or len(catalogue.models) == 1:
-        notice(notifier, message, texts.ONE_MODEL.format(name=catalogue.default))
+        notice(notifier, message, _(texts.ONE_MODEL).format(name=catalogue.default))
         return
     await _menu(message, MODEL, notifier, branches)
 
 
 async def on_persona(message: Message, *, notifier: Notifier, branches: Branches | None) -> None:
     if branches is None or not branches.catalogue.personas:
-        notice(notifier, message, texts.NO_PERSONAS)
+        notice(notifier, message, _(texts.NO_PERSONAS))
         return
     await _menu(message, PERSONA, notifier, branches)
 
@@ -98,7 +98,7 @@ async def _menu(message: Message, kind: str, notifier: Notifier, branches: Branc
             log.warning("chat %s: the choices could not be read: %s", chat, type(exc).__name__)
             current = None
         if current is None:
-            notice(notifier, message, texts.NOT_A_THREAD)
+            notice(notifier, message, _(texts.NOT_A_THREAD))
             return None
         catalogue = branches.catalogue
         names = list(catalogue.models if kind == MODEL else catalogue.personas)
@@ -108,7 +108,7 @@ async def _menu(message: Message, kind: str, notifier: Notifier, branches: Branc
         buttons = [
             InlineKeyboardButton(
                 text=("✓ " if name == current else "")
-                + (texts.PERSONA_NONE_BUTTON if name == _NONE else name),
+                + (_(texts.PERSONA_NONE_BUTTON) if name == _NONE else name),
                 callback_data=f"{_PREFIX}:{kind}:{user}:{target or 0}:{stamp}:{name}",
             )
             for name in names
@@ -118,7 +118,7 @@ async def _menu(message: Message, kind: str, notifier: Notifier, branches: Branc
             (MODEL, True): texts.MODEL_MENU, (MODEL, False): texts.MODEL_MENU_DEFAULT,
             (PERSONA, True): texts.PERSONA_MENU, (PERSONA, False): texts.PERSONA_MENU_DEFAULT,
         }  # fmt: skip
-        text = menus[(kind, target is not None)].format(current=_label(current))
+        text = _(menus[(kind, target is not None)]).format(current=_label(current))
         return await notifier.out.send_buttons(
             chat,
             text,
@@ -152,30 +152,30 @@ async def _current(
 
 
 def _label(name: str) -> str:
-    return texts.PERSONA_NONE if name == _NONE else name
+    return _(texts.PERSONA_NONE) if name == _NONE else name
 
 
 async def on_pick(query: CallbackQuery, *, notifier: Notifier, branches: Branches | None) -> None:
     """A button pressed: record the choice (once the presser is the asker)."""
     message = query.message
     if not isinstance(message, Message) or branches is None:
-        await query.answer(texts.MENU_EXPIRED)
+        await query.answer(_(texts.MENU_EXPIRED))
         return
     try:
-        _, kind, asker, target, stamp, name = (query.data or "").split(":", 5)
+        _prefix, kind, asker, target, stamp, name = (query.data or "").split(":", 5)
     except ValueError:
-        await query.answer(texts.MENU_EXPIRED)
+        await query.answer(_(texts.MENU_EXPIRED))
         return
     if not asker.isdigit() or query.from_user.id != int(asker):
-        await query.answer(texts.NOT_YOURS, show_alert=True)
+        await query.answer(_(texts.NOT_YOURS), show_alert=True)
         return
     if not stamp.isdigit() or time.time() - int(stamp) > MENU_SECONDS:
-        await query.answer(texts.MENU_EXPIRED)
+        await query.answer(_(texts.MENU_EXPIRED))
         return
     catalogue, chat = branches.catalogue, message.chat.id
     offered = catalogue.models if kind == MODEL else catalogue.personas
     if name not in offered and not (kind == PERSONA and name == _NONE and target == "0"):
-        await query.answer(texts.GONE, show_alert=True)
+        await query.answer(_(texts.GONE), show_alert=True)
         return
     scope = str(chat)
     try:
@@ -184,17 +184,17 @@ async def on_pick(query: CallbackQuery, *, notifier: Notifier, branches: Branche
         else:
             node = await branches.store.resolve(scope, int(target))
             if node is None:
-                await query.answer(texts.NOT_A_THREAD, show_alert=True)
+                await query.answer(_(texts.NOT_A_THREAD), show_alert=True)
                 return
             await branches.choose(node, kind, name)
     except StoreUnavailableError:
-        await query.answer(texts.CHOICE_FAILED, show_alert=True)
+        await query.answer(_(texts.CHOICE_FAILED), show_alert=True)
         return
     done = {
         (MODEL, False): texts.MODEL_CHOSEN, (MODEL, True): texts.MODEL_DEFAULT_CHOSEN,
         (PERSONA, False): texts.PERSONA_CHOSEN, (PERSONA, True): texts.PERSONA_DEFAULT_CHOSEN,
     }  # fmt: skip
-    text = done[(kind, target == "0")].format(name=_label(name))
+    text = _(done[(kind, target == "0")]).format(name=_label(name))
     log.info("chat %s: %s %s chosen (%s)", chat, "model" if kind == MODEL else "persona", name,
              "default" if target == "0" else "branch")  # fmt: skip
     await query.answer(text)

@@ -37,6 +37,7 @@ from aiogram.types import (
     Message,
 )
 
+from ..i18n import N_, _
 from .errors import EntitiesRejectedError, QueryClosedError
 from .format import TELEGRAM_LIMIT, Chunk, escape_html, render_chunks, utf16_len
 from .out import AnswerRejectedError, TelegramOut
@@ -46,23 +47,23 @@ from .writer import PartJournal, _NoJournal
 log = logging.getLogger("replychain.guest")
 
 #: The button under every guest answer: it names the answer for a reply to it.
-BUTTON_TEXT = "↩ How to continue"
+BUTTON_TEXT = N_("↩ How to continue")
 #: What pressing it shows (a callback answer: at most 200 characters).
-HOW_TO_CONTINUE = (
+HOW_TO_CONTINUE = N_(
     "Reply to this answer and mention @{bot} to continue the conversation; "
     "reply twice to one answer to branch."
 )
 #: Under an answer longer than one message (a guest answer is one message).
-CUT = "… (too long for one message here: reply “go on” for the rest)"
+CUT = N_("… (too long for one message here: reply “go on” for the rest)")
 #: /help (and /start) where the bot is a guest.
-HELP = (
+HELP = N_(
     "I am a chat bot for an AI model. Mention me with a question and I answer here. "
     "Reply to my answer (mentioning me) to continue that conversation; reply twice to one "
     "answer to branch; a mention that replies to somebody's message gives me that message "
     "to read."
 )
 #: Commands that need the bot's own chat.
-COMMAND_HINT = (
+COMMAND_HINT = N_(
     "Here I can only answer: mention me with a question, or reply to my answer to go on "
     "(/retry too). /tree, /export, /usage and /forget work in my own chat."
 )
@@ -113,9 +114,10 @@ def _one_message(text: str, prefix: str, reasoning: str) -> Chunk:
     chunks = render_chunks(text, prefix=prefix, reasoning=reasoning)
     if len(chunks) == 1:
         return chunks[0]
-    room = TELEGRAM_LIMIT - utf16_len(CUT) - 2
+    cut = _(CUT)
+    room = TELEGRAM_LIMIT - utf16_len(cut) - 2
     first = render_chunks(text, prefix=prefix, reasoning=reasoning, limit=room)[0]
-    return Chunk(f"{first.html}\n\n{escape_html(CUT)}", f"{first.plain}\n\n{CUT}")
+    return Chunk(f"{first.html}\n\n{escape_html(cut)}", f"{first.plain}\n\n{cut}")
 
 
 async def post(out: TelegramOut, query_id: str, chunk: Chunk, *, name: int | None) -> str:
@@ -128,7 +130,7 @@ async def post(out: TelegramOut, query_id: str, chunk: Chunk, *, name: int | Non
     """
     markup = None
     if name is not None:
-        button = InlineKeyboardButton(text=BUTTON_TEXT, callback_data=answer_data(name))
+        button = InlineKeyboardButton(text=_(BUTTON_TEXT), callback_data=answer_data(name))
         markup = InlineKeyboardMarkup(inline_keyboard=[[button]])
 
     def result(text: str, mode: str | None) -> InlineQueryResultArticle:

@@ -326,32 +326,33 @@ def _guest_router() -> Router:
         text = strip_mention(message.text or message.caption or "", me.username)
         command = text.split(maxsplit=1)[0].partition("@")[0].lower() if text else ""
         if message.content_type in UNSUPPORTED:
-            notice(notifier, message, UNSUPPORTED_TEXT)
+            notice(notifier, message, _(UNSUPPORTED_TEXT))
             return
         if command in ("/start", "/help"):
-            notice(notifier, message, guest.HELP)
+            notice(notifier, message, _(guest.HELP))
             return
         answer = guest.replied_answer(message, me.id)
         kind = MESSAGE
         if command == "/retry":
             if answer is None:
-                notice(notifier, message, RETRY_USAGE)
+                notice(notifier, message, _(RETRY_USAGE))
                 return
             kind = RETRY
         elif command.startswith("/"):
-            notice(notifier, message, guest.COMMAND_HINT)
+            notice(notifier, message, _(guest.COMMAND_HINT))
             return
         if answer is None and not sent_by(message.reply_to_message, me.id):
             text = guest.quoted(message) + text  # somebody's message, given as context
         media = media_of(message, settings.image_max_pixels)
         if not text.strip() and not media:
-            notice(notifier, message, EMPTY_MENTION_TEXT)
+            notice(notifier, message, _(EMPTY_MENTION_TEXT))
             return
         inbound = Inbound(
             chat_id=message.chat.id, message_id=message.message_id,
             user_id=message.from_user.id if message.from_user else 0, text=text,
             reply_to=answer, reply_to_bot=answer is not None, is_group=is_group(message),
             kind=kind, media=media, guest=message.guest_query_id,
+            language=(message.from_user.language_code or "") if message.from_user else "",
         )  # fmt: skip
         if not await intake.record(inbound, stopping):
             await asyncio.Event().wait()  # stopping before it was stored: never confirm it
@@ -360,7 +361,7 @@ def _guest_router() -> Router:
     async def on_how_to_continue(query: CallbackQuery, bot: Bot) -> None:
         """The button under a guest answer (it names the answer for replies)."""
         me = await bot.me()
-        await query.answer(guest.HOW_TO_CONTINUE.format(bot=me.username or "me"))
+        await query.answer(_(guest.HOW_TO_CONTINUE).format(bot=me.username or "me"))
 
     return router
 

@@ -34,6 +34,7 @@ from ..bus.inbound import Inbound
 from ..catalogue import MODEL, PERSONA, Catalogue, ModelSpec
 from ..data import keys
 from ..data.connection import guarded
+from ..i18n import _
 from ..model import Model
 from ..model.client import ModelClient
 
@@ -143,7 +144,7 @@ class Branches:
             fallback = prefs.model
         name: str = override or chosen or prefs.model or fallback
         if name not in catalogue.models:
-            note = choice_texts.MODEL_GONE_NOTE.format(name=name, used=fallback)
+            note = _(choice_texts.MODEL_GONE_NOTE).format(name=name, used=fallback)
             name = fallback
         personas = [c for c in choices if c.kind == PERSONA and c.digest]
         texts = await self.store.blobs(leaf.scope, [c.digest for c in personas]) if personas else {}

@@ -51,7 +51,7 @@ from ..bus.albums import Albums
 from ..bus.inbound import EDIT, MESSAGE, RETRY, Inbound
 from ..bus.runner import Ack, InFlight, TurnBusy
 from ..data.connection import Queued
-from ..i18n import _, number, speaking
+from ..i18n import _, dollars, number, speaking
 from ..metrics import Metrics
 from ..model import Answer, Model, ModelError
 from ..retry import Outage, retrying
@@ -689,15 +689,15 @@ class Engine:
                 inbound.message_id, inbound.chat_id, state.calls - 1, spent,
             )  # fmt: skip
             raise TurnEnded(Reply(_(notices.TURN_GUARD), user.id, notice=True))
-        daily, dollars = rules.user_daily_tokens, rules.user_daily_dollars
-        if daily or dollars:
+        daily, budget = rules.user_daily_tokens, rules.user_daily_dollars
+        if daily or budget:
             today = await self.accounting.user_today(inbound.user_id)
             if daily and today.tokens >= daily:
                 text = notices.daily_limit(daily, self.accounting.clock())
                 raise TurnEnded(Reply(text, user.id, notice=True, personal=True))
-            if dollars and today.dollars >= dollars:
+            if budget and today.dollars >= budget:
                 reset = next_reset(self.accounting.clock()).strftime("%H:%M")
-                text = choice_texts.BUDGET_REACHED.format(budget=dollars, reset=reset)
+                text = _(choice_texts.BUDGET_REACHED).format(budget=dollars(budget, 2), reset=reset)
                 raise TurnEnded(Reply(text, user.id, notice=True, personal=True))
 
     async def _window(self, turn: Turn, leaf: Node) -> Window:

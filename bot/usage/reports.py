@@ -59,7 +59,10 @@ def _per_model(totals: Totals, accounting: Accounting) -> list[str]:
             if accounting.prices_of(name).configured
             else _("tokens only: {why}").format(why=_(choice_texts.NO_PRICES))
         )
-        lines.append(f"  {name}: {_tokens(used.tokens)}, {_calls(used.calls)}, {cost}")
+        line = _("{tokens} in {calls}, {cost}").format(
+            tokens=_tokens(used.tokens), calls=_calls(used.calls), cost=cost
+        )
+        lines.append(f"  {name}: {line}")
     return lines
 
 

@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 from .. import choice_texts
 from ..data import keys
 from ..data.connection import guarded
+from ..i18n import _, dollars, speaking
 from .accounting import NANO, Accounting, day_of
 
 log = logging.getLogger("replychain.accounting")
@@ -65,11 +66,13 @@ class SpendAlert:
             )
             if first:
                 log.warning("the day's model spend passed DAILY_SPEND_ALERT_USD")
-                text = choice_texts.SPEND_ALERT.format(
-                    limit=self.limit / NANO,
-                    spent=total / NANO,
-                    day=f"{day[:4]}-{day[4:6]}-{day[6:]}",
-                )
+                # to the owners, not in the language of the user whose call passed it
+                with speaking(None):
+                    text = _(choice_texts.SPEND_ALERT).format(
+                        limit=dollars(self.limit / NANO, 2),
+                        spent=dollars(total / NANO, 2),
+                        day=f"{day[:4]}-{day[4:6]}-{day[6:]}",
+                    )
                 await self.tell(text)
         except (
             Exception
