@@ -51,7 +51,7 @@ from ..bus.albums import Albums
 from ..bus.inbound import EDIT, MESSAGE, RETRY, Inbound
 from ..bus.runner import Ack, InFlight, TurnBusy
 from ..data.connection import Queued
-from ..i18n import _, dollars, number, speaking
+from ..i18n import _, clock_time, dollars, number, speaking
 from ..metrics import Metrics
 from ..model import Answer, Model, ModelError
 from ..retry import Outage, retrying
@@ -696,7 +696,7 @@ class Engine:
                 text = notices.daily_limit(daily, self.accounting.clock())
                 raise TurnEnded(Reply(text, user.id, notice=True, personal=True))
             if budget and today.dollars >= budget:
-                reset = next_reset(self.accounting.clock()).strftime("%H:%M")
+                reset = clock_time(next_reset(self.accounting.clock()))  # as the token limit's
                 text = _(choice_texts.BUDGET_REACHED).format(budget=dollars(budget, 2), reset=reset)
                 raise TurnEnded(Reply(text, user.id, notice=True, personal=True))
 
