@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import re
 
 import pytest
@@ -489,3 +490,28 @@ def split(text: str, limit: int) -> list[str]:
 
 That's all! 😀 Ask again if ~~anything~~ something is unclear. <b>raw</b>
 """
+
+
+#: Every kind of block the renderers handle, once.
+EVERY_BLOCK = (
+    "# Title\n\nSome **bold** and `code`, a [link](https://example.com).\n\n"
+    "- one\n- two\n  1. nested\n\n> quoted\n\n```py\nx = 1\n```\n\n    indented\n\n---\n\n"
+    "| a | b |\n|---|---|\n| 1 | 2 |\n\n$$x^2$$\n"
+)
+
+
+def test_rendering_leaves_no_reference_cycle_behind() -> None:
+    """Each rendering is freed when done: a cycle (handlers bound to the builder) would
+    keep every rendering of every answer until a full garbage collection."""
+    from bot.telegram.rich import render_rich  # noqa: PLC0415
+
+    render_chunks(EVERY_BLOCK)  # first use: the parser and its caches
+    render_rich(EVERY_BLOCK)
+    gc.collect()
+    gc.disable()
+    try:
+        render_chunks(EVERY_BLOCK, prefix="[depth:2] ", reasoning="thoughts")
+        render_rich(EVERY_BLOCK, prefix="[depth:2] ", reasoning="thoughts")
+        assert gc.collect() == 0
+    finally:
+        gc.enable()

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+import weakref
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 
@@ -165,6 +167,31 @@ async def test_a_finished_turn_keeps_only_its_mark_and_everything_is_aliased(rig
     assert 2 * 24 * 3600 < await rig.redis.ttl(done) <= 3 * 24 * 3600
     assert not await rig.redis.exists(keys.lease_key(str(CHAT), 1))
     assert not await rig.redis.exists(keys.pending_parts_key(str(CHAT)))
+
+
+async def test_a_finished_turn_is_freed_at_once_not_by_the_garbage_collector(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reference cycle through the turn (its writer's journal held the turn) kept every
+    finished turn, its message and answer in memory until a full garbage collection."""
+    writers: list[weakref.ref[object]] = []
+    build = rig.engine._writer
+
+    def writer(message: Inbound, state: TurnState) -> object:
+        made = build(message, state)
+        writers.append(weakref.ref(made))
+        return made
+
+    monkeypatch.setattr(rig.engine, "_writer", writer)
+    await rig.engine.run(inbound(1))
+    gc.collect()
+    gc.disable()
+    try:
+        await rig.engine.run(inbound(2, "again"))
+        assert len(writers) == 2
+        assert writers[1]() is None
+    finally:
+        gc.enable()
 
 
 async def test_running_a_finished_turn_again_is_a_no_op(rig: Rig) -> None:

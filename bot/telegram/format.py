@@ -202,25 +202,6 @@ class _Builder:
         self._lists: list[_ListState] = []
         self._pending = ""  # separator owed before the next block's text
         self._pending_stack: Stack | None = None
-        self._handlers: dict[str, Callable[[Token], None]] = {
-            "paragraph_open": lambda tok: self._start_block(),
-            "paragraph_close": lambda tok: self._end_block("\n" if tok.hidden else "\n\n"),
-            "heading_open": lambda tok: self._open_container(BOLD),
-            "heading_close": lambda tok: self._close_container(),
-            "blockquote_open": lambda tok: self._open_container(_QUOTE),
-            "blockquote_close": lambda tok: self._close_container(),
-            "bullet_list_open": self._open_list,
-            "ordered_list_open": self._open_list,
-            "bullet_list_close": lambda tok: self._close_list(),
-            "ordered_list_close": lambda tok: self._close_list(),
-            "list_item_open": lambda tok: self._list_item(),
-            "list_item_close": lambda tok: self._end_block("\n"),
-            "inline": lambda tok: self._inline(tok.children or []),
-            "fence": lambda tok: self._leaf(tok.content, _pre_tag(tok.info)),
-            "code_block": lambda tok: self._leaf(tok.content, _PRE),
-            "html_block": lambda tok: self._leaf(tok.content, None),
-            "hr": lambda tok: self._leaf(HORIZONTAL_RULE, None),
-        }
 
     @property
     def _base(self) -> Stack:
@@ -233,9 +214,9 @@ class _Builder:
             if tok.type == "table_open":
                 i = self._table(tokens, i)
                 continue
-            handler = self._handlers.get(tok.type)
+            handler = _BLOCK_HANDLERS.get(tok.type)
             if handler is not None:
-                handler(tok)
+                handler(self, tok)
             elif tok.children:
                 self._start_block()
                 self._inline(tok.children)
@@ -360,6 +341,30 @@ class _Builder:
             self.emit(alt, stack)
         else:
             self.emit(alt or url, _with(stack, _link_tag(url)))
+
+
+#: What a block token does to the builder. A table of the class, not of each builder:
+#: handlers bound to one builder would make it a reference cycle, kept in memory until
+#: a full garbage collection, for every rendering of every answer.
+_BLOCK_HANDLERS: dict[str, Callable[[_Builder, Token], None]] = {
+    "paragraph_open": lambda b, tok: b._start_block(),
+    "paragraph_close": lambda b, tok: b._end_block("\n" if tok.hidden else "\n\n"),
+    "heading_open": lambda b, tok: b._open_container(BOLD),
+    "heading_close": lambda b, tok: b._close_container(),
+    "blockquote_open": lambda b, tok: b._open_container(_QUOTE),
+    "blockquote_close": lambda b, tok: b._close_container(),
+    "bullet_list_open": _Builder._open_list,
+    "ordered_list_open": _Builder._open_list,
+    "bullet_list_close": lambda b, tok: b._close_list(),
+    "ordered_list_close": lambda b, tok: b._close_list(),
+    "list_item_open": lambda b, tok: b._list_item(),
+    "list_item_close": lambda b, tok: b._end_block("\n"),
+    "inline": lambda b, tok: b._inline(tok.children or []),
+    "fence": lambda b, tok: b._leaf(tok.content, _pre_tag(tok.info)),
+    "code_block": lambda b, tok: b._leaf(tok.content, _PRE),
+    "html_block": lambda b, tok: b._leaf(tok.content, None),
+    "hr": lambda b, tok: b._leaf(HORIZONTAL_RULE, None),
+}
 
 
 # --------------------------------------------------------------- runs -> chunks

@@ -43,6 +43,7 @@ marker written out), which leaves room for a leaf's own elements and its formatt
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -438,7 +439,9 @@ class _Box:
     kind: str
     number: int = 1  # an ordered list's start; a list item's number
     checked: bool | None = None  # a task-list item's checkbox
-    header: _Leaf | None = None  # a table's header row (repeated after a cut)
+    #: A table's header row (repeated after a cut). Weak: the row sits in this box,
+    #: and a cycle would outlive the rendering until a full garbage collection.
+    header: weakref.ref[_Leaf] | None = None
 
     def opening(self, following: _Box | None) -> str:
         if self.kind == "ol":
@@ -497,24 +500,12 @@ class _Builder:
 
     def __init__(self, doc: _Doc) -> None:
         self.doc = doc
-        self._handlers: dict[str, Callable[[_Node, tuple[_Box, ...]], None]] = {
-            "paragraph": lambda node, boxes: self.text(node, "p", boxes),
-            "heading": lambda node, boxes: self.text(node, node.tag, boxes),
-            "blockquote": self.quote,
-            "bullet_list": self.listing,
-            "ordered_list": self.listing,
-            "table": self.table,
-            "math_block": lambda node, boxes: self.math(node.content, boxes),
-            "fence": self.fence,
-            "code_block": lambda node, boxes: self.pre(node.content, "", boxes),
-            "hr": lambda node, boxes: self.add(_Leaf("<hr/>", "———", 1, boxes)),
-        }
 
     def blocks(self, nodes: Sequence[_Node], boxes: tuple[_Box, ...]) -> None:
         for node in nodes:
-            handler = self._handlers.get(node.type)
+            handler = _BLOCK_HANDLERS.get(node.type)
             if handler is not None:
-                handler(node, boxes)
+                handler(self, node, boxes)
             elif node.children:
                 self.blocks(node.children, boxes)
             elif node.content.strip():  # an HTML block (shown as text), anything unknown
@@ -639,7 +630,7 @@ class _Builder:
                     self.text(cell, "p", boxes)
                 continue
             if head and box.header is None and leaf.units <= self.doc.header_cap:
-                box.header = leaf
+                box.header = weakref.ref(leaf)
             self.add(leaf)
 
     def row(self, tr: _Node, head: bool, boxes: tuple[_Box, ...]) -> _Leaf | None:
@@ -659,6 +650,23 @@ class _Builder:
             return None
         html.append("</tr>")
         return _Leaf("".join(html), " | ".join(plain), units, boxes)
+
+
+#: What a block does to the builder. A table of the class, not of each builder: handlers
+#: bound to one builder would make it a reference cycle, kept in memory until a full
+#: garbage collection, for every rendering of every answer.
+_BLOCK_HANDLERS: dict[str, Callable[[_Builder, _Node, tuple[_Box, ...]], None]] = {
+    "paragraph": lambda b, node, boxes: b.text(node, "p", boxes),
+    "heading": lambda b, node, boxes: b.text(node, node.tag, boxes),
+    "blockquote": _Builder.quote,
+    "bullet_list": _Builder.listing,
+    "ordered_list": _Builder.listing,
+    "table": _Builder.table,
+    "math_block": lambda b, node, boxes: b.math(node.content, boxes),
+    "fence": _Builder.fence,
+    "code_block": lambda b, node, boxes: b.pre(node.content, "", boxes),
+    "hr": lambda b, node, boxes: b.add(_Leaf("<hr/>", "———", 1, boxes)),
+}
 
 
 def _inline_of(node: _Node) -> _Node | None:
@@ -714,7 +722,8 @@ def _opened(before: tuple[_Box, ...], boxes: tuple[_Box, ...]) -> int:
 
 def _repeat_header(box: _Box, leaf: _Leaf) -> _Leaf | None:
     """A table's header row, shown again when the table goes on after a cut."""
-    return box.header if box.header is not leaf else None
+    header = box.header() if box.header is not None else None
+    return header if header is not leaf else None
 
 
 def _cost(before: tuple[_Box, ...], leaf: _Leaf) -> tuple[int, int]:

@@ -181,9 +181,10 @@ class _Parts:
     write, which follows at once): nothing else decides whether a part is noted.
     """
 
-    def __init__(self, engine: Engine, turn: Turn) -> None:
-        self.engine, self.turn = engine, turn
-        self.inbound, self.state = turn.inbound, turn.state
+    def __init__(self, engine: Engine, inbound: Inbound, state: TurnState) -> None:
+        # Not the Turn: the turn holds the writer, which holds this journal, and a cycle
+        # would keep every finished turn in memory until a full garbage collection.
+        self.engine, self.inbound, self.state = engine, inbound, state
 
     async def sending(self, count: int, *, wait: bool, again: bool = False) -> None:
         states = self.engine.states
@@ -280,7 +281,7 @@ class Engine:
             inbound, state, writer, ack, lost_a_part=state.sending > 0, album=tuple(album),
             prefs=prefs,
         )  # fmt: skip
-        writer.journal = _Parts(self, turn)
+        writer.journal = _Parts(self, inbound, state)
         try:
             try:
                 reply = await self._steps(turn)
