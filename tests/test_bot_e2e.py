@@ -7,7 +7,9 @@ the bot sent back, what the model was asked, and what Redis holds.
 from __future__ import annotations
 
 import asyncio
+import gc
 
+from aiogram.types import Update
 from redis.asyncio import Redis
 
 from bot.telegram.routers import HELP_TEXT, REFUSAL_TEXT, UNKNOWN_COMMAND_TEXT, UNSUPPORTED_TEXT
@@ -41,6 +43,26 @@ async def test_first_answer_is_a_reply_at_depth_2(
     assert part.parse_mode == "HTML"
     assert said(llm) == [("system", "You are a test assistant."), ("user", "hello")]
     assert llm.requests[-1].stream
+
+
+async def test_a_handled_update_is_let_go(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory
+) -> None:
+    """aiogram memoises Update.event_type in an lru_cache of 128: without the bot
+    clearing it, the last 128 updates and their messages stayed in memory. (Polling
+    holds the latest batch until the next one: hence a second message.)"""
+
+    def kept() -> list[Update]:
+        return [
+            o
+            for o in gc.get_objects()
+            if type(o) is Update and o.message is not None and o.message.text == "let go"
+        ]
+
+    async with start_bot() as app:
+        await ask(tg, app, USER, "let go")
+        await ask(tg, app, USER, "next")
+        await tg.wait_for(lambda: not kept(), 5, what="the handled update let go")
 
 
 async def test_reply_continues_and_standalone_starts_over(

@@ -172,8 +172,15 @@ class AccessControl(BaseMiddleware):
         return None
 
 
+#: aiogram memoises ``Update.event_type`` in an ``lru_cache`` of 128 entries, which keeps
+#: the last 128 updates (each with its message, about 10 KB of pydantic objects) alive
+#: long after they were handled. None if this aiogram does not.
+_EVENT_TYPE_CACHE = getattr(vars(Update).get("event_type"), "fget", None)
+
+
 class SkipUnknownUpdates(BaseMiddleware):
-    """Updates of no type aiogram knows end here (aiogram would warn with their text)."""
+    """Updates of no type aiogram knows end here (aiogram would warn with their text);
+    a handled update is let go (:data:`_EVENT_TYPE_CACHE`)."""
 
     async def __call__(
         self,
@@ -181,13 +188,20 @@ class SkipUnknownUpdates(BaseMiddleware):
         event: TelegramObject,
         data: dict[str, Any],
     ) -> Any:
-        if isinstance(event, Update):
+        if not isinstance(event, Update):
+            return await handler(event, data)
+        try:
             try:
                 event.event_type  # noqa: B018
             except UpdateTypeLookupError:
                 log.info("ignored update %s of a type this bot does not know", event.update_id)
                 return None
-        return await handler(event, data)
+            return await handler(event, data)
+        finally:
+            # the cache buys nothing after this: updates still in flight compute theirs again
+            clear = getattr(_EVENT_TYPE_CACHE, "cache_clear", None)
+            if clear is not None:
+                clear()
 
 
 def build_router(allowed_user_ids: frozenset[int]) -> Router:
