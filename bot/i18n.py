@@ -18,9 +18,11 @@ sends its notices long after the handler returned, possibly in another process.
 from __future__ import annotations
 
 import functools
+import gettext
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import date, datetime
+from pathlib import Path
 from typing import Any
 
 from aiogram.types import TelegramObject, User
@@ -36,7 +38,56 @@ DOMAIN = "replychain"
 #: The language of the message ids, and of anyone whose language has no catalogue.
 DEFAULT = "en"
 
-I18N = I18n(path=LOCALES, default_locale=DEFAULT, domain=DOMAIN)
+
+class Catalogues(I18n):
+    """aiogram's I18n, reading a language's catalogue when a text is first wanted in it
+    (aiogram reads them all at start-up): a bot whose users speak English holds none."""
+
+    _files: dict[str, Path]
+
+    def find_locales(self) -> dict[str, gettext.GNUTranslations]:
+        """Finds the compiled catalogues; reads none (:meth:`gettext` does)."""
+        self._files = {}
+        for folder in self.path.iterdir():
+            mo = folder / "LC_MESSAGES" / f"{self.domain}.mo"
+            if mo.exists():
+                self._files[folder.name] = mo
+            elif mo.with_suffix(".po").exists():
+                raise RuntimeError(f"the catalogue of {folder.name!r} is not compiled")
+        return {}
+
+    @property
+    def available_locales(self) -> tuple[str, ...]:
+        return tuple(self._files)
+
+    def has(self, locale: str) -> bool:
+        """Whether ``locale`` has a catalogue."""
+        return locale in self._files
+
+    def gettext(
+        self, singular: str, plural: str | None = None, n: int = 1, locale: str | None = None
+    ) -> str:
+        locale = self.current_locale if locale is None else locale
+        if locale not in self.locales and locale in self._files:
+            with self._files[locale].open("rb") as catalogue:
+                self.locales[locale] = gettext.GNUTranslations(catalogue)
+        return super().gettext(singular, plural, n, locale)
+
+    @contextmanager
+    def passing(self, locale: str) -> Iterator[None]:
+        """Texts in ``locale`` within the block (no awaits in it), its catalogue let go
+        after unless a user speaks it already: the command menu at start-up wants every
+        language once."""
+        kept = locale in self.locales
+        try:
+            with self.use_locale(locale):
+                yield
+        finally:
+            if not kept:
+                self.locales.pop(locale, None)
+
+
+I18N = Catalogues(path=LOCALES, default_locale=DEFAULT, domain=DOMAIN)
 
 #: BOT_LANGUAGE, once :func:`force` has set it: the language of everyone.
 _forced: str | None = None
@@ -73,7 +124,7 @@ def _resolve(language_code: str) -> str:
     if locale.script:  # zh-hans → zh_Hans, then zh
         candidates.append(f"{locale.language}_{locale.script}")
     candidates.append(locale.language)  # pt-br → pt_BR, then pt
-    return next((c for c in candidates if c in I18N.locales), DEFAULT)
+    return next((c for c in candidates if I18N.has(c)), DEFAULT)
 
 
 def locale_of(language_code: str | None) -> str:

@@ -26,7 +26,7 @@ from babel.messages.pofile import read_po
 from bot import choice_texts, i18n
 from bot.i18n import I18N, _
 from bot.settings import LOCALES, SettingsError, load_settings
-from bot.telegram import guest, steering
+from bot.telegram import guest, menu, steering
 from bot.telegram.choices import COMMANDS as CHOICE_COMMANDS
 from bot.telegram.menu import sync_menu
 from bot.telegram.routers import COMMANDS, HELP_TEXT, UNSUPPORTED_TEXT
@@ -98,6 +98,39 @@ def exact_forms(catalogue: Catalog) -> set[int]:
 def test_every_language_is_shipped_and_loaded() -> None:
     assert set(i18n.languages()) >= SHIPPED
     assert i18n.languages()[0] == "en"
+
+
+def test_a_catalogue_is_read_when_a_text_is_first_wanted_in_its_language() -> None:
+    """Start-up reads no catalogue (aiogram's I18n reads all twelve); a language's is
+    read once, when the first text is wanted in it."""
+    catalogues = i18n.Catalogues(path=LOCALES, default_locale="en", domain=i18n.DOMAIN)
+    assert catalogues.locales == {}
+    assert set(catalogues.available_locales) == SHIPPED - {"en"}
+    assert catalogues.has("de") and not catalogues.has("en") and not catalogues.has("xx")
+    assert catalogues.gettext(notices.RETRY_HINT, locale="en") == notices.RETRY_HINT
+    assert catalogues.gettext(notices.RETRY_HINT, locale="xx") == notices.RETRY_HINT
+    assert catalogues.locales == {}
+    german = catalogues.gettext(notices.RETRY_HINT, locale="de")
+    assert german != notices.RETRY_HINT
+    assert german == I18N.gettext(notices.RETRY_HINT, locale="de")
+    read = catalogues.locales["de"]
+    with catalogues.use_locale("de"):
+        assert catalogues.gettext(notices.RETRY_HINT) == german
+    assert list(catalogues.locales) == ["de"]
+    assert catalogues.locales["de"] is read
+
+
+def test_the_menu_wants_every_language_and_keeps_only_the_catalogues_in_use(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fresh = i18n.Catalogues(path=LOCALES, default_locale="en", domain=i18n.DOMAIN)
+    monkeypatch.setattr(i18n, "I18N", fresh)
+    fresh.gettext(notices.RETRY_HINT, locale="de")  # a German user spoke already
+    menus = menu.wanted()
+    assert set(menus) == {None} | (SHIPPED - {"en"})
+    assert all(len(menus[code]) == len(menus[None]) for code in menus)
+    assert menus["fr"][0].description != menus[None][0].description
+    assert list(fresh.locales) == ["de"]
 
 
 def test_every_message_of_the_code_is_translated_in_every_catalogue() -> None:

@@ -35,7 +35,7 @@ def wanted() -> dict[str | None, list[BotCommand]]:
         # reached only through its language's menu
         if locale == i18n.DEFAULT or len(locale) != 2:
             continue
-        with i18n.I18N.use_locale(locale):
+        with i18n.I18N.passing(locale):
             menus[locale] = [] if forced else command_menu()
     return menus
 
