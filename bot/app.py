@@ -15,6 +15,7 @@ exits 0: whatever is in flight, shutdown never takes much longer than that.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Coroutine
@@ -254,7 +255,8 @@ class App:
         )
         self.metrics_server = self._metrics_server(settings, outages)
         self.stopping = asyncio.Event()
-        self.dispatcher = Dispatcher()
+        # no finite-state machine: a conversation's state is its reply chain, in Redis
+        self.dispatcher = Dispatcher(disable_fsm=True)
         self.dispatcher.update.outer_middleware(SkipUnknownUpdates())
         i18n.force(settings.bot_language)
         i18n.LanguageMiddleware().setup(self.dispatcher)  # every handler, in the sender's language
@@ -444,7 +446,7 @@ class App:
                 await self._prepare_webhook(self.webhook)
             receiving = asyncio.create_task(self._receive())
             # the model SDK's import, off the event loop, once updates are being taken in
-            loading = asyncio.create_task(asyncio.to_thread(load_sdk), name="load-sdk")
+            loading = asyncio.create_task(asyncio.to_thread(_settle), name="load-sdk")
             if self.tools is not None:
                 # updates are taken in meanwhile; turns wait for the tools (a server that
                 # fails is logged and skipped)
@@ -586,6 +588,19 @@ class App:
         await self.models.close()
         await self.transcriber.close()
         await self.redis.aclose()
+
+
+def _settle() -> None:
+    """Import the model SDK, then keep what start-up built out of the collector's sight.
+
+    The imports leave about 250,000 objects the collector tracks, which live as long as
+    the process; every full collection walked them all (about 0.2 s of CPU each, one
+    every few hundred turns: near a tenth of the CPU per turn in ``python -m bench
+    process``). ``gc.freeze`` moves them to a generation the collector skips; objects
+    made later are collected as before.
+    """
+    load_sdk()
+    gc.freeze()
 
 
 async def run(settings: Settings) -> int:

@@ -311,6 +311,7 @@ class _Fault:
     headers: dict[str, str] = field(default_factory=dict)
     after_chunks: int = 0
     seconds: float = 0.0
+    once: asyncio.Event | None = None
 
 
 class _ApiError(Exception):
@@ -854,11 +855,14 @@ class FakeOpenAI:
         (a slow first byte); stop() drops them instead."""
         self._queue(count, _Fault("hang", seconds=seconds))
 
-    def cut_stream_next(self, *, after_chunks: int = 2, count: int = 1) -> None:
+    def cut_stream_next(
+        self, *, after_chunks: int = 2, count: int = 1, once: asyncio.Event | None = None
+    ) -> None:
         """Stream the role chunk and ``after_chunks`` content chunks, then close the connection
-        without finish chunk, usage or ``[DONE]``. A non-streaming request gets its connection
-        closed before any response."""
-        self._queue(count, _Fault("cut", after_chunks=after_chunks))
+        without finish chunk, usage or ``[DONE]`` (``once`` given: after it is set, the
+        connection held open meanwhile). A non-streaming request gets its connection closed
+        before any response."""
+        self._queue(count, _Fault("cut", after_chunks=after_chunks, once=once))
 
     def stall_stream_next(
         self, *, after_chunks: int = 2, seconds: float = 3600, count: int = 1
@@ -959,9 +963,9 @@ class FakeOpenAI:
             return True
         return False
 
-    async def _pass_gate(self) -> bool:
-        """Wait for ``gate``; False when stop() came first."""
-        gate = self.gate
+    async def _pass_gate(self, gate: asyncio.Event | None = None) -> bool:
+        """Wait for ``gate`` (the server's unless given); False when stop() came first."""
+        gate = gate or self.gate
         if gate is None or gate.is_set():
             return not self._stopping.is_set()
         waiters = [
@@ -981,6 +985,8 @@ class FakeOpenAI:
         False means: drop the connection now."""
         if index == stop_at and fault is not None:
             if fault.kind == "cut":
+                if fault.once is not None:
+                    await self._pass_gate(fault.once)
                 return False
             if not await self._sleep_or_stop(fault.seconds):
                 return False

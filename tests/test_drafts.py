@@ -171,13 +171,23 @@ async def test_stream_cut_while_drafting_keeps_the_shown_text_with_a_notice(
     tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory, redis: Redis
 ) -> None:
     reply = words(60)
-    slow(llm, reply, delay=0.4)
-    llm.cut_stream_next(after_chunks=3)
+    slow(llm, reply, delay=0.05)
+    drafted = asyncio.Event()  # the stream is cut once a draft is on screen
+    llm.cut_stream_next(after_chunks=3, once=drafted)
+
+    async def cut_once_drafted() -> None:
+        await tg.wait_for(lambda: any(shown(d.text) for d in tg.drafts_in(USER)), timeout=30)
+        drafted.set()
+
+    def shown(text: str | None) -> bool:
+        return bool(text and text.startswith("[depth:2] w000"))
+
     async with start_bot() as app:
+        cutting = asyncio.create_task(cut_once_drafted())
         first, text = await ask(tg, app, USER, "cut me")
+        await cutting
     partial = reply[: 3 * 8].strip()
     assert text.startswith(f"[depth:2] {partial}\n\n⚠️")
-    assert any(d.text and d.text.startswith("[depth:2] w000") for d in tg.drafts_in(USER))
     assert len(tg.calls_to("sendMessage")) == 1 and len(llm.requests) == 1
     node = await TranscriptStore(redis).resolve(str(USER), first)
     assert node is not None
