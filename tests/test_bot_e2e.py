@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import gc
+from datetime import UTC, datetime
+from types import SimpleNamespace
 
-from aiogram.types import Update
+import pytest
+from aiogram.types import Chat, Message, Update, User
 from redis.asyncio import Redis
 
+from bot.telegram import routers
 from bot.telegram.routers import HELP_TEXT, REFUSAL_TEXT, UNKNOWN_COMMAND_TEXT, UNSUPPORTED_TEXT
 from transcript import TranscriptStore
 
@@ -325,6 +329,51 @@ async def test_allowed_user_ids_refuse_others_without_a_model_call(
         _, text = await ask(tg, app, USER, "I am allowed")
         assert text == "[depth:2] echo: I am allowed"
     assert len(llm.requests) == 1
+
+
+async def test_refused_users_are_remembered_within_a_bound_and_told_once_an_hour(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The refusal once an hour per stranger holds, while the strangers remembered stay
+    bounded: beyond REFUSED_KEPT, those refused over an hour ago (who would be told
+    again anyway) are dropped."""
+    clock = [10_000.0]
+    told: list[int] = []
+    monkeypatch.setattr(routers, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(routers, "REFUSED_KEPT", 50)
+    monkeypatch.setattr(
+        routers, "notice", lambda _n, event, _t, personal: told.append(event.chat.id)
+    )
+    access = routers.AccessControl(frozenset({USER}))
+
+    async def write(user: int) -> None:
+        sender = User(id=user, is_bot=False, first_name="x")
+        chat = Chat(id=user, type="private")
+        message = Message(
+            message_id=1, date=datetime.now(UTC), chat=chat, from_user=sender, text="let me in"
+        )
+        handled = await access(_never_handled, message, {"notifier": None})
+        assert handled is None
+
+    for user in range(1, 41):  # 40 strangers, then 20 more half an hour later
+        await write(10_000 + user)
+    clock[0] += 1800
+    for user in range(41, 61):
+        await write(10_000 + user)
+    for user in range(1, 61):  # within the hour nobody is told twice, even beyond the bound
+        await write(10_000 + user)
+    assert told == [10_000 + user for user in range(1, 61)]
+    clock[0] += 1800  # the first 40 were told an hour ago: told again; the others are not
+    for user in range(1, 61):
+        await write(10_000 + user)
+    assert told[60:] == [10_000 + user for user in range(1, 41)]
+    clock[0] += 3600  # all of them an hour ago: the next stranger drops them all
+    await write(20_000)
+    assert list(access._refused) == [20_000]
+
+
+async def _never_handled(_event: object, _data: dict[str, object]) -> None:
+    raise AssertionError("a stranger's message reached a handler")
 
 
 async def test_over_long_input_gets_a_clear_answer_and_is_kept(

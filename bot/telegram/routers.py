@@ -107,6 +107,9 @@ EMPTY_MENTION_TEXT = N_("Mention me together with a question, or reply to one of
 UNKNOWN_COMMAND_TEXT = N_("I don't know that command. Send /help to see how I work.")
 REFUSAL_TEXT = N_("Sorry, this bot is private: it only answers the people its owner allowed.")
 REFUSAL_EVERY = 3600.0
+#: Refused users remembered before those refused more than REFUSAL_EVERY ago are dropped
+#: (they would be told again anyway): strangers writing to a private bot are countless.
+REFUSED_KEPT = 10_000
 
 #: Content the bot cannot read but answers with a short note.
 UNSUPPORTED = {
@@ -167,6 +170,10 @@ class AccessControl(BaseMiddleware):
         now = time.monotonic()
         if now - self._refused.get(key, -REFUSAL_EVERY) >= REFUSAL_EVERY:
             self._refused[key] = now
+            if len(self._refused) > REFUSED_KEPT:
+                self._refused = {
+                    k: at for k, at in self._refused.items() if now - at < REFUSAL_EVERY
+                }
             log.info("refused user %s (not in ALLOWED_USER_IDS)", key)
             notice(data["notifier"], event, _(REFUSAL_TEXT), personal=True)
         return None
