@@ -121,11 +121,30 @@ async def guarded(awaitable: Awaitable[T]) -> T:
         return await awaitable
     except _UNAVAILABLE as exc:
         raise _unavailable(exc, started) from exc
+    except AttributeError as exc:
+        if not closed_under_us(exc):
+            raise  # a bug, not an outage
+        raise _unavailable(exc, started) from exc
     except RedisClusterException as exc:
         if not isinstance(exc.__cause__, _UNAVAILABLE):
             raise  # a misuse of the cluster client, not an outage
         # none of the cluster nodes the client knows answers (e.g. at start-up)
         raise _unavailable(exc, started) from exc
+
+
+def closed_under_us(exc: AttributeError) -> bool:
+    """Whether redis-py used a connection another task closed meanwhile (its stream
+    reader or writer is None): on a Redis Cluster, when a node fails, its client
+    raises this instead of a connection error. A lost connection, not a bug."""
+    frame = exc.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    if frame is None:
+        return False
+    return frame.tb_frame.f_code.co_filename.replace("\\", "/").endswith(_REDIS_CONNECTION)
+
+
+_REDIS_CONNECTION = "redis/asyncio/connection.py"
 
 
 def _unavailable(exc: Exception, started: float) -> StoreUnavailableError:
@@ -207,11 +226,6 @@ class ReplicaAck:
             replies = await pipe.execute(raise_on_error=False)
         except RedisClusterException as exc:  # the topology changed under a retry
             raise ConnectionError("the cluster changed during the write") from exc
-        except AttributeError as exc:
-            # redis-py's cluster pipeline writes on a connection another task closed
-            # meanwhile (its stream writer is None) when a node fails: a lost
-            # connection, not a bug of the write (soak --cluster --lossy)
-            raise ConnectionError("the connection closed during the write") from exc
         written = replies[:-1] if waits else replies
         for reply in written:
             if isinstance(reply, Exception):
