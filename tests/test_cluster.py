@@ -274,6 +274,10 @@ async def test_a_message_enters_the_intake_once_the_replica_holds_it(
     finally:
         replica.send_signal(signal.SIGCONT)
     assert intake.replicas.unacknowledged == 1
+    # ... and until the master's replicas are asked again, its writes wait no more
+    waited = await waits_sent(replicated.ports)
+    assert await asyncio.wait_for(intake.record(Inbound(USER, 4, USER, "4"), stopping), 30)
+    assert await waits_sent(replicated.ports) == waited
     await client.aclose()
 
 
