@@ -200,7 +200,7 @@ async def test_sigterm_lets_the_answer_in_flight_finish(
     assert len(answers_to(tg, USER, later)) <= 1
     successor = BotProcess(env_for(tg, llm, redis_server.url), tmp_path)
     await successor.start()
-    await tg.wait_for(lambda: answers_to(tg, USER, later), timeout=30)
+    await tg.wait_for(lambda: bool(answers_to(tg, USER, later)), timeout=30)
     await tg.wait_for(lambda: tg.pending_updates == 0, timeout=30)
     assert await successor.terminate() == 0
     assert [m.text for m in answers_to(tg, USER, later)] == ["[depth:2] echo: too late"]

@@ -13,7 +13,6 @@ import asyncio
 import signal
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -275,6 +274,10 @@ async def test_a_message_enters_the_intake_once_the_replica_holds_it(
     finally:
         replica.send_signal(signal.SIGCONT)
     assert intake.replicas.unacknowledged == 1
+    # ... and until the master's replicas are asked again, its writes wait no more
+    waited = await waits_sent(replicated.ports)
+    assert await asyncio.wait_for(intake.record(Inbound(USER, 4, USER, "4"), stopping), 30)
+    assert await waits_sent(replicated.ports) == waited
     await client.aclose()
 
 
@@ -290,32 +293,62 @@ async def test_a_cluster_without_replicas_and_a_single_server_send_no_wait(
     assert Intake(redis, "a").replicas is None
 
 
+def close_under_the_next_write(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The next command finds its connection closed by another task between redis-py's
+    health check and its write (the stream writer is None): what a failing node does."""
+    from redis.asyncio.connection import AbstractConnection  # noqa: PLC0415
+
+    check_health = AbstractConnection.check_health
+    armed = [1]
+
+    async def closed_meanwhile(self: AbstractConnection) -> None:
+        await check_health(self)  # type: ignore[no-untyped-call]
+        if armed:
+            armed.pop()
+            await self.disconnect(nowait=True)  # as another task's disconnect does
+
+    monkeypatch.setattr(AbstractConnection, "check_health", closed_meanwhile)
+    return armed
+
+
 async def test_a_connection_closed_under_the_intake_write_is_an_outage_not_a_loss(
     cluster_redis: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """redis-py's cluster pipeline raised AttributeError ('NoneType' object has no
+    """redis-py's cluster client raised AttributeError ('NoneType' object has no
     attribute 'writelines') when a node failed and another task had closed the
     connection: it escaped the update handler, polling confirmed the update, and the
     message was lost (soak --cluster --lossy, seed 1). It is a lost connection: the
     intake waits it out and the message enters once."""
-    from redis.asyncio.cluster import ClusterPipeline  # noqa: PLC0415
-
-    execute = ClusterPipeline.execute
-    broken = [1]
-
-    async def closed_once(self: ClusterPipeline, *args: Any, **kwargs: Any) -> Any:
-        if broken:
-            broken.pop()
-            raise AttributeError("'NoneType' object has no attribute 'writelines'")
-        return await execute(self, *args, **kwargs)
-
-    monkeypatch.setattr(ClusterPipeline, "execute", closed_once)
     intake = Intake(cluster_redis, "a")
     await intake.ensure_group()
     assert intake.replicas is not None
+    armed = close_under_the_next_write(monkeypatch)
     assert await intake.record(Inbound(USER, 1, USER, "hello"), asyncio.Event())
-    assert not broken  # the first write did fail
+    assert not armed  # the first write did fail
     assert int(await cluster_redis.xlen(keys.INTAKE_STREAM)) == 1
+
+
+async def test_a_connection_closed_under_the_heartbeat_is_a_missed_beat_not_a_crash(
+    cluster_redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same closed connection under the heartbeat's renewal escaped it: at SIGTERM
+    the drain re-raised it and the process exited 1 with a traceback (soak --cluster
+    --lossy, seed 3902). It is Redis away for a moment; a bug of ours still is a bug."""
+    intake = Intake(cluster_redis, "a")
+    await intake.ensure_group()
+    assert await intake.record(Inbound(USER, 1, USER, "hello"), asyncio.Event())
+    [entry] = await intake.read_new(10, 0)
+    armed = close_under_the_next_write(monkeypatch)
+    with pytest.raises(StoreUnavailableError):
+        await intake.keep([entry])
+    assert not armed
+    assert await intake.keep([entry]) == 1  # the next beat keeps it
+
+    async def our_bug() -> None:
+        raise AttributeError("'NoneType' object has no attribute 'text'")
+
+    with pytest.raises(AttributeError):
+        await guarded(our_bug())
 
 
 async def cluster_state(port: int, state: str) -> None:

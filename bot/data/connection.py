@@ -121,11 +121,30 @@ async def guarded(awaitable: Awaitable[T]) -> T:
         return await awaitable
     except _UNAVAILABLE as exc:
         raise _unavailable(exc, started) from exc
+    except AttributeError as exc:
+        if not closed_under_us(exc):
+            raise  # a bug, not an outage
+        raise _unavailable(exc, started) from exc
     except RedisClusterException as exc:
         if not isinstance(exc.__cause__, _UNAVAILABLE):
             raise  # a misuse of the cluster client, not an outage
         # none of the cluster nodes the client knows answers (e.g. at start-up)
         raise _unavailable(exc, started) from exc
+
+
+def closed_under_us(exc: AttributeError) -> bool:
+    """Whether redis-py used a connection another task closed meanwhile (its stream
+    reader or writer is None): on a Redis Cluster, when a node fails, its client
+    raises this instead of a connection error. A lost connection, not a bug."""
+    frame = exc.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    if frame is None:
+        return False
+    return frame.tb_frame.f_code.co_filename.replace("\\", "/").endswith(_REDIS_CONNECTION)
+
+
+_REDIS_CONNECTION = "redis/asyncio/connection.py"
 
 
 def _unavailable(exc: Exception, started: float) -> StoreUnavailableError:
@@ -159,8 +178,12 @@ async def run_together(redis: Redis, *queues: Queued) -> list[list[Any]]:
     return shaped
 
 
-#: Longest a write waits for a replica to acknowledge it (:class:`ReplicaAck`).
-REPLICA_WAIT_MS = 250
+#: Longest a write waits for a replica to acknowledge it (:class:`ReplicaAck`). A replica
+#: in sync answers in about a millisecond; the wait is long only while the replica is cut
+#: off, and it outlasts the moment in which a master that lost its replica's link can die
+#: with writes the replica never got: a write still waiting then fails and is made again
+#: on the promoted replica, instead of being taken and lost.
+REPLICA_WAIT_MS = 2000
 #: Seconds a master's count of replicas is trusted before it is asked again.
 REPLICAS_TTL = 5.0
 
@@ -180,10 +203,11 @@ class ReplicaAck:
     connection to the key's master (a cluster pipeline holding commands of one node),
     so the WAIT covers them: it returns once a replica acknowledged them, or after
     ``timeout_ms`` (then the write is only as safe as on the master alone; counted in
-    :attr:`unacknowledged`). A master with no replica connected gets no WAIT: nothing
-    could be promoted in its place. Whether it has one is asked (``ROLE``) at most every
-    :data:`REPLICAS_TTL` s: redis-py's slot map does not learn that a failed master came
-    back as a replica. Single servers never use this.
+    :attr:`unacknowledged`, and the master's writes wait no more until its replicas are
+    asked again: a replica that is resyncing or gone costs one wait, not one per write).
+    A master with no replica connected gets no WAIT. Whether it has one is asked
+    (``ROLE``) at most every :data:`REPLICAS_TTL` s: redis-py's slot map does not learn
+    that a failed master came back as a replica. Single servers never use this.
     """
 
     def __init__(self, cluster: RedisCluster, *, timeout_ms: int = REPLICA_WAIT_MS) -> None:
@@ -207,17 +231,14 @@ class ReplicaAck:
             replies = await pipe.execute(raise_on_error=False)
         except RedisClusterException as exc:  # the topology changed under a retry
             raise ConnectionError("the cluster changed during the write") from exc
-        except AttributeError as exc:
-            # redis-py's cluster pipeline writes on a connection another task closed
-            # meanwhile (its stream writer is None) when a node fails: a lost
-            # connection, not a bug of the write (soak --cluster --lossy)
-            raise ConnectionError("the connection closed during the write") from exc
         written = replies[:-1] if waits else replies
         for reply in written:
             if isinstance(reply, Exception):
                 raise reply
         if waits and not (isinstance(replies[-1], int) and replies[-1] > 0):
             self.unacknowledged += 1
+            assert node is not None  # waits needs it
+            self._replicas[node.name] = (time.monotonic(), 0)
         return written
 
     async def _replicas_of(self, node: ClusterNode) -> int:
