@@ -172,6 +172,23 @@ class RecordCache:
             self._lru.pop(key, None)
         return len(gone)
 
+    def forget_tree(self, scope: str, tree: int) -> int:
+        """Drop everything cached of one conversation tree, the aliases into it too;
+        returns how many entries. (A scan of the whole cache: for the rare case that
+        Redis lost the tree's latest writes, see ``TranscriptStore.placed``.)"""
+
+        def of_tree(key: CacheKey, value: CacheValue) -> bool:
+            if key[1] != scope:
+                return False
+            if key[0] == "a":  # an alias: into the tree when its node is
+                return isinstance(value, NodeId) and value.tree == tree
+            return key[2] == tree
+
+        gone = [key for key, value in list(self._lru.items()) if of_tree(key, value)]
+        for key in gone:
+            self._lru.pop(key, None)
+        return len(gone)
+
     def _put(self, key: CacheKey, value: CacheValue) -> None:
         try:
             self._lru[key] = value

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import logging
 import time
 from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ from .cache import Choice, ChoiceIndex, FoldIndex, RecordCache, SegmentEntry
 from .codec import ROOT_SEGMENT, SegmentRecord
 from .errors import CorruptRecordError, MissingNodeError, StoreUnavailableError
 from .records import ChatMessage, Fold, Node, NodeId, Transcript, count_depth
+
+log = logging.getLogger("replychain.transcript")
 
 T = TypeVar("T")
 #: A hash field (key, field) of the node's scope where an append records its node.
@@ -305,12 +308,28 @@ class TranscriptStore:
         if not int(created):
             return await self.node(node_id)
         node = Node(node_id, placement.depth, placement.messages)
+        self._forget_lost(node_id)
         self._remember(node, placement.branch if node_id.seg else ROOT_SEGMENT)
         if not placement.continuation:  # a new tree: no choices yet (nothing to read)
             self._cache.put_choice_index(node_id.scope, node_id.tree, ChoiceIndex(()))
         for field in placement.aliases:
             self._cache.put_alias(placement.scope, field, node_id)
         return node
+
+    def _forget_lost(self, nid: NodeId) -> None:
+        """Redis just placed a new node at ``nid``; if the cache holds a node there, or a
+        fold, Redis has lost writes it once acknowledged (a Redis Cluster failover, a
+        restart from an AOF missing its last second) and handed the id out again. What
+        the cache holds of that tree is then another thread's: keeping it would mix the
+        two. The tree is dropped from the cache and read again from Redis."""
+        entry = self._cache.segment(nid.scope, nid.tree, nid.seg)
+        if (entry is not None and len(entry.nodes) > nid.idx) or self._cache.fold(nid):
+            dropped = self._cache.forget_tree(nid.scope, nid.tree)
+            log.warning(
+                "node %s was placed anew where this process had cached another: Redis lost "
+                "writes it had acknowledged; %d cached entries of that tree dropped",
+                nid, dropped,
+            )  # fmt: skip
 
     def _remember(self, node: Node, record: SegmentRecord | None) -> None:
         """Write-through: extend the cached segment prefix when it is contiguous."""
