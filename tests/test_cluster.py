@@ -265,6 +265,23 @@ async def test_a_message_enters_the_intake_once_the_replica_holds_it(
     assert await replica_entries(replicated) == 2
     assert intake.replicas.unacknowledged == 0
 
+    # the replica stopped and its link cut (soak --lossy): the master lists no replica,
+    # but the replica would be promoted if the master died now, so the append waits
+    replica.send_signal(signal.SIGSTOP)
+    try:
+        master = connect(f"redis://127.0.0.1:{replicated.ports[0]}/0")
+        await master.execute_command("CLIENT", "KILL", "TYPE", "replica")  # type: ignore[no-untyped-call]
+        await master.aclose()
+        intake.replicas._replicas.clear()  # asked again now (ROLE), not in 5 s
+        appending = asyncio.create_task(intake.record(Inbound(USER, 5, USER, "cut"), stopping))
+        done, _ = await asyncio.wait({appending}, timeout=0.5)
+        assert not done
+    finally:
+        replica.send_signal(signal.SIGCONT)
+    assert await asyncio.wait_for(appending, 30)  # the replica reconnected and acknowledged
+    assert await replica_entries(replicated) == 3
+    assert intake.replicas.unacknowledged == 0
+
     # a replica away longer than the wait: the message is taken (as safe as on the
     # master alone) and counted, rather than refused
     intake.replicas.timeout_ms = 50

@@ -184,6 +184,9 @@ async def run_together(redis: Redis, *queues: Queued) -> list[list[Any]]:
 #: with writes the replica never got: a write still waiting then fails and is made again
 #: on the promoted replica, instead of being taken and lost.
 REPLICA_WAIT_MS = 2000
+#: Seconds a master that had a replica connected is still taken to have one after its
+#: link dropped: a replica cut off is promoted all the same if the master dies.
+REPLICA_MEMORY = 60.0
 #: Seconds a master's count of replicas is trusted before it is asked again.
 REPLICAS_TTL = 5.0
 
@@ -205,15 +208,18 @@ class ReplicaAck:
     ``timeout_ms`` (then the write is only as safe as on the master alone; counted in
     :attr:`unacknowledged`, and the master's writes wait no more until its replicas are
     asked again: a replica that is resyncing or gone costs one wait, not one per write).
-    A master with no replica connected gets no WAIT. Whether it has one is asked
-    (``ROLE``) at most every :data:`REPLICAS_TTL` s: redis-py's slot map does not learn
-    that a failed master came back as a replica. Single servers never use this.
+    A master with no replica connected, nor one in the last :data:`REPLICA_MEMORY` s,
+    gets no WAIT. Whether it has one is asked (``ROLE``) at most every
+    :data:`REPLICAS_TTL` s: redis-py's slot map does not learn that a failed master came
+    back as a replica. Single servers never use this.
     """
 
     def __init__(self, cluster: RedisCluster, *, timeout_ms: int = REPLICA_WAIT_MS) -> None:
         self._cluster = cluster
         self.timeout_ms = timeout_ms
         self._replicas: dict[str, tuple[float, int]] = {}
+        #: When each master last had a replica connected.
+        self._had_replica: dict[str, float] = {}
         #: Writes no replica acknowledged within the time (or whose WAIT failed).
         self.unacknowledged = 0
 
@@ -248,5 +254,11 @@ class ReplicaAck:
             return checked[1]
         role: Any = await self._cluster.execute_command("ROLE", target_nodes=node)
         count = len(role[2]) if role and role[0] in (b"master", "master") else 0
+        if count:
+            self._had_replica[node.name] = now
+        elif now - self._had_replica.get(node.name, float("-inf")) < REPLICA_MEMORY:
+            # its replica's link is down, but the replica may be promoted all the same
+            # (soak --lossy: the link cut, then the master killed): wait for it
+            count = 1
         self._replicas[node.name] = (now, count)
         return count
