@@ -285,14 +285,13 @@ class TelegramOut:
             return await to_everyone()
         try:
             message = await self._call(
-                self.bot.send_message(
-                    chat_id=chat_id,
-                    text=text,
-                    parse_mode=None,
-                    receiver_user_id=receiver,
-                    reply_parameters=_reply(reply_to),
-                    message_thread_id=thread_id,
-                    reply_markup=markup,
+                self._plain(
+                    chat_id,
+                    text,
+                    reply_to=reply_to,
+                    thread_id=thread_id,
+                    markup=markup,
+                    receiver=receiver,
                 )
             )
         except TelegramBadRequest as exc:  # not to this person, here: to everyone, as before
@@ -309,6 +308,22 @@ class TelegramOut:
             self.ephemeral = False
             return message.message_id
         return 0
+
+    def _plain(
+        self, chat_id: int, text: str, *, reply_to: int | None, thread_id: int | None,
+        markup: InlineKeyboardMarkup | None, receiver: int | None = None,
+    ) -> Awaitable[Any]:  # fmt: skip
+        """sendMessage with plain text (never parsed), as a reply, buttons under it if
+        given; to one person of a group (an ephemeral message) with ``receiver``."""
+        return self.bot.send_message(
+            chat_id=chat_id,
+            text=text,
+            parse_mode=None,
+            receiver_user_id=receiver,
+            reply_parameters=_reply(reply_to),
+            message_thread_id=thread_id,
+            reply_markup=markup,
+        )
 
     async def edit_personal(
         self, chat_id: int, text: str, *, receiver: int, ephemeral_id: int
@@ -367,14 +382,7 @@ class TelegramOut:
         """A plain-text notice with inline buttons under it."""
         try:
             message = await self._call(
-                self.bot.send_message(
-                    chat_id=chat_id,
-                    text=text,
-                    parse_mode=None,
-                    reply_parameters=_reply(reply_to),
-                    message_thread_id=thread_id,
-                    reply_markup=markup,
-                )
+                self._plain(chat_id, text, reply_to=reply_to, thread_id=thread_id, markup=markup)
             )
         except TelegramBadRequest as exc:
             raise AnswerRejectedError(exc.message) from exc
