@@ -228,8 +228,10 @@ async def test_kill_after_the_answer_was_posted_before_it_was_recorded(
 
 
 async def test_kill_while_the_model_answers_gives_one_answer_after_restart(
-    tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, redis_server: RedisServer
+    tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, redis_server: RedisServer, redis: Redis
 ) -> None:
+    # (``redis`` empties the shared server first: an earlier test's turns left in its
+    # intake would be run before this one's)
     tg.add_guest_chat(GROUP, "supergroup")
     llm.chunk_chars, llm.chunk_delay = 5, 0.2  # a slow stream: the kill lands inside it
     env = env_for(tg, llm, redis_server.url)
