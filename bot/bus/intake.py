@@ -33,7 +33,7 @@ from redis.typing import EncodableT, FieldT
 from transcript import StoreUnavailableError
 
 from ..data import keys
-from ..data.connection import guarded, replica_ack
+from ..data.connection import guarded, replica_ack, run_together
 from ..metrics import Backlog
 from ..retry import Outage
 from .inbound import Inbound
@@ -110,7 +110,7 @@ class Intake:
         stream = self.stream_of(inbound.chat_id)
         fields: dict[FieldT, EncodableT] = {_FIELD: inbound.encode()}
         if self.replicas is None:
-            await self._redis.xadd(stream, fields)
+            await run_together(self._redis, lambda pipe: pipe.xadd(stream, fields))
         else:
             await self.replicas.write(stream, lambda pipe: pipe.xadd(stream, fields))
 

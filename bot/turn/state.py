@@ -251,7 +251,6 @@ class TurnStates:
         self.lease_ms = lease_ms
         #: Whose UTC day a finished turn's mark is filed under.
         self.clock = clock
-        self._begin = redis.register_script(_BEGIN_LUA)
         self._renew = redis.register_script(_RENEW_LUA)
         self._failed = redis.register_script(_FAILED_LUA)
         self._read = redis.register_script(_READ_LUA)
@@ -265,17 +264,7 @@ class TurnStates:
         no answer is stored, so resumes can never call the model more often
         than the per-turn guard allows.
         """
-        found, args = self._begin_call(inbound)
-        if reads is None:
-            flat = await guarded(self._begin(keys=found, args=args))
-            return self._claimed(inbound, flat)
-
-        def claim(pipe: Pipeline) -> None:
-            pipe.eval(_BEGIN_LUA, len(found), *found, *args)
-
-        [flat], read = await run_together(self._redis, claim, reads.queue)
-        reads.read(read)
-        return self._claimed(inbound, flat)
+        return await self._begin(inbound, None, reads)
 
     async def early_user(self, inbound: Inbound, parent: NodeId, message: ChatMessage) -> Placement:
         """The user's node below ``parent``, prepared to go with the claim
@@ -293,35 +282,34 @@ class TurnStates:
         self, inbound: Inbound, user: Placement, reads: ClaimReads | None = None
     ) -> TurnState | None:
         """:meth:`begin` and the user's node (:meth:`early_user`) in one round trip."""
-        found, args = self._begin_call(inbound)
+        return await self._begin(inbound, user, reads)
+
+    async def _begin(
+        self, inbound: Inbound, user: Placement | None, reads: ClaimReads | None
+    ) -> TurnState | None:
+        scope, turn = inbound.scope, inbound.turn
+        found = [keys.lease_key(scope, turn), keys.turn_key(scope, turn)]
+        found += [keys.pending_parts_key(scope), *self._done_keys(inbound)]
+        args: list[str | int] = [self.owner, self.lease_ms, turn]
 
         def claim(pipe: Pipeline) -> None:
             # EVAL with the text: a pipeline cannot count on the script cache
             pipe.eval(_BEGIN_LUA, len(found), *found, *args)
 
-        [flat], [placed], *read = await run_together(
-            self._redis,
-            claim,
-            lambda pipe: self.store.queue_place(pipe, user),
-            *([reads.queue] if reads is not None else []),
-        )
+        queues: list[Queued] = [claim]
+        if user is not None:
+            queues.append(lambda pipe: self.store.queue_place(pipe, user))
         if reads is not None:
-            reads.read(read[0])
-        state = self._claimed(inbound, flat)
-        if state is not None and not state.done and state.user is None:
+            queues.append(reads.queue)
+        [flat], *more = await run_together(self._redis, *queues)
+        placed = more.pop(0)[0] if user is not None else None
+        if reads is not None:
+            reads.read(more[0])
+        key = keys.turn_key(scope, turn)
+        state = None if flat is None else TurnState.parse(key, scope, flat)
+        if user is not None and state is not None and not state.done and state.user is None:
             state.user = (await self.store.placed(user, placed)).id  # placed just now
         return state
-
-    def _begin_call(self, inbound: Inbound) -> tuple[list[str], list[str | int]]:
-        scope, turn = inbound.scope, inbound.turn
-        found = [keys.lease_key(scope, turn), keys.turn_key(scope, turn)]
-        found.append(keys.pending_parts_key(scope))
-        return [*found, *self._done_keys(inbound)], [self.owner, self.lease_ms, turn]
-
-    @staticmethod
-    def _claimed(inbound: Inbound, flat: list[Any] | None) -> TurnState | None:
-        key = keys.turn_key(inbound.scope, inbound.turn)
-        return None if flat is None else TurnState.parse(key, inbound.scope, flat)
 
     async def renew(self, running: Sequence[Inbound]) -> list[bool]:
         """Heartbeat: extend this worker's claims on the running turns.
