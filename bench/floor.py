@@ -9,6 +9,10 @@ hand), one sendMessage reply with ``[depth:N]``, one Redis pipeline (RPUSH the e
 to the chat's list and SET the message's done key). No framework, no retries, no
 durability beyond that pipeline: what is left when everything replychain adds is taken
 away.
+
+The job around the transport (the node map, the addressed rule, the Redis pipeline) is
+:class:`Chains`, which ``bench/floor_sdk.py`` shares: the same job through aiogram and
+the openai SDK.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import asyncio
 import json
 import os
 import signal
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,17 +42,72 @@ class Node:
     depth: int
 
 
-class Floor:
+def addressed(private: bool, parent: Node | None, entity_types: Iterable[str]) -> bool:
+    """Private chats always; groups when replied to or @mentioned."""
+    return private or parent is not None or "mention" in entity_types
+
+
+def conversation(node: Node) -> list[dict[str, str]]:
+    """The chain from the system prompt down to ``node``, as chat messages."""
+    chain: list[dict[str, str]] = []
+    walk: Node | None = node
+    while walk is not None:
+        chain.append({"role": walk.role, "content": walk.content})
+        walk = walk.parent
+    chain.reverse()
+    return chain
+
+
+class Chains:
+    """The floors' job around their transport: the in-memory node map and the one Redis
+    pipeline a turn writes."""
+
     def __init__(self, env: dict[str, str]) -> None:
-        token = env["TELEGRAM_BOT_TOKEN"]
-        self.api = f"{env.get('TELEGRAM_API_URL', 'https://api.telegram.org')}/bot{token}/"
-        self.bot_id = int(token.partition(":")[0])
-        self.model_url = env["OPENAI_BASE_URL"].rstrip("/") + "/chat/completions"
-        self.model = env["OPENAI_MODEL"]
-        self.auth = {"Authorization": f"Bearer {env.get('OPENAI_API_KEY', '')}"}
         self.root = Node(None, "system", env.get("SYSTEM_PROMPT", ""), 0)
         self.nodes: dict[tuple[int, int], Node] = {}
         self.redis = Redis.from_url(env["REDIS_URL"])
+
+    def question(
+        self,
+        chat: int,
+        replied: int | None,
+        text: str | None,
+        *,
+        private: bool,
+        entity_types: Iterable[str],
+    ) -> Node | None:
+        """The message's node below the one it replies to, or None if it is not for us."""
+        parent = self.nodes.get((chat, replied)) if replied is not None else None
+        if not text or not addressed(private, parent, entity_types):
+            return None
+        above = parent or self.root
+        return Node(above, "user", text, above.depth + 1)
+
+    async def answered(
+        self, chat: int, question: Node, reply: str, *, asked: int, sent: int
+    ) -> None:
+        """Remember the question and the answer; RPUSH the exchange to the chat's list and
+        SET the question's done key, in one pipeline."""
+        self.nodes[(chat, asked)] = question
+        self.nodes[(chat, sent)] = Node(question, "assistant", reply, question.depth + 1)
+        exchange = [
+            json.dumps({"role": "user", "content": question.content}),
+            json.dumps({"role": "assistant", "content": reply}),
+        ]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.rpush(f"floor:{{{chat}}}:log", *exchange)
+            pipe.set(f"floor:{{{chat}}}:done:{asked}", 1, ex=DONE_SECONDS)
+            await pipe.execute()
+
+
+class Floor(Chains):
+    def __init__(self, env: dict[str, str]) -> None:
+        super().__init__(env)
+        token = env["TELEGRAM_BOT_TOKEN"]
+        self.api = f"{env.get('TELEGRAM_API_URL', 'https://api.telegram.org')}/bot{token}/"
+        self.model_url = env["OPENAI_BASE_URL"].rstrip("/") + "/chat/completions"
+        self.model = env["OPENAI_MODEL"]
+        self.auth = {"Authorization": f"Bearer {env.get('OPENAI_API_KEY', '')}"}
         self.http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         self.tasks: set[asyncio.Task[None]] = set()
 
@@ -71,41 +131,26 @@ class Floor:
                     self.tasks.add(task)
                     task.add_done_callback(self.tasks.discard)
 
-    def addressed(self, message: dict[str, Any], parent: Node | None) -> bool:
-        """Private chats always; groups when replied to or @mentioned."""
-        if message["chat"]["type"] == "private" or parent is not None:
-            return True
-        return any(e["type"] == "mention" for e in message.get("entities", ()))
-
     async def answer(self, message: dict[str, Any]) -> None:
-        text, chat = message.get("text"), message["chat"]["id"]
-        replied = message.get("reply_to_message")
-        parent = self.nodes.get((chat, replied["message_id"])) if replied else None
-        if not text or not self.addressed(message, parent):
+        chat, replied = message["chat"]["id"], message.get("reply_to_message")
+        question = self.question(
+            chat,
+            replied["message_id"] if replied else None,
+            message.get("text"),
+            private=message["chat"]["type"] == "private",
+            entity_types=(e["type"] for e in message.get("entities", ())),
+        )
+        if question is None:
             return
-        above = parent or self.root
-        question = Node(above, "user", text, above.depth + 1)
-        chain: list[dict[str, str]] = []
-        node: Node | None = question
-        while node is not None:
-            chain.append({"role": node.role, "content": node.content})
-            node = node.parent
-        chain.reverse()
-        reply = await self.complete(chain)
+        reply = await self.complete(conversation(question))
         params: dict[str, Any] = {"chat_id": chat, "text": f"[depth:{question.depth + 1}] {reply}"}
         params["reply_parameters"] = {"message_id": message["message_id"]}
         if "message_thread_id" in message:
             params["message_thread_id"] = message["message_thread_id"]
         sent = await self.call("sendMessage", **params)
-        self.nodes[(chat, message["message_id"])] = question
-        self.nodes[(chat, sent["message_id"])] = Node(
-            question, "assistant", reply, question.depth + 1
+        await self.answered(
+            chat, question, reply, asked=message["message_id"], sent=sent["message_id"]
         )
-        exchange = [json.dumps(chain[-1]), json.dumps({"role": "assistant", "content": reply})]
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.rpush(f"floor:{{{chat}}}:log", *exchange)
-            pipe.set(f"floor:{{{chat}}}:done:{message['message_id']}", 1, ex=DONE_SECONDS)
-            await pipe.execute()
 
     async def complete(self, messages: list[dict[str, str]]) -> str:
         body = {

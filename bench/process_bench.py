@@ -1,21 +1,24 @@
 """The real process beside the floor: CPU per answered turn, start-up, memory.
 
-``python -m bot`` and the floor (``bench/floor.py``: long poll, one streamed completion,
-one reply, one Redis pipeline, no framework) run as child processes against the same
-loopback servers: each its own ``tests/fake_telegram.py`` (one poller per server), one
-``tests/fake_openai.py`` with an instant model (the reply streamed in 8-character chunks
-without delay), one real redis-server. The test servers run in this process; each
-child's CPU is read from ``/proc/<pid>/task/*/schedstat`` (its threads' time on a CPU).
+``python -m bot`` and two floors run as child processes: the floor (``bench/floor.py``:
+long poll, one streamed completion, one reply, one Redis pipeline, no framework) and the
+SDK floor (``bench/floor_sdk.py``: the same job through aiogram and the openai SDK, used
+plainly; what those two libraries cost by themselves is its gap to the floor). All run
+against the same loopback servers: each its own ``tests/fake_telegram.py`` (one poller
+per server), one ``tests/fake_openai.py`` with an instant model (the reply streamed in
+8-character chunks without delay), one real redis-server. The test servers run in this
+process; each child's CPU is read from ``/proc/<pid>/task/*/schedstat`` (its threads'
+time on a CPU).
 
 CPU per answered turn, for four workloads: private chats (drafts) and a group (edits),
 each with short chains (a new conversation every third message) and with a 200-message
 chain (every message replies to the same answer at that depth: branches, so the depth
 stays). Messages go out in bursts of ``BURST`` at once; a sample is ``ROUNDS`` bursts,
-every answer on screen, then the child idle again. Samples of the bot and the floor
+every answer on screen, then the child idle again. Samples of the bot and the floors
 alternate, ``RUNS`` of each; the table shows medians. Turns/s per core is 1 / CPU per turn.
 
 Start-up: launch to the first getUpdates, beside ``python -c "import aiogram"`` (the
-framework's own import, the floor DESIGN.md states it against) and the floor's; with
+framework's own import, the floor DESIGN.md states it against) and the floors'; with
 ``--full`` also the bot against a partial Bot API server whose set-up methods fail (404
 and 500).
 
@@ -110,7 +113,7 @@ def _errors(logs: Path) -> list[str]:
 
 @dataclass
 class Child:
-    """``python -m bot`` or the floor as a child process, its output in a file."""
+    """``python -m bot`` or a floor as a child process, its output in a file."""
 
     name: str
     module: str
@@ -248,6 +251,14 @@ WORKLOADS = (
 )
 
 
+#: (name, module) of the children: the bot first, then the floors.
+CHILDREN = (
+    ("python -m bot", "bot"),
+    ("floor", "bench.floor"),
+    ("sdk floor", "bench.floor_sdk"),
+)
+
+
 def _add_chats(tg: FakeTelegram) -> None:
     tg.add_group(GROUP, "Bench group")
     for user in range(FIRST_USER, FIRST_USER + BURST):
@@ -258,10 +269,11 @@ def _add_chats(tg: FakeTelegram) -> None:
 async def _children(
     llm: FakeOpenAI, redis_url: str, logs: Path, **extra: str
 ) -> AsyncIterator[list[Child]]:
-    """The bot and the floor, each with its own Bot API server, both polling."""
+    """The bot and the floors (in :data:`CHILDREN`' order), each with its own Bot API
+    server, all polling."""
     children: list[Child] = []
     async with contextlib.AsyncExitStack() as stack:
-        for name, module in (("python -m bot", "bot"), ("floor", "bench.floor")):
+        for name, module in CHILDREN:
             tg = TimedTelegram()
             await stack.enter_async_context(tg)
             _add_chats(tg)
@@ -285,8 +297,8 @@ def _model() -> FakeOpenAI:
 async def cpu_per_turn(redis_url: str, logs: Path) -> str:
     runs, rounds = sized(3, RUNS), sized(3, ROUNDS)
     rows: list[list[object]] = []
-    async with _model() as llm, _children(llm, redis_url, logs) as (bot, floor):
-        for child in (bot, floor):
+    async with _model() as llm, _children(llm, redis_url, logs) as children:
+        for child in children:
             for kind in ("private", "group"):
                 progress(f"process: {child.name} grows a {CHAIN}-message {kind} chain")
                 await _grow(child, kind)
@@ -294,20 +306,32 @@ async def cpu_per_turn(redis_url: str, logs: Path) -> str:
                 await _short_round(child, kind, new=True)
         for label, kind, chain in WORKLOADS:
             progress(f"process: {label}")
-            spent: dict[str, list[float]] = {bot.name: [], floor.name: []}
+            spent: dict[str, list[float]] = {child.name: [] for child in children}
             for run in range(runs):
-                for child in (bot, floor):
+                for child in children:
                     sample = _sample(child, kind, chain, rounds=rounds, start=1 + run * rounds)
                     spent[child.name].append(await sample)
-            mine, least = median(spent[bot.name]), median(spent[floor.name])
+            bot, floor, sdk = (median(spent[child.name]) for child in children)
+            ratios = [f"{a / b:.1f}x" for a, b in ((bot, floor), (bot, sdk), (sdk, floor))]
             rows.append(
-                [label, mine * 1e3, least * 1e3, f"{mine / least:.1f}x", 1 / mine, 1 / least]
+                [label, bot * 1e3, floor * 1e3, sdk * 1e3, *ratios, 1 / bot, 1 / floor, 1 / sdk]
             )
     return table(
-        f"CPU per answered turn, python -m bot beside the floor (instant model; bursts of "
-        f"{BURST}, {rounds} bursts a sample, median of {runs} interleaved samples; "
-        "target <= 2x)",
-        ["workload", "bot ms", "floor ms", "ratio", "bot turns/s/core", "floor turns/s/core"],
+        f"CPU per answered turn, python -m bot beside the floor and the SDK floor (instant "
+        f"model; bursts of {BURST}, {rounds} bursts a sample, median of {runs} interleaved "
+        "samples; target: bot/floor <= 2x)",
+        [
+            "workload",
+            "bot ms",
+            "floor ms",
+            "sdk ms",
+            "bot/floor",
+            "bot/sdk",
+            "sdk/floor",
+            "bot turns/s/core",
+            "floor turns/s/core",
+            "sdk turns/s/core",
+        ],
         rows,
     )
 
@@ -341,7 +365,7 @@ async def start_up(redis_url: str, logs: Path) -> str:
             progress(f"process: start-up, run {run + 1} of {runs}")
             took, cpu, _rss = await _import_aiogram()
             times[aiogram].append((took, cpu, 0.0))
-            launches = [("floor", "bench.floor", False), ("python -m bot", "bot", False)]
+            launches = [(name, module, False) for name, module in CHILDREN]
             if sized(False, True):  # the quick run leaves it to the tests (test_sloppy_servers)
                 launches.append((partial, "bot", True))
             for name, module, failing in launches:
