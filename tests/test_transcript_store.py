@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import tracemalloc
 
 import msgpack
 import pytest
@@ -318,6 +320,29 @@ async def test_deep_branching_beyond_inline_ancestors_still_assembles(
     transcript = await cold.history(parent)
     assert transcript.messages == tuple(expected)
     assert transcript.depth == 12
+
+
+async def test_cache_counts_the_heap_it_holds(redis: Redis) -> None:
+    """TRANSCRIPT_CACHE_BYTES bounds real memory: the cache's count of its bytes is at most a
+    tenth under and a quarter over the Python heap its conversations take (traced), so
+    an operator's bound is not silently exceeded."""
+    store = TranscriptStore(redis)
+    await chain(store, "warm", 1)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before, counted = tracemalloc.get_traced_memory()[0], store.cache.bytes_used
+        for c in range(300):  # a root, then a question and its answer twice, aliased
+            node = await store.start(f"chat{c % 10}", [SYSTEM])
+            for i in range(4):
+                said = user(f"question {i} of {c}") if i % 2 == 0 else bot(f"answer {i} " * 20)
+                node = await store.append(node.id, [said], aliases=[c * 10 + i])
+        gc.collect()
+        heap = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    counted = store.cache.bytes_used - counted
+    assert 0.9 * heap <= counted <= 1.25 * heap, (counted, heap)
 
 
 async def test_cache_is_bounded_in_bytes_and_refills_lazily(redis: Redis) -> None:
