@@ -19,6 +19,7 @@ from transcript import (
     CorruptRecordError,
     MissingNodeError,
     NodeId,
+    StaleCacheError,
     StoreUnavailableError,
     ToolCall,
     TranscriptStore,
@@ -529,6 +530,48 @@ async def lose_last_writes(store: TranscriptStore, scope: str, *nodes: NodeId) -
     lost = [field for field, ref in aliases.items() if ref in refs]
     if lost:
         await store._redis.hdel(keys.alias_key(scope), *lost)
+
+
+async def test_a_process_that_cached_lost_nodes_never_appends_below_their_reused_ids(
+    store: TranscriptStore, redis: Redis
+) -> None:
+    """Soak --cluster --lossy (seed 3904): a failover lost a turn's question; another
+    process placed another thread's question at its id, and the process that had cached
+    the lost one stored its answer below that id: a thread holding another's question
+    (a reply to the answer was asked with it). An append below a parent that Redis no
+    longer holds as cached is refused, and the tree is read again from Redis."""
+    root = await store.start("101", [SYSTEM])
+    asked = await store.append(root.id, [user("lost question")], aliases=[10])
+    await lose_last_writes(store, "101", asked.id)
+    other_process = TranscriptStore(redis)
+    other = await other_process.append(root.id, [user("another thread")], aliases=[12])
+    assert other.id == asked.id  # the same id, handed out again
+
+    with pytest.raises(StaleCacheError):
+        await store.append(asked.id, [bot("the lost question's answer")], aliases=[11])
+    # nothing was written below the other thread's question
+    assert await store.resolve("101", 11) is None
+    assert await redis.hget(keys.tree_key("101", root.id.tree), "0.2") is None
+    # run again, the step reads Redis: the other thread is what it finds there
+    assert (await store.history(asked.id)).messages == (SYSTEM, user("another thread"))
+    answer = await store.append(other.id, [bot("its answer")], aliases=[13])
+    assert (await other_process.history(answer.id)).messages == (
+        SYSTEM, user("another thread"), bot("its answer"),
+    )  # fmt: skip
+
+
+async def test_an_append_below_an_unchanged_parent_is_not_refused(
+    store: TranscriptStore, redis: Redis
+) -> None:
+    """The check costs nothing where nothing was lost: parents cached from a write or
+    from a read, by this process or another, take their children."""
+    root = await store.start("102", [SYSTEM])
+    asked = await store.append(root.id, [user("q")], aliases=[1])
+    reader = TranscriptStore(redis)
+    loaded = await reader.node(asked.id)  # cached from a read
+    answer = await reader.append(loaded.id, [bot("a")], aliases=[2])
+    again = await store.append(answer.id, [user("q2")], aliases=[3])  # parent read from Redis
+    assert (await store.history(again.id)).messages == (SYSTEM, user("q"), bot("a"), user("q2"))
 
 
 async def test_an_id_redis_hands_out_again_after_losing_writes_never_mixes_threads(

@@ -44,3 +44,10 @@ class MissingNodeError(RecordError):
 
 class StoreUnavailableError(TranscriptError):
     """Redis could not be reached or did not answer in time."""
+
+
+class StaleCacheError(TranscriptError):
+    """A node was to be placed below a parent that is not, in Redis, the node this
+    process had cached: Redis lost writes it had acknowledged and handed the parent's
+    id out again. Nothing was written and the tree was dropped from the cache; the
+    caller starts its step again from what Redis holds (a turn runs again)."""

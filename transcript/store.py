@@ -28,7 +28,7 @@ from redis.exceptions import ClusterDownError, ConnectionError, TimeoutError, Tr
 from . import codec, keys
 from .cache import Choice, ChoiceIndex, FoldIndex, RecordCache, SegmentEntry
 from .codec import ROOT_SEGMENT, SegmentRecord
-from .errors import CorruptRecordError, MissingNodeError, StoreUnavailableError
+from .errors import CorruptRecordError, MissingNodeError, StaleCacheError, StoreUnavailableError
 from .records import ChatMessage, Fold, Node, NodeId, Transcript, count_depth
 
 log = logging.getLogger("replychain.transcript")
@@ -66,15 +66,23 @@ FOLD_INDEX_TTL = 30.0
 #         with a guard value)
 #   ARGV: record field or '', record continuing the segment, record opening a
 #         segment, continuation field or '' for a root, tree id or tree key
-#         prefix for a root, guard value or '', alias fields...
+#         prefix for a root, guard value or '', the parent's field and the SHA-1
+#         of its record as the caller knows it ('': not checked), alias fields...
+# A parent whose record is not the one the caller knows is not placed below
+# ({3, ''}): Redis lost writes and handed the parent's id out again (the
+# caller's cache holds the lost node).
 _APPEND_LUA = """
 if ARGV[6] ~= '' and redis.call('GET', KEYS[4]) ~= ARGV[6] then return {2, ''} end
 if ARGV[1] ~= '' then
   local found = redis.call('HGET', KEYS[1], ARGV[1])
   if found then
-    for i = 7, #ARGV do redis.call('HSETNX', KEYS[2], ARGV[i], found) end
+    for i = 9, #ARGV do redis.call('HSETNX', KEYS[2], ARGV[i], found) end
     return {0, found}
   end
+end
+if ARGV[8] ~= '' then
+  local above = redis.call('HGET', KEYS[3], ARGV[7])
+  if not above or redis.sha1hex(above) ~= ARGV[8] then return {3, ''} end
 end
 local ref
 if ARGV[4] == '' then
@@ -89,7 +97,7 @@ else
   ref = ARGV[5] .. ':' .. seg .. '.0'
 end
 if ARGV[1] ~= '' then redis.call('HSET', KEYS[1], ARGV[1], ref) end
-for i = 7, #ARGV do redis.call('HSETNX', KEYS[2], ARGV[i], ref) end
+for i = 9, #ARGV do redis.call('HSETNX', KEYS[2], ARGV[i], ref) end
 return {1, ref}
 """
 
@@ -136,6 +144,9 @@ class Placement:
     #: A key of the scope and the value it must hold for the node to be placed (a
     #: caller's claim, checked in the same atomic step), or ``None``.
     only_while: tuple[str, str] | None = None
+    #: The parent's field and the SHA-1 (hex) of its record as the cache holds it
+    #: ('': a root, or not known): checked in the same atomic step.
+    parent: tuple[str, str] = ("", "")
 
 
 class TranscriptStore:
@@ -242,6 +253,10 @@ class TranscriptStore:
         scope, messages = parent.scope, tuple(messages)
         parent_node = await self.node(parent)
         parent_record = await self._segment_record(parent)
+        entry = self._cache.segment(scope, parent.tree, parent.seg)
+        known = entry.digests[parent.idx] if entry is not None else b""
+        if entry is None or entry.nodes[parent.idx] is not parent_node:
+            known = b""  # reloaded meanwhile: what was read is Redis's own
         ancestors = ((parent.seg, parent.idx), *parent_record.ancestors)
         more = parent_record.more
         if len(ancestors) > self._inline:
@@ -261,6 +276,7 @@ class TranscriptStore:
             record_in=record_in,
             aliases=tuple(str(a) for a in aliases),
             only_while=only_while,
+            parent=(keys.node_field(parent.seg, parent.idx), known.hex()),
         )
         return placement
 
@@ -291,6 +307,7 @@ class TranscriptStore:
             placement.continuation,
             placement.tree,
             guard,
+            *placement.parent,
             *placement.aliases,
         ]
         return found, args
@@ -304,12 +321,24 @@ class TranscriptStore:
         created, ref = reply
         if int(created) == 2:
             raise RuntimeError("the node was not placed: its guard did not hold")
+        if int(created) == 3:
+            dropped = self._cache.forget_tree(placement.scope, int(placement.tree))
+            log.warning(
+                "a node of tree %s:%s was to go below %s, which Redis holds as another node "
+                "than this process had cached: Redis lost writes it had acknowledged; %d "
+                "cached entries of that tree dropped",
+                placement.scope, placement.tree, placement.parent[0], dropped,
+            )  # fmt: skip
+            raise StaleCacheError(
+                f"{placement.scope}/{placement.tree}:{placement.parent[0]} changed in Redis"
+            )
         node_id = NodeId.parse(placement.scope, ref)
         if not int(created):
             return await self.node(node_id)
         node = Node(node_id, placement.depth, placement.messages)
         self._forget_lost(node_id)
-        self._remember(node, placement.branch if node_id.seg else ROOT_SEGMENT)
+        stored = placement.opening if node_id.idx == 0 else placement.continuing
+        self._remember(node, placement.branch if node_id.seg else ROOT_SEGMENT, _digest(stored))
         if not placement.continuation:  # a new tree: no choices yet (nothing to read)
             self._cache.put_choice_index(node_id.scope, node_id.tree, ChoiceIndex(()))
         for field in placement.aliases:
@@ -331,7 +360,7 @@ class TranscriptStore:
                 nid, dropped,
             )  # fmt: skip
 
-    def _remember(self, node: Node, record: SegmentRecord | None) -> None:
+    def _remember(self, node: Node, record: SegmentRecord | None, digest: bytes) -> None:
         """Write-through: extend the cached segment prefix when it is contiguous."""
         nid = node.id
         entry = self._cache.segment(nid.scope, nid.tree, nid.seg)
@@ -340,7 +369,7 @@ class TranscriptStore:
                 return
             entry = SegmentEntry()
         if len(entry.nodes) == nid.idx:
-            entry.add(node, record)
+            entry.add(node, record, digest)
             self._cache.put_segment(nid.scope, nid.tree, nid.seg, entry)
 
     async def alias(self, scope: str, message_ids: Iterable[int | str], node: NodeId) -> None:
@@ -690,7 +719,8 @@ class TranscriptStore:
                 segment = ROOT_SEGMENT
             elif segment is None:
                 raise CorruptRecordError(ref, "first node of a branch lacks its ancestors")
-        entry.add(Node(node_id, record.depth, record.messages), segment)
+        digest = _digest(data) if isinstance(data, bytes) else b""
+        entry.add(Node(node_id, record.depth, record.messages), segment, digest)
 
     async def _segment_record(self, node_id: NodeId) -> SegmentRecord:
         entry = self._cache.segment(node_id.scope, node_id.tree, node_id.seg)
@@ -710,6 +740,11 @@ class TranscriptStore:
                 f"Redis is unreachable ({type(exc).__name__} after "
                 f"{time.monotonic() - started:.1f}s)"
             ) from exc
+
+
+def _digest(record: bytes) -> bytes:
+    """A record's SHA-1, as Lua's ``redis.sha1hex`` computes it (an identity, not a secret)."""
+    return hashlib.sha1(record, usedforsecurity=False).digest()
 
 
 def _runs_of(
