@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 
+import pytest
 from redis.asyncio import Redis
 
 from bot.bus.inbound import Inbound
@@ -16,7 +18,7 @@ from bot.bus.intake import Intake
 from bot.bus.runner import InFlight, TurnRunner
 from bot.data import keys
 from bot.retry import cancel_until_done
-from transcript import StoreUnavailableError
+from transcript import StaleCacheError, StoreUnavailableError
 
 
 class HeldTurns:
@@ -127,3 +129,47 @@ async def test_a_task_that_lost_a_cancel_is_still_ended_at_shutdown() -> None:
         await cancel_until_done(task, every=0.01)
     assert first_cancel_lost.is_set()
     assert task.cancelled()
+
+
+class StaleOnce(HeldTurns):
+    """A turn whose first run meets a parent Redis no longer holds as cached."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures = 0
+
+    async def run(self, inbound: Inbound, ack: object) -> bool:
+        self.started.append((inbound.user_id, inbound.message_id))
+        self.changed.set()
+        if len(self.started) == 1:
+            raise StaleCacheError("1/1:0.1 changed in Redis")
+        return False
+
+    async def failed(self, inbound: Inbound) -> int:
+        self.failures += 1
+        return self.failures
+
+
+async def test_a_turn_that_met_a_stale_cache_runs_again_without_a_traceback(
+    redis: Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redis lost writes a process had cached (transcript.StaleCacheError): the turn's run
+    ends, counted as a failure (so retries stay bounded), and the turn runs again from
+    what Redis holds; the log says so in one line, not as a crash."""
+    intake = Intake(redis, "worker")
+    await intake.ensure_group()
+    assert await intake.record(Inbound(1, 7, 1, "hello"), asyncio.Event())
+    turns = StaleOnce()
+    runner = runner_for(turns, intake, max_per_user=1)
+    caplog.set_level(logging.INFO, logger="replychain")
+    runner.start()
+    try:
+        await turns.until(lambda: runner.completed == 1)
+        assert turns.started == [(1, 7), (1, 7)]
+        assert turns.failures == 1
+        assert await redis.xlen(keys.INTAKE_STREAM) == 0  # answered, acknowledged
+        lines = [r for r in caplog.records if "runs again from what Redis holds" in r.message]
+        assert len(lines) == 1 and lines[0].exc_info is None
+        assert not [r for r in caplog.records if r.exc_info]
+    finally:
+        await runner.drain(1.0)

@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol
 
-from transcript import StoreUnavailableError
+from transcript import StaleCacheError, StoreUnavailableError
 
 from ..data.connection import Queued
 from ..metrics import Metrics
@@ -372,9 +372,15 @@ class TurnRunner:
         except tuple(self.outages):
             raise
         except Exception as exc:
-            log.exception(
-                "turn for message %s in chat %s failed", inbound.message_id, inbound.chat_id
-            )
+            if isinstance(exc, StaleCacheError):  # the store said why; no traceback
+                log.warning(
+                    "turn for message %s in chat %s runs again from what Redis holds",
+                    inbound.message_id, inbound.chat_id,
+                )  # fmt: skip
+            else:
+                log.exception(
+                    "turn for message %s in chat %s failed", inbound.message_id, inbound.chat_id
+                )
             failures = await self.handler.failed(inbound)
             if failures < self.max_attempts:
                 raise _TryAgain from exc
