@@ -55,3 +55,30 @@ async def test_a_flood_window_is_not_told_while_redis_is_away() -> None:
     assert tasks
     await asyncio.wait_for(asyncio.gather(*tasks), 10)  # ends without raising
     await unreachable.aclose()
+
+
+async def test_a_process_started_during_a_flood_window_holds_the_chat_too(
+    redis: Redis,
+) -> None:
+    """Soak: a process started (after a kill) while another process's flood window was
+    open called the chat at once, inside the window. A starting process reads the
+    windows told before it and holds what is left of those still open; a window long
+    over holds nothing."""
+    outage = Outage("Redis", "")
+    telling = Relay(redis, StopButtons(), outage)
+    await redis.xadd(keys.RELAY_STREAM, {"c": CHAT + 1, "w": "5"}, id="1000-0")  # in 1970
+    telling.flood(CHAT, 30)
+    await asyncio.wait_for(asyncio.gather(*telling._telling), 10)
+    assert await redis.xlen(keys.RELAY_STREAM) == 2
+
+    there = FloodControl()
+    starting = Relay(redis, StopButtons(), outage, there.hold)
+    stopping = asyncio.Event()
+    reading = asyncio.create_task(starting.run(stopping))
+    try:
+        await asyncio.wait_for(starting.listening.wait(), 10)
+        assert 25 < there._wait_for(CHAT) <= 31
+        assert there._wait_for(CHAT + 1) <= 0
+    finally:
+        stopping.set()
+        await asyncio.wait_for(reading, 10)

@@ -2,10 +2,13 @@
 
 Telegram sends the ``stopped_message_generation`` update to whichever process
 polls; the answer may be streaming in another one (several processes share the
-turns). A stop this process cannot act on goes on ``rc:stops``, a short stream
+turns). A stop this process cannot act on goes on ``rc:relay``, a short stream
 every process reads from its end (no consumer group: each one sees every stop)
 and presses locally; the process writing that answer ends it, the others find
 nothing to stop. A stop for an answer already finished ends nothing anywhere.
+
+Telegram flood windows go on the same stream: a 429 one process meets holds the chat
+in every process, and one started during the window holds what is left of it.
 """
 
 from __future__ import annotations
@@ -32,6 +35,17 @@ log = logging.getLogger("replychain.stops")
 RELAY_KEPT = 1000
 #: How long one read of the stream waits for a stop (ms).
 READ_BLOCK_MS = 2000
+#: Entries a starting process reads back for flood windows still open.
+RECENT = 200
+
+# The stream's newest entries and the time now, both by the clock of the Redis that
+# holds the stream (entry ids are its milliseconds), so no other clock is compared.
+#   KEYS: the stream.  ARGV: how many entries.
+_RECENT_LUA = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+return {now, redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', ARGV[1])}
+"""
 
 
 class Relay:
@@ -55,6 +69,7 @@ class Relay:
         self._telling: set[asyncio.Task[None]] = set()
         #: Set once :meth:`run` knows where the stream ends (stops from then on reach it).
         self.listening = asyncio.Event()
+        self._recent = redis.register_script(_RECENT_LUA)
 
     async def press(self, chat_id: int, draft: int) -> bool:
         """The user pressed stop on ``draft``: ``True`` when an answer here ended; else
@@ -96,7 +111,24 @@ class Relay:
             return  # stopping while Redis is away
 
     async def _end(self) -> str:
-        newest: Any = await guarded(self._redis.xrevrange(keys.RELAY_STREAM, count=1))
+        """Where the stream ends. Flood windows other processes told before this one
+        started and still open hold their chats here too (a process started during a
+        window would otherwise meet the 429 itself); older stops are not pressed: they
+        ended their answers already, or nothing."""
+        now, newest = await guarded(self._recent(keys=[keys.RELAY_STREAM], args=[RECENT]))
+        for entry_id, fields in reversed(newest):
+            raw = (
+                dict(zip(fields[::2], fields[1::2], strict=True))
+                if isinstance(fields, list)
+                else fields
+            )
+            if b"w" not in raw:
+                continue
+            with contextlib.suppress(KeyError, ValueError):
+                told = int(entry_id.split(b"-")[0])
+                left = (told + float(raw[b"w"]) * 1000 - int(now)) / 1000
+                if left > 0 and self._floods is not None:
+                    self._floods(int(raw[b"c"]), left)
         return str(newest[0][0].decode()) if newest else "0-0"
 
     async def _read(self, since: str) -> list[tuple[bytes, dict[bytes, bytes]]]:

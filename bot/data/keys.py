@@ -22,7 +22,8 @@ The message bus:
     rc:relay           stream every process reads from its end (capped near 1,000
                          entries; bot/bus/relay.py): stop buttons pressed under
                          answers another process may write (chat, draft id) and
-                         Telegram flood windows (chat, seconds)
+                         Telegram flood windows (chat, seconds; a starting process
+                         reads back those still open)
     rc:poller          the BOT_INSTANCE that polls Telegram (a lease, SET PX,
                          renewed while it polls; bot/bus/leader.py)
 
