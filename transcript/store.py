@@ -197,23 +197,33 @@ class TranscriptStore:
         aliases: Iterable[int | str] = (),
     ) -> Node:
         """Write the root node of a new conversation (normally the system prompt)."""
+        return await self._place(self.root(scope, messages, record_in=record_in, aliases=aliases))
+
+    def root(
+        self,
+        scope: str,
+        messages: Sequence[ChatMessage],
+        *,
+        record_in: RecordField | None = None,
+        aliases: Iterable[int | str] = (),
+    ) -> Placement:
+        """:meth:`start`'s write, prepared to go on a caller's pipeline (:meth:`queue_place`,
+        then :meth:`placed` with its reply)."""
         messages = tuple(messages)
         depth = count_depth(messages)
         record = codec.encode_node(depth, messages)
-        return await self._place(
-            Placement(
-                scope=scope,
-                target_key=keys.seq_key(scope),
-                tree=keys.tree_key_prefix(scope),
-                continuation="",
-                continuing=record,
-                opening=record,
-                depth=depth,
-                messages=messages,
-                branch=None,
-                record_in=record_in,
-                aliases=tuple(str(a) for a in aliases),
-            )
+        return Placement(
+            scope=scope,
+            target_key=keys.seq_key(scope),
+            tree=keys.tree_key_prefix(scope),
+            continuation="",
+            continuing=record,
+            opening=record,
+            depth=depth,
+            messages=messages,
+            branch=None,
+            record_in=record_in,
+            aliases=tuple(str(a) for a in aliases),
         )
 
     async def append(
