@@ -173,3 +173,38 @@ async def test_a_turn_that_met_a_stale_cache_runs_again_without_a_traceback(
         assert not [r for r in caplog.records if r.exc_info]
     finally:
         await runner.drain(1.0)
+
+
+async def test_a_turn_taken_over_goes_ahead_of_the_users_newer_backlog(redis: Redis) -> None:
+    """Soak (3 processes, seed 3906): a group user's turn left by a killed process was
+    taken over, then waited behind the dozens of newer messages of the same user this
+    process had read meanwhile, and was answered 92 s after the kill. A taken-over entry
+    was accepted before them: it runs next."""
+    never = asyncio.Event()
+    dead = Intake(redis, "dead")
+    await dead.ensure_group()
+    assert await dead.record(Inbound(1, 1, 1, "left by a dead process"), never)
+    assert [e.inbound.message_id for e in await dead.read_new(10, 1) if e.inbound] == [1]
+    for message in range(2, 6):
+        assert await dead.record(Inbound(1, message, 1, f"m{message}"), never)
+    intake = Intake(redis, "worker")
+    turns = HeldTurns()
+    runner = runner_for(turns, intake, max_per_user=1)
+    runner.takeover_ms = 300
+    runner.start()
+    try:
+        await turns.until(lambda: turns.started == [(1, 2)])
+        deadline = asyncio.get_running_loop().time() + 10
+        taken = [{"name": b"worker", "pending": 5}]  # the dead consumer's entry came over
+        while (await redis.xpending(keys.INTAKE_STREAM, keys.INTAKE_GROUP))["consumers"] != taken:
+            assert asyncio.get_running_loop().time() < deadline, "never taken over"
+            await asyncio.sleep(0.05)  # polling a condition, bounded above
+        turns.finish(1, 2)
+        await turns.until(lambda: len(turns.started) == 2)
+        assert turns.started == [(1, 2), (1, 1)]  # the oldest next, then the backlog
+        for message in (1, 3, 4):
+            turns.finish(1, message)
+        await turns.until(lambda: len(turns.started) == 5)
+        assert turns.started == [(1, 2), (1, 1), (1, 3), (1, 4), (1, 5)]
+    finally:
+        await runner.drain(0.1)

@@ -228,7 +228,7 @@ class TurnRunner:
                 log.warning("taking over %d turn(s) of a stopped process", len(entries))
             self._claimed.update(entry.id for entry in entries)
             for entry in entries:
-                self._start(entry)
+                self._start(entry, taken_over=True)
 
     async def _beat(self) -> None:
         """The heartbeat: keep this process's entries and turn leases from lapsing."""
@@ -288,11 +288,20 @@ class TurnRunner:
         ):
             await asyncio.wait(set(self._tasks), return_when=asyncio.FIRST_COMPLETED)
 
-    def _start(self, entry: Entry) -> None:
+    def _start(self, entry: Entry, *, taken_over: bool = False) -> None:
         self._held[entry.id] = entry
         user = entry.inbound.user_id if entry.inbound else None
         if user is not None and self._running_of.get(user, 0) >= self.max_per_user:
-            self._waiting.setdefault(user, deque()).append(entry)
+            waiting = self._waiting.setdefault(user, deque())
+            if taken_over:
+                # accepted before the user's entries this process read meanwhile: it goes
+                # ahead of them (behind the others taken over), not behind their backlog
+                at = 0
+                while at < len(waiting) and waiting[at].id in self._claimed:
+                    at += 1
+                waiting.insert(at, entry)
+            else:
+                waiting.append(entry)
             self._waiting_count += 1
             return
         if user is not None:
