@@ -263,10 +263,11 @@ class TranscriptStore:
         scope, messages = parent.scope, tuple(messages)
         parent_node = await self.node(parent)
         parent_record = await self._segment_record(parent)
-        entry = self._cache.segment(scope, parent.tree, parent.seg)
-        known = entry.digests[parent.idx] if entry is not None else b""
-        if entry is None or entry.nodes[parent.idx] is not parent_node:
-            known = b""  # reloaded meanwhile: what was read is Redis's own
+        # the digest of the very node read above (none if the cache let it go meanwhile:
+        # then it was read from Redis just now, and there is nothing stale to check)
+        entry, at, known = self._cache.segment(scope, parent.tree, parent.seg), parent.idx, b""
+        if entry is not None and at < len(entry.nodes) and entry.nodes[at] is parent_node:
+            known = entry.digests[at]
         ancestors = ((parent.seg, parent.idx), *parent_record.ancestors)
         more = parent_record.more
         if len(ancestors) > self._inline:
@@ -332,16 +333,9 @@ class TranscriptStore:
         if int(created) == 2:
             raise RuntimeError("the node was not placed: its guard did not hold")
         if int(created) == 3:
-            dropped = self._cache.forget_tree(placement.scope, int(placement.tree))
-            log.warning(
-                "a node of tree %s:%s was to go below %s, which Redis holds as another node "
-                "than this process had cached: Redis lost writes it had acknowledged; %d "
-                "cached entries of that tree dropped",
-                placement.scope, placement.tree, placement.parent[0], dropped,
-            )  # fmt: skip
-            raise StaleCacheError(
-                f"{placement.scope}/{placement.tree}:{placement.parent[0]} changed in Redis"
-            )
+            above = f"{placement.scope}/{placement.tree}:{placement.parent[0]}"
+            self._drop_stale(placement.scope, int(placement.tree), f"{above} is another node")
+            raise StaleCacheError(f"{above} changed in Redis")
         node_id = NodeId.parse(placement.scope, ref)
         if not int(created):
             return await self.node(node_id)
@@ -363,12 +357,16 @@ class TranscriptStore:
         two. The tree is dropped from the cache and read again from Redis."""
         entry = self._cache.segment(nid.scope, nid.tree, nid.seg)
         if (entry is not None and len(entry.nodes) > nid.idx) or self._cache.fold(nid):
-            dropped = self._cache.forget_tree(nid.scope, nid.tree)
-            log.warning(
-                "node %s was placed anew where this process had cached another: Redis lost "
-                "writes it had acknowledged; %d cached entries of that tree dropped",
-                nid, dropped,
-            )  # fmt: skip
+            self._drop_stale(nid.scope, nid.tree, f"{nid} was placed anew")
+
+    def _drop_stale(self, scope: str, tree: int, seen: str) -> None:
+        """Redis holds another node where this process cached one (it lost writes it had
+        acknowledged): the tree is dropped from the cache, to be read again from Redis."""
+        dropped = self._cache.forget_tree(scope, tree)
+        log.warning(
+            "%s where this process had cached another: Redis lost writes it had "
+            "acknowledged; %d cached entries of that tree dropped", seen, dropped,
+        )  # fmt: skip
 
     def _remember(self, node: Node, record: SegmentRecord | None, digest: bytes) -> None:
         """Write-through: extend the cached segment prefix when it is contiguous."""

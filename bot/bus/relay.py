@@ -116,19 +116,13 @@ class Relay:
         window would otherwise meet the 429 itself); older stops are not pressed: they
         ended their answers already, or nothing."""
         now, newest = await guarded(self._recent(keys=[keys.RELAY_STREAM], args=[RECENT]))
-        for entry_id, fields in reversed(newest):
-            raw = (
-                dict(zip(fields[::2], fields[1::2], strict=True))
-                if isinstance(fields, list)
-                else fields
-            )
-            if b"w" not in raw:
-                continue
+        for entry_id, flat in reversed(newest):
+            fields = dict(zip(flat[::2], flat[1::2], strict=True))  # a script's reply: flat
             with contextlib.suppress(KeyError, ValueError):
                 told = int(entry_id.split(b"-")[0])
-                left = (told + float(raw[b"w"]) * 1000 - int(now)) / 1000
+                left = (told + float(fields[b"w"]) * 1000 - int(now)) / 1000
                 if left > 0 and self._floods is not None:
-                    self._floods(int(raw[b"c"]), left)
+                    self._floods(int(fields[b"c"]), left)
         return str(newest[0][0].decode()) if newest else "0-0"
 
     async def _read(self, since: str) -> list[tuple[bytes, dict[bytes, bytes]]]:

@@ -288,7 +288,8 @@ class TurnStates:
         self, inbound: Inbound, user: Placement | None, reads: ClaimReads | None
     ) -> TurnState | None:
         scope, turn = inbound.scope, inbound.turn
-        found = [keys.lease_key(scope, turn), keys.turn_key(scope, turn)]
+        key = keys.turn_key(scope, turn)
+        found = [keys.lease_key(scope, turn), key]
         found += [keys.pending_parts_key(scope), *self._done_keys(inbound)]
         args: list[str | int] = [self.owner, self.lease_ms, turn]
 
@@ -305,7 +306,6 @@ class TurnStates:
         placed = more.pop(0)[0] if user is not None else None
         if reads is not None:
             reads.read(more[0])
-        key = keys.turn_key(scope, turn)
         state = None if flat is None else TurnState.parse(key, scope, flat)
         if user is not None and state is not None and not state.done and state.user is None:
             state.user = (await self.store.placed(user, placed)).id  # placed just now
