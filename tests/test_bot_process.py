@@ -200,6 +200,9 @@ async def test_sigterm_lets_the_answer_in_flight_finish(
     assert len(answers_to(tg, USER, later)) <= 1
     successor = BotProcess(env_for(tg, llm, redis_server.url), tmp_path)
     await successor.start()
+    # If the first process answered it, nothing is left to wait for: without this the
+    # signal below could land while the interpreter is still starting (exit -15).
+    await successor.wait_for_output("connected as")
     await tg.wait_for(lambda: bool(answers_to(tg, USER, later)), timeout=30)
     await tg.wait_for(lambda: tg.pending_updates == 0, timeout=30)
     assert await successor.terminate() == 0
