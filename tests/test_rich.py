@@ -14,11 +14,13 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from aiogram.types import RichMessage
+from aiogram.types import Message, RichMessage
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bot.telegram.format import Chunk
+from bot.bus.inbound import REPLY_HEAD_CHARS
+from bot.telegram.format import Chunk, tagged_depth
+from bot.telegram.messages import shown_head
 from bot.telegram.rich import (
     RICH_BLOCK_LIMIT,
     RICH_DEPTH_LIMIT,
@@ -309,3 +311,19 @@ def test_fuzz_small_limits_split_without_loss(markdown: str, limit: int, max_blo
 def test_fuzz_arbitrary_text(text: str) -> None:
     chunks = render_rich(text, prefix="[depth:2] ")
     accepted(chunks)
+
+
+def test_a_reply_keeps_the_start_of_the_bot_message_it_replies_to() -> None:
+    """What tells whose part a message the bot lost track of is: its [depth:N] tag, read
+    from the text, the caption or a rich message's blocks as the chat shows them."""
+    chat = {"id": 1, "type": "private"}
+    [first] = render_rich("**Hello** world, and more after that", prefix="[depth:4] ")
+    rich = parse_rich({"html": first.html}).message
+    shown = Message.model_validate({"message_id": 5, "date": 0, "chat": chat, "rich_message": rich})
+    assert shown_head(shown) == "[depth:4] Hello world, and more"[:REPLY_HEAD_CHARS]
+    assert tagged_depth(shown_head(shown)) == 4
+    text = Message.model_validate({"message_id": 6, "date": 0, "chat": chat, "text": "go on"})
+    assert shown_head(text) == "go on" and tagged_depth("go on") is None
+    bare = Message.model_validate({"message_id": 7, "date": 0, "chat": chat})
+    assert shown_head(bare) == "" and shown_head(None) == ""
+    assert tagged_depth("[depth:12] x") == 12 and tagged_depth(" [depth:12]") is None

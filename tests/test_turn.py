@@ -372,8 +372,11 @@ async def test_a_part_lost_between_sending_and_recording_is_adopted_by_a_reply(
     [(replacement, text)] = fresh.telegram.shown.items()
     assert text == "[depth:2] echo: hello" and replacement > lost
     answer = await fresh.store.resolve(str(CHAT), replacement)
-    # a reply to the lost message (it is the bot's) continues the same thread
-    await fresh.engine.run(Inbound(CHAT, 2, 5, "more", reply_to=lost, reply_to_bot=True))
+    # a reply to the lost message (it is the bot's, and shows the answer's first part)
+    # continues the same thread
+    head = "[depth:2] echo: hello"
+    reply = Inbound(CHAT, 2, 5, "more", reply_to=lost, reply_to_bot=True, reply_head=head)
+    await fresh.engine.run(reply)
     assert await fresh.store.resolve(str(CHAT), lost) == answer
     assert fresh.telegram.shown[fresh.telegram.next_id] == "[depth:4] echo: more"
     # a reply to an unknown message of the user's own starts over, as always
@@ -381,14 +384,65 @@ async def test_a_part_lost_between_sending_and_recording_is_adopted_by_a_reply(
     assert fresh.telegram.shown[fresh.telegram.next_id] == "[depth:2] echo: new"
 
 
+async def test_a_lost_part_range_never_adopts_another_answers_part(rig: Rig) -> None:
+    """Regression (lossy failover soak, seed 3908): the range of a turn whose first part
+    was lost held another turn's part whose record a failover had lost too; a reply to
+    it went on with the wrong thread. A message the range cannot place gets the notice."""
+    state = await rig.states.begin(inbound(1))
+    assert state is not None
+    await store_user_node(rig, inbound(1), state)
+    await rig.states.sending(inbound(1), state, 1)  # part 1 announced... then lost
+    other = rig.telegram.next_id + 1  # another answer's first part, its record lost
+    rig.telegram.next_id += 1
+    fresh = Rig(rig.redis)
+    fresh.telegram.next_id = rig.telegram.next_id
+    await fresh.engine.run(inbound(1))
+    [(replacement, text)] = fresh.telegram.shown.items()
+    assert text == "[depth:2] echo: hello" and replacement > other
+    for message, head in ((2, "[depth:6] echo: elsewhere"), (3, ""), (4, "echo: hello")):
+        await fresh.engine.run(
+            Inbound(CHAT, message, 5, "more", reply_to=other, reply_to_bot=True, reply_head=head)
+        )
+        assert fresh.telegram.shown[fresh.telegram.next_id] == notices.LOST_TRACK
+    assert await fresh.store.resolve(str(CHAT), other) is None
+    assert fresh.model.calls == 1  # the answer to message 1 only: nothing asked on a guess
+
+
+async def test_a_lost_later_part_is_adopted_by_its_untagged_text(rig: Rig) -> None:
+    long = "word\n\n" * 600  # two parts (a rich message holds 500 blocks): the first tagged
+    state = await rig.states.begin(inbound(1, long))
+    assert state is not None
+    await store_user_node(rig, inbound(1, long), state)
+    await rig.states.add_part(inbound(1, long), state, [555])
+    await rig.states.sending(inbound(1, long), state, 2)  # part 2 announced... then lost
+    lost = 600
+    fresh = Rig(rig.redis)
+    fresh.telegram.next_id = 700
+    await fresh.engine.run(inbound(1, long))
+    answer = await fresh.store.resolve(str(CHAT), 555)
+    assert answer is not None and fresh.telegram.sends == 1  # part 1 edited, part 2 anew
+    tagged = Inbound(CHAT, 2, 5, "a", reply_to=lost, reply_to_bot=True, reply_head="[depth:2] word")
+    await fresh.engine.run(tagged)  # an answer's first part: not this lost second one
+    assert fresh.telegram.shown[fresh.telegram.next_id] == notices.LOST_TRACK
+    untagged = Inbound(CHAT, 3, 5, "b", reply_to=lost, reply_to_bot=True, reply_head="word")
+    await fresh.engine.run(untagged)
+    assert await fresh.store.resolve(str(CHAT), lost) == answer
+    assert fresh.telegram.shown[fresh.telegram.next_id] == "[depth:4] echo: b"
+
+
 def test_intake_entries_round_trip_and_a_damaged_one_decodes_to_none() -> None:
     import msgpack  # noqa: PLC0415
 
-    entry = Inbound(CHAT, 9, 5, "now", reply_to=3, reply_to_bot=True)
+    entry = Inbound(CHAT, 9, 5, "now", reply_to=3, reply_to_bot=True, reply_head="[depth:2] hi")
     assert Inbound.decode(entry.encode()) == entry
     assert Inbound.decode(b"\x93garbage") is None
-    short = msgpack.packb(msgpack.unpackb(entry.encode())[:-1])  # a field missing
-    assert Inbound.decode(short) is None
+    fields = msgpack.unpackb(entry.encode())
+    # an entry written before the reply's head was kept reads with an empty one
+    older = Inbound.decode(msgpack.packb(fields[:-1]))
+    assert older == Inbound(CHAT, 9, 5, "now", reply_to=3, reply_to_bot=True)
+    assert Inbound.decode(msgpack.packb(fields[:-2])) is None  # a field missing
+    # a later version's entry (a field more) still reads
+    assert Inbound.decode(msgpack.packb([*fields, "later"])) == entry
 
 
 async def test_a_resume_that_sends_nothing_new_notes_no_unbounded_range(rig: Rig) -> None:

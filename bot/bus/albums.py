@@ -117,6 +117,7 @@ class Albums:
             media=tuple(ref for m in items for ref in m.media),
             reply_to=first.reply_to,
             reply_to_bot=first.reply_to_bot,
+            reply_head=first.reply_head,
         )
         return album, [m.message_id for m in items]
 

@@ -10,9 +10,13 @@ from typing import Any, Literal
 import msgpack
 
 #: Fields of an intake entry: chat, message, user, text, reply_to, thread, is_group,
-#: reply_to_bot, kind, media, group, guest, language (the layout's version is rc:layout,
-#: bot/data/layout.py).
-_FIELDS = 13
+#: reply_to_bot, kind, media, group, guest, language, reply_head (the layout's version
+#: is rc:layout, bot/data/layout.py). An entry of the first 13 (written before
+#: reply_head) reads with an empty one; fields after those known are ignored, so a
+#: later version's entries still read here.
+_OLDEST_FIELDS = 13
+#: How much of the bot's message replied to an entry keeps (:attr:`Inbound.reply_head`).
+REPLY_HEAD_CHARS = 24
 
 #: A new message.
 MESSAGE = ""
@@ -84,6 +88,10 @@ class Inbound:
     guest: str | None = None
     #: The sender's Telegram ``language_code`` ("" unknown): the turn's notices are in it.
     language: str = ""
+    #: The start of the bot's message replied to, as the chat shows it (at most
+    #: :data:`REPLY_HEAD_CHARS` characters; "" when the reply is not to the bot or that
+    #: message shows no text): what tells whose part a message the bot lost track of is.
+    reply_head: str = ""
 
     @property
     def turn(self) -> str:
@@ -122,6 +130,7 @@ class Inbound:
                 self.group,
                 self.guest,
                 self.language,
+                self.reply_head,
             ]
         )
         return data
@@ -131,8 +140,9 @@ class Inbound:
         """The inverse of :meth:`encode`; ``None`` for bytes that do not decode."""
         try:
             fields = msgpack.unpackb(data)
-            if len(fields) != _FIELDS:
+            if len(fields) < _OLDEST_FIELDS:
                 return None
+            head = fields[_OLDEST_FIELDS] if len(fields) > _OLDEST_FIELDS else ""
             (
                 chat,
                 message,
@@ -147,11 +157,11 @@ class Inbound:
                 album,
                 guest,
                 lang,
-            ) = fields
+            ) = fields[:_OLDEST_FIELDS]
             return cls(
                 chat, message, user, text, reply_to, thread, bool(group), bool(to_bot),
                 str(kind), tuple(MediaRef.decode(m) for m in media), album,
-                None if guest is None else str(guest), str(lang),
+                None if guest is None else str(guest), str(lang), str(head),
             )  # fmt: skip
         except Exception:  # a damaged entry must not stop the bus
             return None

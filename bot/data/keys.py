@@ -54,10 +54,13 @@ The turn (bot/turn/state.py):
                          of the part that turn is about to send (announced before
                          the send, replaced by the part's id once Telegram named
                          it). A reply to a bot message not yet aliased finds it here
-    rc:{S}:orphans     hash: message m -> "low:high:node ref": a part of m's answer may
-                         be on screen under an id in (low, high) that was never
-                         recorded (a crash between sending and recording it); a reply
-                         to such a bot message is adopted into m's thread
+    rc:{S}:orphans     hash: message m -> "low:high:node ref:part:depth": part number
+                         `part` of m's answer (at `depth`) may be on screen under an
+                         id in (low, high) that was never recorded (a crash between
+                         sending and recording it); a reply to such a bot message
+                         whose text can be that part (its [depth:N] tag) is adopted
+                         into m's thread (an entry of three fields, written before
+                         part and depth were kept, adopts without that check)
 
 Private-chat topics (bot/turn/topics.py):
 

@@ -15,6 +15,7 @@ escaped, and raw HTML in the model's output is shown as text.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
@@ -29,9 +30,11 @@ __all__ = [
     "Chunk",
     "clean_text",
     "code_language",
+    "depth_tag",
     "escape_html",
     "render_chunks",
     "safe_url",
+    "tagged_depth",
     "text_table",
     "utf16_len",
 ]
@@ -40,6 +43,21 @@ TELEGRAM_LIMIT = 4096
 """Telegram's limit on a message's visible text, in UTF-16 code units."""
 
 EMPTY_PLACEHOLDER = "…"
+
+_DEPTH_TAG = re.compile(r"\[depth:(\d{1,9})\]")
+
+
+def depth_tag(depth: int) -> str:
+    """What an answer's first part starts with: ``[depth:N] ``."""
+    return f"[depth:{depth}] "
+
+
+def tagged_depth(text: str) -> int | None:
+    """The N of a text that starts with an answer's ``[depth:N]`` tag, else ``None``."""
+    found = _DEPTH_TAG.match(text)
+    return None if found is None else int(found.group(1))
+
+
 HORIZONTAL_RULE = "———"
 BULLET = "• "
 LIST_INDENT = "  "

@@ -14,7 +14,7 @@ from aiogram.filters import Filter
 from aiogram.types import Message, TelegramObject
 from aiogram.utils.magic_filter import MagicFilter
 
-from ..bus.inbound import Inbound, MediaRef
+from ..bus.inbound import REPLY_HEAD_CHARS, Inbound, MediaRef
 from . import guest
 from .format import Chunk, escape_html
 from .out import Notifier
@@ -53,6 +53,30 @@ def replied_id(message: Message) -> int | None:
 def sent_by(message: Message | None, user_id: int) -> bool:
     """Whether ``message`` exists and user ``user_id`` sent it."""
     return message is not None and message.from_user is not None and message.from_user.id == user_id
+
+
+def shown_head(message: Message | None) -> str:
+    """The start of a message as the chat shows it (:data:`REPLY_HEAD_CHARS` at most):
+    its text or caption, or a rich message's first text; "" for none."""
+    if message is None:
+        return ""
+    head = message.text or message.caption or ""
+    if not head and message.rich_message is not None:
+        for block in message.rich_message.blocks:
+            head = "".join(_runs(getattr(block, "text", None)))
+            if head:
+                break
+    return head[:REPLY_HEAD_CHARS]
+
+
+def _runs(text: object) -> list[str]:
+    """The plain strings of a rich text (a string, a list, or a styled run), in order."""
+    if isinstance(text, str):
+        return [text]
+    if isinstance(text, list):
+        return [run for item in text for run in _runs(item)]
+    inner = getattr(text, "text", None)
+    return [] if inner is None else _runs(inner)
 
 
 def mentions(message: Message, username: str) -> bool:
@@ -111,13 +135,15 @@ def inbound_of(
     """The message as the intake stores it: ``kind`` (new, edited, /retry), ``text`` as the
     model reads it, ``media`` its files (an album's carry its ``media_group_id``);
     ``bot_id`` tells a reply to this bot from others."""
+    to_bot = sent_by(message.reply_to_message, bot_id)
     return Inbound(
         chat_id=message.chat.id,
         message_id=message.message_id,
         user_id=message.from_user.id if message.from_user else 0,
         text=text,
         reply_to=replied_id(message),
-        reply_to_bot=sent_by(message.reply_to_message, bot_id),
+        reply_to_bot=to_bot,
+        reply_head=shown_head(message.reply_to_message) if to_bot else "",
         thread_id=thread_of(message),
         is_group=is_group(message),
         kind=kind,

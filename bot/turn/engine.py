@@ -56,7 +56,7 @@ from ..metrics import Metrics
 from ..model import Answer, Model, ModelError
 from ..retry import Outage, retrying
 from ..telegram.drafts import StopButtons
-from ..telegram.format import Chunk, escape_html
+from ..telegram.format import Chunk, depth_tag, escape_html
 from ..telegram.guest import GuestWriter, part_of
 from ..telegram.guest import post as post_guest
 from ..telegram.out import AnswerRejectedError, ChatUnavailableError, TelegramOut
@@ -66,7 +66,7 @@ from . import notices
 from .branch import Branch, Branches, Prefs
 from .context import ContextWindow, MessageTooLargeError, Window
 from .media import MediaError, MediaReader, voice_quote
-from .state import TurnState, TurnStates, message_of
+from .state import LostPart, TurnState, TurnStates, message_of
 from .topics import TopicTitles
 
 if TYPE_CHECKING:
@@ -133,9 +133,12 @@ class Turn:
     writer: Writer
     #: Queues the bus's acknowledgement on the turn's final write.
     ack: Ack
-    #: An earlier run may have left a part on screen unrecorded: it announced a part in
-    #: the chat's part ledger and never recorded it (read with the claim).
-    lost_a_part: bool = False
+    #: An earlier run may have left a part on screen unrecorded: it announced this part
+    #: (its number; 0: none) in the chat's part ledger and never recorded it (read with
+    #: the claim).
+    lost_part: int = 0
+    #: The answer's depth, its first part's ``[depth:N]`` (0 until the user's node is known).
+    depth: int = 0
     #: The message ids of an album's photos (the user's node is aliased to each).
     album: tuple[int, ...] = ()
     #: The user's defaults (read with the claim).
@@ -278,7 +281,7 @@ class Engine:
             inbound, album = gathered
         writer = self._writer(inbound, state)
         turn = Turn(
-            inbound, state, writer, ack, lost_a_part=state.sending > 0, album=tuple(album),
+            inbound, state, writer, ack, lost_part=state.sending, album=tuple(album),
             prefs=prefs,
         )  # fmt: skip
         writer.journal = _Parts(self, inbound, state)
@@ -335,7 +338,8 @@ class Engine:
 
     async def _steps(self, turn: Turn) -> Reply:
         user = await self._store_user_node(turn)
-        turn.writer.prefix = f"[depth:{user.depth + 1}] " + voice_quote(turn.inbound, user)
+        turn.depth = user.depth + 1
+        turn.writer.prefix = depth_tag(turn.depth) + voice_quote(turn.inbound, user)
         if turn.state.lost_track:  # replying to the notice goes on from the message
             raise TurnEnded(Reply(_(notices.LOST_TRACK), user.id, notice=True))
         if turn.state.answer is not None:
@@ -410,14 +414,17 @@ class Engine:
         else:
             writes.append(lambda pipe: self.store.queue_alias(pipe, inbound.scope, ids, node))
             new = [i for i in ids if i not in turn.writer.existing]
-            if turn.lost_a_part and new and inbound.guest is None:
+            if turn.lost_part and new and inbound.guest is None:
                 # an earlier run may have died between sending a part and recording
                 # it: that message lies after the parts it recorded and before the
                 # first one sent now (without a new one there is no bound: no range)
                 low = max([inbound.message_id, *turn.writer.existing])
                 high = min(new)
+                lost = LostPart(turn.lost_part, turn.depth)
                 writes.append(
-                    lambda pipe: TurnStates.queue_orphans(pipe, inbound, node, low=low, high=high)
+                    lambda pipe: TurnStates.queue_orphans(
+                        pipe, inbound, node, low=low, high=high, lost=lost
+                    )
                 )
         await self._durably(
             lambda: self.states.finish(inbound, turn.state, ids, with_writes=writes)
@@ -620,7 +627,7 @@ class Engine:
         if node is not None or not inbound.reply_to_bot:
             return node
         # maybe a part an earlier run sent but died before recording: adopt it
-        home = await self.states.orphan_home(scope, target)
+        home = await self.states.orphan_home(scope, target, inbound.reply_head)
         if home is not None:
             log.info("adopted message %s of chat %s into its thread", target, scope)
             await self.store.alias(scope, [target], home)

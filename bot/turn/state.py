@@ -56,6 +56,7 @@ from transcript.codec import decode_message, encode_message
 from ..bus.inbound import Inbound
 from ..data import keys
 from ..data.connection import Queued, guarded, run_together
+from ..telegram.format import tagged_depth
 from ..usage.accounting import Clock, day_of, utc_now
 
 #: A finished turn is recognised as done at least this long (Telegram keeps an update
@@ -154,6 +155,24 @@ if done(2, ARGV[1]) then return 0 end
 return redis.call('HINCRBY', KEYS[1], 'x', 1)
 """
 )
+
+
+@dataclass(frozen=True, slots=True)
+class LostPart:
+    """A part an earlier run of a turn announced and never recorded: its number in the
+    answer, and the answer's depth (``0``: not known)."""
+
+    part: int
+    depth: int
+
+    def shown_as(self, head: str) -> bool:
+        """Whether a message whose text starts with ``head`` can be this part: the first
+        part starts with the answer's ``[depth:N]`` tag; a later one shows text, untagged.
+        """
+        tagged = tagged_depth(head)
+        if self.part == 1:
+            return tagged is not None and tagged == self.depth
+        return bool(head) and tagged is None
 
 
 class ClaimReads(Protocol):
@@ -480,23 +499,36 @@ class TurnStates:
 
     @staticmethod
     def queue_orphans(
-        pipe: Pipeline, inbound: Inbound, node: NodeId, *, low: int, high: int
+        pipe: Pipeline, inbound: Inbound, node: NodeId, *, low: int, high: int, lost: LostPart
     ) -> None:
-        """A part of this turn's answer may be on screen, unrecorded, between the ids."""
+        """Part ``lost.part`` of this turn's answer may be on screen, unrecorded, between
+        the ids."""
         key = keys.orphans_key(inbound.scope)
-        pipe.hset(key, inbound.turn, f"{low}:{high}:{node.ref}")
+        pipe.hset(key, inbound.turn, f"{low}:{high}:{node.ref}:{lost.part}:{lost.depth}")
         pipe.expire(key, ORPHAN_TTL_SECONDS)
 
-    async def orphan_home(self, scope: str, message_id: int) -> NodeId | None:
-        """The node a lost part with this id belongs to, if it falls in a noted range."""
+    async def orphan_home(self, scope: str, message_id: int, head: str) -> NodeId | None:
+        """The node a lost part with this id belongs to: it falls in a noted range, and
+        the start of its text, ``head``, can be that part's.
+
+        The ids of a range are not the turn's alone: other turns of the chat send
+        parts meanwhile, and a failover that loses acknowledged writes can lose their
+        records too. So the text decides (an answer's first part starts with its
+        ``[depth:N]`` tag, a later part with none), and a message it cannot place is
+        nobody's: its reply gets the lost-track notice, never another thread.
+        """
         ranges = await guarded(self._redis.hvals(keys.orphans_key(scope)))
         best: tuple[int, str] | None = None  # the narrowest range holding the id
         for value in ranges:
             text = value.decode() if isinstance(value, bytes) else value
-            low, high, ref = text.split(":", 2)
+            low, high, tree, rest = text.split(":", 3)
+            seg, *noted = rest.split(":")
             width = int(high) - int(low)
-            if int(low) < message_id < int(high) and (best is None or width < best[0]):
-                best = (width, ref)
+            if not int(low) < message_id < int(high) or (best is not None and width >= best[0]):
+                continue
+            if noted and not LostPart(int(noted[0]), int(noted[1])).shown_as(head):
+                continue
+            best = (width, f"{tree}:{seg}")
         return None if best is None else NodeId.parse(scope, best[1])
 
     # ------------------------------------------------------------ the end
