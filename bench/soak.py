@@ -947,7 +947,7 @@ class Soak:
                 f"{len(lossy)} ({', '.join(str(f.lost_bytes) for f in lossy) or '-'})",
             ),
             ("  visible: lost-track notices after a failover", result.lost_track_failover),
-            ("  visible: answers repeated after a lost write", result.failover_duplicates),
+            ("  visible: answers or parts repeated after a lost write", result.failover_duplicates),
         ]
 
     def poller_gaps(self) -> list[float]:

@@ -262,7 +262,8 @@ class Result:
     #: (an alias the failover lost: acceptable), or not (a failure).
     lost_track_failover: int = 0
     lost_track: int = 0
-    #: Answered twice because a failover lost the write recording the first answer.
+    #: Answered twice (or one of its parts shown twice) because a failover lost the
+    #: write recording the first.
     failover_duplicates: int = 0
     notices: dict[str, int] = field(default_factory=dict)
     redelivered: int = 0
@@ -548,7 +549,15 @@ class Checker:
                 if p.message_id > part.message_id
                 and squash(p.text or "").startswith(squash(part.text or ""))
             )
-            gap = self._killed_after(s.chat_id, [Copy([part]), Copy([again])])
+            pair = [Copy([part]), Copy([again])]
+            gap = self._killed_after(s.chat_id, pair)
+            if gap is None and self._duplicated_by_failover(s.chat_id, pair):
+                self.result.failover_duplicates += 1
+                self._problem(
+                    s, f"(failover: the write recording part {part.message_id} was lost) "
+                    f"sent again as {again.message_id}",
+                )  # fmt: skip
+                continue
             if gap is None:
                 self.result.duplicated += 1
                 self._problem(
