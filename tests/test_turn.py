@@ -356,21 +356,29 @@ async def test_giving_up_aliases_what_was_sent_and_tells_the_user_once(rig: Rig)
     assert not await rig.redis.hexists(keys.pending_parts_key(str(CHAT)), "555")
 
 
-async def test_a_part_lost_between_sending_and_recording_is_adopted_by_a_reply(
-    rig: Rig,
-) -> None:
-    """The crash window the journal cannot close: a reply to that lost part continues."""
+async def answered_after_losing_the_first_part(rig: Rig) -> tuple[Rig, int]:
+    """Message 1's turn announced its first part, Telegram took it, and the run died
+    before recording its id; a fresh process answers anew. That process, and the lost
+    id (in the range it notes)."""
     state = await rig.states.begin(inbound(1))
     assert state is not None
     await store_user_node(rig, inbound(1), state)
     await rig.states.sending(inbound(1), state, 1)  # part 1 announced, sent... then a crash
     lost = rig.telegram.next_id + 1  # the id Telegram gave it, never recorded
-    rig.telegram.next_id += 1
     fresh = Rig(rig.redis)
-    fresh.telegram.next_id = rig.telegram.next_id
+    fresh.telegram.next_id = lost
     await fresh.engine.run(inbound(1))
     [(replacement, text)] = fresh.telegram.shown.items()
     assert text == "[depth:2] echo: hello" and replacement > lost
+    return fresh, lost
+
+
+async def test_a_part_lost_between_sending_and_recording_is_adopted_by_a_reply(
+    rig: Rig,
+) -> None:
+    """The crash window the journal cannot close: a reply to that lost part continues."""
+    fresh, lost = await answered_after_losing_the_first_part(rig)
+    replacement = fresh.telegram.next_id
     answer = await fresh.store.resolve(str(CHAT), replacement)
     # a reply to the lost message (it is the bot's, and shows the answer's first part)
     # continues the same thread
@@ -388,17 +396,8 @@ async def test_a_lost_part_range_never_adopts_another_answers_part(rig: Rig) -> 
     """Regression (lossy failover soak, seed 3908): the range of a turn whose first part
     was lost held another turn's part whose record a failover had lost too; a reply to
     it went on with the wrong thread. A message the range cannot place gets the notice."""
-    state = await rig.states.begin(inbound(1))
-    assert state is not None
-    await store_user_node(rig, inbound(1), state)
-    await rig.states.sending(inbound(1), state, 1)  # part 1 announced... then lost
-    other = rig.telegram.next_id + 1  # another answer's first part, its record lost
-    rig.telegram.next_id += 1
-    fresh = Rig(rig.redis)
-    fresh.telegram.next_id = rig.telegram.next_id
-    await fresh.engine.run(inbound(1))
-    [(replacement, text)] = fresh.telegram.shown.items()
-    assert text == "[depth:2] echo: hello" and replacement > other
+    # the id in the range is another answer's first part, its record lost
+    fresh, other = await answered_after_losing_the_first_part(rig)
     for message, head in ((2, "[depth:6] echo: elsewhere"), (3, ""), (4, "echo: hello")):
         await fresh.engine.run(
             Inbound(CHAT, message, 5, "more", reply_to=other, reply_to_bot=True, reply_head=head)
