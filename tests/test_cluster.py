@@ -25,7 +25,7 @@ from bot.data.connection import connect, guarded
 from bot.model import Usage
 from bot.model.vision import Vision
 from bot.turn.state import TurnStates
-from bot.usage.accounting import Accounting, CallRecord, Totals, utc_now
+from bot.usage.accounting import Accounting, CallRecord, Totals, day_of, utc_now
 from transcript import NodeId, StoreUnavailableError, TranscriptStore
 
 from .fake_openai import FakeOpenAI
@@ -237,6 +237,38 @@ async def replica_entries(replicated: RedisCluster) -> int:
     return count
 
 
+async def test_a_turn_ends_once_the_replica_holds_its_end(replicated: RedisCluster) -> None:
+    """The answer is on screen before the turn's end is written: a failover that lost
+    that write would run the turn again and show the answer twice. So, like the intake's
+    append, the end returns once the replica holds it."""
+    client = connect(replicated.url, cluster=True)
+    states = TurnStates(client, TranscriptStore(client), "node-a")
+    assert states.replicas is not None
+    states.replicas.timeout_ms = 30_000
+    message = Inbound(OTHER_USER, 1, OTHER_USER, "hi")
+    state = await states.begin(message)
+    assert state is not None
+    replica = replicated.nodes[1].proc
+    assert replica is not None
+    waited = await waits_sent(replicated.ports)
+    replica.send_signal(signal.SIGSTOP)  # the replica falls behind
+    try:
+        ending = asyncio.create_task(states.finish(message, state, [10]))
+        done, _ = await asyncio.wait({ending}, timeout=0.5)
+        assert not done  # the master has it, the replica not yet: not ended
+    finally:
+        replica.send_signal(signal.SIGCONT)
+    await asyncio.wait_for(ending, 30)
+    assert states.replicas.unacknowledged == 0
+    assert await waits_sent(replicated.ports) == waited + 1
+    node = connect(f"redis://127.0.0.1:{replicated.ports[1]}/0")
+    await node.readonly()  # the replica, promoted, would know the turn was answered
+    done_key = keys.done_key(str(OTHER_USER), day_of(utc_now()), "1")
+    assert await node.sismember(done_key, "1")
+    await node.aclose()
+    await client.aclose()
+
+
 async def test_a_message_enters_the_intake_once_the_replica_holds_it(
     replicated: RedisCluster,
 ) -> None:
@@ -247,8 +279,9 @@ async def test_a_message_enters_the_intake_once_the_replica_holds_it(
     await intake.ensure_group()
     assert intake.replicas is not None
     stopping = asyncio.Event()
+    waited = await waits_sent(replicated.ports)  # (the module's other tests wait too)
     assert await intake.record(Inbound(USER, 1, USER, "hello"), stopping)
-    assert await waits_sent(replicated.ports) == 1
+    assert await waits_sent(replicated.ports) == waited + 1
     assert await replica_entries(replicated) == 1
 
     replica = replicated.nodes[1].proc

@@ -55,7 +55,7 @@ from transcript.codec import decode_message, encode_message
 
 from ..bus.inbound import Inbound
 from ..data import keys
-from ..data.connection import Queued, guarded, run_together
+from ..data.connection import Queued, guarded, replica_ack, run_together
 from ..telegram.format import tagged_depth
 from ..usage.accounting import Clock, day_of, utc_now
 
@@ -273,6 +273,8 @@ class TurnStates:
         self._renew = redis.register_script(_RENEW_LUA)
         self._failed = redis.register_script(_FAILED_LUA)
         self._read = redis.register_script(_READ_LUA)
+        #: Replica acknowledgement of a turn's end (Redis Cluster only).
+        self.replicas = replica_ack(redis)
 
     # ------------------------------------------------------------ the claim
 
@@ -550,6 +552,12 @@ class TurnStates:
         acknowledgement). The turn's own keys change in one script (one slot, the
         chat's); the other writes are idempotent and may be in other slots, so the
         round trip is a pipeline, not a transaction.
+
+        On a Redis Cluster it returns once a replica of the chat's master holds the
+        turn's end (:class:`~bot.data.connection.ReplicaAck`): the answer is on screen
+        already, and a failover that lost that write would run the turn again and show
+        the answer twice. A master killed before its replica had it fails the write,
+        which the caller makes again on the promoted replica.
         """
         turn_keys = [
             self._done_keys(inbound)[0],
@@ -572,7 +580,16 @@ class TurnStates:
 
         # the parts' aliases first: a reader that finds them gone from the ledger
         # finds their aliases (the commands run in order)
-        await run_together(self._redis, *with_writes, done)
+        if self.replicas is None:
+            await run_together(self._redis, *with_writes, done)
+        else:
+            writes = [*with_writes, done]
+
+            def ending(pipe: Pipeline) -> None:
+                for write in writes:
+                    write(pipe)
+
+            await guarded(self.replicas.write(state.key, ending))
         state.done = True
 
     async def release(self, inbound: Inbound, parts: list[int]) -> None:
