@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -237,10 +238,12 @@ async def replica_entries(replicated: RedisCluster) -> int:
     return count
 
 
-async def test_a_turn_ends_once_the_replica_holds_its_end(replicated: RedisCluster) -> None:
-    """The answer is on screen before the turn's end is written: a failover that lost
-    that write would run the turn again and show the answer twice. So, like the intake's
-    append, the end returns once the replica holds it."""
+async def test_a_turn_records_its_parts_and_ends_once_the_replica_holds_them(
+    replicated: RedisCluster,
+) -> None:
+    """A part is on screen before it is recorded, the answer before the turn's end is
+    written: a failover that lost either write would show them twice (the turn run
+    again). So, like the intake's append, both return once the replica holds them."""
     client = connect(replicated.url, cluster=True)
     states = TurnStates(client, TranscriptStore(client), "node-a")
     assert states.replicas is not None
@@ -250,21 +253,28 @@ async def test_a_turn_ends_once_the_replica_holds_its_end(replicated: RedisClust
     assert state is not None
     replica = replicated.nodes[1].proc
     assert replica is not None
-    waited = await waits_sent(replicated.ports)
-    replica.send_signal(signal.SIGSTOP)  # the replica falls behind
-    try:
-        ending = asyncio.create_task(states.finish(message, state, [10]))
-        done, _ = await asyncio.wait({ending}, timeout=0.5)
-        assert not done  # the master has it, the replica not yet: not ended
-    finally:
-        replica.send_signal(signal.SIGCONT)
-    await asyncio.wait_for(ending, 30)
-    assert states.replicas.unacknowledged == 0
-    assert await waits_sent(replicated.ports) == waited + 1
     node = connect(f"redis://127.0.0.1:{replicated.ports[1]}/0")
-    await node.readonly()  # the replica, promoted, would know the turn was answered
+    await node.readonly()  # the replica: promoted, what would it know?
+    waited = await waits_sent(replicated.ports)
+    writes: list[Callable[[], Coroutine[Any, Any, None]]] = [
+        lambda: states.add_part(message, state, [10]),
+        lambda: states.finish(message, state, [10]),
+    ]
+    for write in writes:
+        replica.send_signal(signal.SIGSTOP)  # the replica falls behind
+        try:
+            writing = asyncio.create_task(write())
+            done, _ = await asyncio.wait({writing}, timeout=0.5)
+            assert not done  # the master has it, the replica not yet: not done
+        finally:
+            replica.send_signal(signal.SIGCONT)
+        await asyncio.wait_for(writing, 30)
+        if not state.done:  # the part is in the ledger
+            assert await node.hget(keys.pending_parts_key(str(OTHER_USER)), "10") == b"1"
+    assert states.replicas.unacknowledged == 0
+    assert await waits_sent(replicated.ports) == waited + 2
     done_key = keys.done_key(str(OTHER_USER), day_of(utc_now()), "1")
-    assert await node.sismember(done_key, "1")
+    assert await node.sismember(done_key, "1")  # the turn was answered
     await node.aclose()
     await client.aclose()
 
@@ -314,9 +324,20 @@ async def test_a_message_enters_the_intake_once_the_replica_holds_it(
     assert await asyncio.wait_for(appending, 30)  # the replica reconnected and acknowledged
     assert await replica_entries(replicated) == 3
     assert intake.replicas.unacknowledged == 0
+    await client.aclose()
 
-    # a replica away longer than the wait: the message is taken (as safe as on the
-    # master alone) and counted, rather than refused
+
+async def test_a_message_is_taken_when_the_replica_is_away_longer_than_the_wait(
+    replicated: RedisCluster,
+) -> None:
+    """Counted, as safe as on the master alone, rather than refused."""
+    client = connect(replicated.url, cluster=True)
+    intake = Intake(client, "a")
+    await intake.ensure_group()
+    assert intake.replicas is not None
+    stopping = asyncio.Event()
+    replica = replicated.nodes[1].proc
+    assert replica is not None
     intake.replicas.timeout_ms = 50
     replica.send_signal(signal.SIGSTOP)
     try:

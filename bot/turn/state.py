@@ -145,6 +145,16 @@ redis.call('HDEL', KEYS[4], '~' .. ARGV[1], unpack(ARGV, 3))
 return 1
 """
 
+# A part sent: the turn's list of parts, and the ledger names it in place of the
+# turn's announcement.
+#   KEYS: state, ledger.  ARGV: the parts ("a,b,c"), the new part, turn id, announcement.
+_ADD_PART_LUA = """
+redis.call('HSET', KEYS[1], 'p', ARGV[1])
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+redis.call('HDEL', KEYS[2], ARGV[4])
+return 1
+"""
+
 # One more unexpected failure of an unfinished turn (a finished one has no hash to
 # count in: 0, and nothing is written).
 #   KEYS: state, done sets.  ARGV: turn id.
@@ -484,13 +494,16 @@ class TurnStates:
 
     async def add_part(self, inbound: Inbound, state: TurnState, parts: list[int]) -> None:
         """Record the parts sent so far (the last one is new): in the turn's state, and in
-        the chat's part ledger in place of its announcement."""
+        the chat's part ledger in place of its announcement (one script). Like the
+        turn's end, kept by a replica on a Redis Cluster: the part is on screen."""
         ledger = keys.pending_parts_key(inbound.scope)
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hset(state.key, "p", ",".join(map(str, parts)))
-            pipe.hset(ledger, str(parts[-1]), inbound.turn)
-            pipe.hdel(ledger, _announced(inbound.turn))
-            await guarded(pipe.execute())
+        listed, new, turn = ",".join(map(str, parts)), str(parts[-1]), inbound.turn
+
+        def record(pipe: Pipeline) -> None:
+            # EVAL with the text: a pipeline cannot count on the script cache
+            pipe.eval(_ADD_PART_LUA, 2, state.key, ledger, listed, new, turn, _announced(turn))
+
+        await self._kept(state.key, record)
         state.parts = list(parts)
         state.sending = 0
 
@@ -580,17 +593,24 @@ class TurnStates:
 
         # the parts' aliases first: a reader that finds them gone from the ledger
         # finds their aliases (the commands run in order)
-        if self.replicas is None:
-            await run_together(self._redis, *with_writes, done)
-        else:
-            writes = [*with_writes, done]
-
-            def ending(pipe: Pipeline) -> None:
-                for write in writes:
-                    write(pipe)
-
-            await guarded(self.replicas.write(state.key, ending))
+        await self._kept(state.key, *with_writes, done)
         state.done = True
+
+    async def _kept(self, key: str, *queues: Queued) -> None:
+        """Writes that follow something shown on Telegram, in one round trip: on a Redis
+        Cluster it returns once a replica of ``key``'s master holds that master's
+        share of them (:class:`~bot.data.connection.ReplicaAck`). A master killed
+        before its replica has them fails the round trip; the caller's durable retry
+        makes it again on the promoted replica (every write here is idempotent)."""
+        if self.replicas is None:
+            await run_together(self._redis, *queues)
+            return
+
+        def together(pipe: Pipeline) -> None:
+            for queue in queues:
+                queue(pipe)
+
+        await guarded(self.replicas.write(key, together))
 
     async def release(self, inbound: Inbound, parts: list[int]) -> None:
         """Let go of an unfinished turn (it was given up): its parts no longer wait."""
