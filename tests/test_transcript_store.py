@@ -560,6 +560,37 @@ async def test_a_process_that_cached_lost_nodes_never_appends_below_their_reused
     )  # fmt: skip
 
 
+async def test_a_node_read_before_its_tree_left_the_cache_still_guards_its_child(
+    store: TranscriptStore, redis: Redis
+) -> None:
+    """Soak --cluster --lossy (seed 3908, after the fix above): a process took over a
+    turn whose question it held in its cache from before a failover that lost it; the
+    question's id now held another thread's question. The turn read the lost question,
+    asked the model with it, and another turn of the same process then met the check
+    and dropped the tree from the cache; the answer's append, reading its parent from
+    Redis afresh, checked nothing and stored the lost question's answer below the other
+    thread's question (whose own turn then showed it). The node the turn read carries
+    its record's digest: the append below it is checked against that."""
+    root = await store.start("103", [SYSTEM])
+    asked = await store.append(root.id, [user("lost question")], aliases=[10])
+    await lose_last_writes(store, "103", asked.id)
+    other_process = TranscriptStore(redis)
+    other = await other_process.append(root.id, [user("another thread")], aliases=[12])
+    assert other.id == asked.id
+    read = await store.node(asked.id)  # the turn reads its question from the cache
+    assert read.messages == (user("lost question"),)
+    store.cache.forget_tree("103", asked.id.tree)  # another turn met the check meanwhile
+    with pytest.raises(StaleCacheError):
+        await store.append(read, [bot("the lost question's answer")], aliases=[11])
+    assert await redis.hget(keys.tree_key("103", root.id.tree), "0.2") is None
+    # a node read afresh (from Redis) takes its child
+    fresh = await store.node(asked.id)
+    answer = await store.append(fresh, [bot("its answer")], aliases=[13])
+    assert (await store.history(answer.id)).messages == (
+        SYSTEM, user("another thread"), bot("its answer"),
+    )  # fmt: skip
+
+
 async def test_an_append_below_an_unchanged_parent_is_not_refused(
     store: TranscriptStore, redis: Redis
 ) -> None:

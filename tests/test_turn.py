@@ -141,7 +141,7 @@ async def store_user_node(rig: Rig, message: Inbound, state: TurnState | None = 
 
 async def store_answer(rig: Rig, state: TurnState, user: Node, text: str) -> None:
     """Store the answer node alone, as a run that then died would have."""
-    placement = await rig.states.answer_placement(state, user.id, text, [])
+    placement = await rig.states.answer_placement(state, user, text, [])
     async with rig.redis.pipeline(transaction=False) as pipe:
         rig.store.queue_place(pipe, placement)
         [reply] = await pipe.execute()

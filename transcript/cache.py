@@ -43,7 +43,7 @@ class SegmentEntry:
     ``chars[i]`` is the content length of nodes ``0..i`` (sizes without a walk).
     """
 
-    __slots__ = ("chars", "digests", "ends", "messages", "nodes", "record", "size")
+    __slots__ = ("chars", "ends", "messages", "nodes", "record", "size")
 
     def __init__(self) -> None:
         self.record: SegmentRecord | None = None
@@ -51,14 +51,10 @@ class SegmentEntry:
         self.messages: list[ChatMessage] = []
         self.ends: list[int] = []
         self.chars: list[int] = []
-        #: SHA-1 of each node's record as stored (b"": not known), so an append can
-        #: check that its parent in Redis is the node cached here.
-        self.digests: list[bytes] = []
         self.size = _ENTRY_OVERHEAD
 
-    def add(self, node: Node, record: SegmentRecord | None = None, digest: bytes = b"") -> None:
-        """Append the next node of the segment; node 0 comes with the segment record;
-        ``digest``: the SHA-1 of the node's record as stored."""
+    def add(self, node: Node, record: SegmentRecord | None = None) -> None:
+        """Append the next node of the segment; node 0 comes with the segment record."""
         if node.id.idx != len(self.nodes):
             raise ValueError("segment nodes must be added in order")
         if node.id.idx == 0:
@@ -66,7 +62,6 @@ class SegmentEntry:
                 raise ValueError("the first node of a segment needs its segment record")
             self.record = record
         self.nodes.append(node)
-        self.digests.append(digest)
         self.messages.extend(node.messages)
         self.ends.append(len(self.messages))
         before = self.chars[-1] if self.chars else 0

@@ -123,11 +123,17 @@ class NodeId:
 
 @dataclass(frozen=True, slots=True)
 class Node:
-    """An immutable node: the messages appended at one step and the chain depth there."""
+    """An immutable node: the messages appended at one step and the chain depth there.
+
+    ``digest`` is the SHA-1 of its record as the store read or wrote it (b"": not
+    known): an append below it checks that Redis still holds that record, so a node
+    Redis lost (and handed its id out again) never gets a child of another thread.
+    """
 
     id: NodeId
     depth: int
     messages: tuple[ChatMessage, ...]
+    digest: bytes = field(default=b"", compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

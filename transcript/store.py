@@ -228,7 +228,7 @@ class TranscriptStore:
 
     async def append(
         self,
-        parent: NodeId,
+        parent: NodeId | Node,
         messages: Sequence[ChatMessage],
         *,
         record_in: RecordField | None = None,
@@ -247,7 +247,7 @@ class TranscriptStore:
 
     async def child(
         self,
-        parent: NodeId,
+        parent: NodeId | Node,
         messages: Sequence[ChatMessage],
         *,
         record_in: RecordField | None = None,
@@ -257,17 +257,17 @@ class TranscriptStore:
         """:meth:`append`'s write, prepared to go on a caller's pipeline with other
         writes (:meth:`queue_place`, then :meth:`placed` with its reply).
 
+        ``parent``: its id, or the node as the caller read it (what its transcript
+        was built from): the append script places nothing unless Redis still holds that
+        very record (:attr:`Node.digest`), even if this cache has let it go since.
+
         ``only_while`` (a key of the scope, a value): the node is placed only while
         that key holds that value, e.g. a claim taken earlier in the same pipeline.
         """
+        parent_node = parent if isinstance(parent, Node) else await self.node(parent)
+        parent = parent_node.id
         scope, messages = parent.scope, tuple(messages)
-        parent_node = await self.node(parent)
         parent_record = await self._segment_record(parent)
-        # the digest of the very node read above (none if the cache let it go meanwhile:
-        # then it was read from Redis just now, and there is nothing stale to check)
-        entry, at, known = self._cache.segment(scope, parent.tree, parent.seg), parent.idx, b""
-        if entry is not None and at < len(entry.nodes) and entry.nodes[at] is parent_node:
-            known = entry.digests[at]
         ancestors = ((parent.seg, parent.idx), *parent_record.ancestors)
         more = parent_record.more
         if len(ancestors) > self._inline:
@@ -287,7 +287,7 @@ class TranscriptStore:
             record_in=record_in,
             aliases=tuple(str(a) for a in aliases),
             only_while=only_while,
-            parent=(keys.node_field(parent.seg, parent.idx), known.hex()),
+            parent=(keys.node_field(parent.seg, parent.idx), parent_node.digest.hex()),
         )
         return placement
 
@@ -339,10 +339,10 @@ class TranscriptStore:
         node_id = NodeId.parse(placement.scope, ref)
         if not int(created):
             return await self.node(node_id)
-        node = Node(node_id, placement.depth, placement.messages)
-        self._forget_lost(node_id)
         stored = placement.opening if node_id.idx == 0 else placement.continuing
-        self._remember(node, placement.branch if node_id.seg else ROOT_SEGMENT, _digest(stored))
+        node = Node(node_id, placement.depth, placement.messages, _digest(stored))
+        self._forget_lost(node_id)
+        self._remember(node, placement.branch if node_id.seg else ROOT_SEGMENT)
         if not placement.continuation:  # a new tree: no choices yet (nothing to read)
             self._cache.put_choice_index(node_id.scope, node_id.tree, ChoiceIndex(()))
         for field in placement.aliases:
@@ -368,7 +368,7 @@ class TranscriptStore:
             "acknowledged; %d cached entries of that tree dropped", seen, dropped,
         )  # fmt: skip
 
-    def _remember(self, node: Node, record: SegmentRecord | None, digest: bytes) -> None:
+    def _remember(self, node: Node, record: SegmentRecord | None) -> None:
         """Write-through: extend the cached segment prefix when it is contiguous."""
         nid = node.id
         entry = self._cache.segment(nid.scope, nid.tree, nid.seg)
@@ -377,7 +377,7 @@ class TranscriptStore:
                 return
             entry = SegmentEntry()
         if len(entry.nodes) == nid.idx:
-            entry.add(node, record, digest)
+            entry.add(node, record)
             self._cache.put_segment(nid.scope, nid.tree, nid.seg, entry)
 
     async def alias(self, scope: str, message_ids: Iterable[int | str], node: NodeId) -> None:
@@ -728,7 +728,7 @@ class TranscriptStore:
             elif segment is None:
                 raise CorruptRecordError(ref, "first node of a branch lacks its ancestors")
         digest = _digest(data) if isinstance(data, bytes) else b""
-        entry.add(Node(node_id, record.depth, record.messages), segment, digest)
+        entry.add(Node(node_id, record.depth, record.messages, digest), segment)
 
     async def _segment_record(self, node_id: NodeId) -> SegmentRecord:
         entry = self._cache.segment(node_id.scope, node_id.tree, node_id.seg)

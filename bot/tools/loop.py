@@ -203,6 +203,6 @@ class ToolLoop:
     ) -> Node:
         k, assistant, results = step
         node: Node = await durably(
-            lambda: self.states.store_tool_step(state, k, leaf.id, [assistant, *results])
+            lambda: self.states.store_tool_step(state, k, leaf, [assistant, *results])
         )
         return node

@@ -791,7 +791,7 @@ class Engine:
         call = self._call(turn, user.id, window, answer)
         inbound, state, parts = turn.inbound, turn.state, turn.writer.message_ids
         placement = await self._durably(
-            lambda: self.states.answer_placement(state, user.id, answer.text, parts)
+            lambda: self.states.answer_placement(state, user, answer.text, parts)
         )
 
         def writes(pipe: Pipeline) -> None:

@@ -404,10 +404,11 @@ class TurnStates:
         state.user = node
 
     async def answer_placement(
-        self, state: TurnState, parent: NodeId, text: str, parts: Sequence[int]
+        self, state: TurnState, parent: Node, text: str, parts: Sequence[int]
     ) -> Placement:
-        """The answer's node below ``parent`` (the user's node or the last tool step),
-        prepared to go on a round trip with the call's usage (:meth:`answer_placed`)."""
+        """The answer's node below ``parent`` (the user's node or the last tool step, as
+        the turn read it: placed only if Redis still holds it), prepared to go on a round
+        trip with the call's usage (:meth:`answer_placed`)."""
         return await self.store.child(
             parent, [ChatMessage("assistant", text)], record_in=(state.key, "a"), aliases=parts
         )
@@ -419,10 +420,10 @@ class TurnStates:
         return node
 
     async def store_tool_step(
-        self, state: TurnState, k: int, leaf: NodeId, messages: Sequence[ChatMessage]
+        self, state: TurnState, k: int, leaf: Node, messages: Sequence[ChatMessage]
     ) -> Node:
         """Tool round ``k``'s step node (its assistant message and every result) below
-        ``leaf``, once."""
+        ``leaf`` (as the turn read it), once."""
         node = await self._placed(
             await self.store.child(leaf, messages, record_in=(state.key, f"t{k}"))
         )
