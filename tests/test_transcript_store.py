@@ -591,6 +591,24 @@ async def test_a_node_read_before_its_tree_left_the_cache_still_guards_its_child
     )  # fmt: skip
 
 
+async def test_a_node_shown_again_is_checked_against_redis(
+    store: TranscriptStore, redis: Redis
+) -> None:
+    """An answer an earlier run stored is shown again from its id (no append below it to
+    check): a cached node Redis lost and handed out again is never shown for it."""
+    root = await store.start("104", [SYSTEM])
+    asked = await store.append(root.id, [user("q")], aliases=[1])
+    lost = await store.append(asked.id, [bot("the lost answer")], aliases=[2])
+    await lose_last_writes(store, "104", lost.id)
+    other = await TranscriptStore(redis).append(asked.id, [bot("the answer")], aliases=[3])
+    assert other.id == lost.id
+    assert (await store.node(lost.id)).messages == (bot("the lost answer"),)  # cached
+    assert (await store.current(lost.id)).messages == (bot("the answer"),)
+    assert (await store.node(lost.id)).messages == (bot("the answer"),)  # the cache too
+    # unchanged: the cached node, after one read
+    assert (await store.current(asked.id)).messages == (user("q"),)
+
+
 async def test_an_append_below_an_unchanged_parent_is_not_refused(
     store: TranscriptStore, redis: Redis
 ) -> None:

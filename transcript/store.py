@@ -489,6 +489,19 @@ class TranscriptStore:
             self.cache_hits += 1  # (_load counts its own)
         return entry.nodes[node_id.idx]
 
+    async def current(self, node_id: NodeId) -> Node:
+        """:meth:`node`, checked against Redis (one more read): the cached node when Redis
+        still holds its record; else Redis lost writes and handed the id out again, and
+        the tree is dropped from the cache and the node read afresh. For a node acted
+        on without an append below it (an answer stored by an earlier run, shown again)."""
+        cached = await self.node(node_id)
+        field = keys.node_field(node_id.seg, node_id.idx)
+        data = await self._io(self._redis.hget(keys.tree_key(node_id.scope, node_id.tree), field))
+        if isinstance(data, bytes) and _digest(data) == cached.digest:
+            return cached
+        self._drop_stale(node_id.scope, node_id.tree, f"{node_id} is another node")
+        return await self.node(node_id)
+
     async def history(self, leaf: NodeId) -> Transcript:
         """Everything ever appended on the chain root → ``leaf``, in order."""
         loaded_before = self.round_trips

@@ -342,8 +342,8 @@ class Engine:
         turn.writer.prefix = depth_tag(turn.depth) + voice_quote(turn.inbound, user)
         if turn.state.lost_track:  # replying to the notice goes on from the message
             raise TurnEnded(Reply(_(notices.LOST_TRACK), user.id, notice=True))
-        if turn.state.answer is not None:
-            stored = await self.store.node(turn.state.answer)
+        if turn.state.answer is not None:  # an earlier run stored it: show it
+            stored = await self.store.current(turn.state.answer)
             return Reply(stored.messages[-1].content or "", stored.id)
         turn.branch = await self._branch(turn, user)
         turn.writer.prefix += turn.branch.note
