@@ -283,7 +283,7 @@ class TurnStates:
         self._renew = redis.register_script(_RENEW_LUA)
         self._failed = redis.register_script(_FAILED_LUA)
         self._read = redis.register_script(_READ_LUA)
-        #: Replica acknowledgement of a turn's end (Redis Cluster only).
+        #: Replica acknowledgement of its parts' records and its end (Redis Cluster only).
         self.replicas = replica_ack(redis)
 
     # ------------------------------------------------------------ the claim
