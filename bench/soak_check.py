@@ -591,13 +591,20 @@ class Checker:
             self._problem(s, f"wrong chain: [depth:{depth}], expected [depth:{expected}]{live}")
 
     def expected_items(self, s: Sent) -> list[tuple[str, str]]:
-        items: list[tuple[str, str]] = []
-        for key, answered in self.chain(s):
-            items.append(("user", key))
-            if answered:
-                items.append(("assistant", key))
-        items.append(("user", s.key))
-        return items
+        return _items(self.chain(s), s.key)
+
+    def _items_before_the_loss(self, s: Sent) -> list[tuple[str, str]] | None:
+        """For a reply answered with the lost-track notice after a failover lost the
+        record of the part it replied to: the chain of that part, which a run before
+        the loss was known may have asked the model with (then met the lost write and
+        ran again)."""
+        if not (self._restarted(s) and self._lost_by_failover(s)):
+            return None
+        step = self._parent(s)
+        if step is None:
+            return None
+        parent, answered = step
+        return _items([*self.chain(parent), (parent.key, answered)], s.key)
 
     def _check_requests(self) -> None:
         result = self.result
@@ -616,6 +623,8 @@ class Checker:
                 continue
             result.requests_checked += 1
             seen = [(role, marker or "?") for role, marker, _ in obs.items]
+            if seen != expected and seen == self._items_before_the_loss(s):
+                expected = seen
             wrong = seen != expected or not all(ok for _, _, ok in obs.items)
             if wrong and obs.key not in flagged:
                 flagged.add(obs.key)
@@ -641,3 +650,14 @@ class Checker:
 
 def _short(items: Sequence[tuple[str, str]]) -> str:
     return " ".join(("U" if role == "user" else "A") + ":" + marker for role, marker in items)
+
+
+def _items(chain: Chain, key: str) -> list[tuple[str, str]]:
+    """(role, marker) of a model request for message ``key`` continuing ``chain``."""
+    items: list[tuple[str, str]] = []
+    for ancestor, answered in chain:
+        items.append(("user", ancestor))
+        if answered:
+            items.append(("assistant", ancestor))
+    items.append(("user", key))
+    return items
