@@ -22,7 +22,7 @@ from redis.asyncio.client import Pipeline
 from bot.bus.inbound import EDIT, Inbound
 from bot.bus.intake import Intake
 from bot.data import keys
-from bot.data.connection import connect, guarded
+from bot.data.connection import connect, guarded, replica_ack
 from bot.model import Usage
 from bot.model.vision import Vision
 from bot.turn.state import TurnStates
@@ -350,6 +350,48 @@ async def test_a_message_is_taken_when_the_replica_is_away_longer_than_the_wait(
     assert await asyncio.wait_for(intake.record(Inbound(USER, 4, USER, "4"), stopping), 30)
     assert await waits_sent(replicated.ports) == waited
     await client.aclose()
+
+
+async def test_a_master_dying_before_its_replica_acknowledged_fails_the_write(
+    tmp_path: Path,
+) -> None:
+    """Soak --cluster --lossy: the replica cut off, the master killed while a write
+    waited for it. The WAIT's connection error was taken for a wait that timed out,
+    so the write counted as done: it was on the dead master alone and was lost (a turn's
+    end: the turn ran again and showed its answer twice). It fails instead, and the
+    caller makes it again on the promoted replica."""
+    reason = cluster_supported()
+    if reason is not None:
+        pytest.skip(f"no Redis Cluster: {reason}")
+    own = RedisCluster(tmp_path / "dying", masters=1, replicas=1)
+    own.start()
+    client = connect(own.url, cluster=True)
+    try:
+        replicas = replica_ack(client)
+        assert replicas is not None
+        key = keys.turn_key(str(USER), 1)
+        await guarded(replicas.write(key, lambda pipe: pipe.hset(key, "p", "1")))
+        master, replica = (node.proc for node in own.nodes)
+        assert master is not None and replica is not None
+        replica.send_signal(signal.SIGSTOP)
+        try:
+            cut = connect(f"redis://127.0.0.1:{own.ports[0]}/0")
+            await cut.execute_command("CLIENT", "KILL", "TYPE", "replica")  # type: ignore[no-untyped-call]
+            await cut.aclose()
+            writing = asyncio.create_task(
+                guarded(replicas.write(key, lambda pipe: pipe.hset(key, "p", "1,2")))
+            )
+            done, _ = await asyncio.wait({writing}, timeout=0.3)
+            assert not done  # waiting for the replica
+            master.kill()
+            with pytest.raises(StoreUnavailableError):
+                await asyncio.wait_for(writing, 60)
+        finally:
+            replica.send_signal(signal.SIGCONT)
+        assert replicas.unacknowledged == 0  # not taken for a write that counts
+    finally:
+        await client.aclose()
+        own.stop()
 
 
 async def test_a_cluster_without_replicas_and_a_single_server_send_no_wait(

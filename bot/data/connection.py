@@ -204,7 +204,9 @@ class ReplicaAck:
     asynchronous): killed in that moment, it is replaced by a replica that never got
     the write, and the write is lost. Here the writes and a ``WAIT 1 <ms>`` go on one
     connection to the key's master (a cluster pipeline holding commands of one node),
-    so the WAIT covers them: it returns once a replica acknowledged them, or after
+    so the WAIT covers them: it returns once a replica acknowledged them, fails when
+    the master goes away first (the writes may be on it alone: the caller makes them
+    again, on the promoted replica), or returns after
     ``timeout_ms`` (then the write is only as safe as on the master alone; counted in
     :attr:`unacknowledged`, and the master's writes wait no more until its replicas are
     asked again: a replica that is resyncing or gone costs one wait, not one per write).
@@ -241,6 +243,11 @@ class ReplicaAck:
         for reply in written:
             if isinstance(reply, Exception):
                 raise reply
+        if waits and isinstance(replies[-1], Exception):
+            # the master went away before a replica said it had the writes: they may be
+            # on the dead master alone. Failed, so the caller makes them again (on the
+            # promoted replica); not counted as taken.
+            raise ConnectionError("the master failed before a replica acknowledged the write")
         if waits and not (isinstance(replies[-1], int) and replies[-1] > 0):
             self.unacknowledged += 1
             assert node is not None  # waits needs it
