@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 from bot.bus.inbound import Inbound
 from bot.bus.runner import InFlight, TurnBusy
 from bot.data import keys
+from bot.data.connection import connect
 from bot.model import Answer, Media, ModelError, Usage
 from bot.retry import Outage
 from bot.telegram.format import Chunk
@@ -30,9 +31,10 @@ from bot.turn.context import ContextWindow
 from bot.turn.engine import Engine, Rules, Turn
 from bot.turn.state import TurnState, TurnStates
 from bot.usage.accounting import Accounting, day_of, utc_now
-from transcript import ChatMessage, Node, TranscriptStore
+from transcript import ChatMessage, Node, StaleCacheError, StoreUnavailableError, TranscriptStore
 from transcript import keys as transcript_keys
 
+from .redis_server import RedisServer
 from .stub_model import StubModel
 
 CHAT = 77
@@ -427,6 +429,35 @@ async def test_a_lost_later_part_is_adopted_by_its_untagged_text(rig: Rig) -> No
     await fresh.engine.run(untagged)
     assert await fresh.store.resolve(str(CHAT), lost) == answer
     assert fresh.telegram.shown[fresh.telegram.next_id] == "[depth:4] echo: b"
+
+
+async def test_an_end_made_again_after_losing_the_answer_runs_the_turn_again(
+    private_redis: RedisServer,
+) -> None:
+    """The turn's end met Redis away (a failover under way); by the time it was made
+    again, Redis had lost the answer's node (a failover that lost the master's last
+    writes). Aliasing the parts to it would leave the thread damaged: nothing is
+    written, and the turn runs again from Redis."""
+    redis = connect(private_redis.url)
+    rig = Rig(redis)
+    message = inbound(1)
+    state = await rig.states.begin(message)
+    assert state is not None
+    user = await store_user_node(rig, message, state)
+    await store_answer(rig, state, user, "the answer")
+    assert state.answer is not None
+    aliases = lambda pipe: rig.store.queue_alias(pipe, str(CHAT), [555], state.answer)  # noqa: E731
+    private_redis.stop()
+    with pytest.raises(StoreUnavailableError):
+        await rig.states.finish(message, state, [555], with_writes=[aliases], holding=state.answer)
+    private_redis.start_same_port()
+    tree = transcript_keys.tree_key(str(CHAT), state.answer.tree)
+    await redis.hdel(tree, transcript_keys.node_field(state.answer.seg, state.answer.idx))
+    with pytest.raises(StaleCacheError):
+        await rig.states.finish(message, state, [555], with_writes=[aliases], holding=state.answer)
+    assert not await rig.done(1) and not state.done
+    assert await redis.hget(transcript_keys.alias_key(str(CHAT)), "555") is None
+    await redis.aclose()
 
 
 def test_intake_entries_round_trip_and_a_damaged_one_decodes_to_none() -> None:

@@ -489,15 +489,32 @@ class TranscriptStore:
             self.cache_hits += 1  # (_load counts its own)
         return entry.nodes[node_id.idx]
 
+    async def verify(self, node_id: NodeId) -> None:
+        """Raise :class:`StaleCacheError` (and drop the tree from the cache) unless Redis
+        holds the node's record as this cache knows it: one read, for a write that
+        refers to a node placed before Redis may have lost writes."""
+        try:
+            held = await self._holds(await self.node(node_id))
+        except MissingNodeError:  # not cached, and not in Redis either
+            held = False
+        if not held:
+            self._drop_stale(node_id.scope, node_id.tree, f"{node_id} is lost or another node")
+            raise StaleCacheError(f"{node_id} changed in Redis")
+
+    async def _holds(self, node: Node) -> bool:
+        """Whether Redis holds ``node``'s record as read or written (its digest)."""
+        nid = node.id
+        field = keys.node_field(nid.seg, nid.idx)
+        data = await self._io(self._redis.hget(keys.tree_key(nid.scope, nid.tree), field))
+        return isinstance(data, bytes) and _digest(data) == node.digest
+
     async def current(self, node_id: NodeId) -> Node:
         """:meth:`node`, checked against Redis (one more read): the cached node when Redis
         still holds its record; else Redis lost writes and handed the id out again, and
         the tree is dropped from the cache and the node read afresh. For a node acted
         on without an append below it (an answer stored by an earlier run, shown again)."""
         cached = await self.node(node_id)
-        field = keys.node_field(node_id.seg, node_id.idx)
-        data = await self._io(self._redis.hget(keys.tree_key(node_id.scope, node_id.tree), field))
-        if isinstance(data, bytes) and _digest(data) == cached.digest:
+        if await self._holds(cached):
             return cached
         self._drop_stale(node_id.scope, node_id.tree, f"{node_id} is another node")
         return await self.node(node_id)

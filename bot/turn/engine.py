@@ -427,7 +427,7 @@ class Engine:
                     )
                 )
         await self._durably(
-            lambda: self.states.finish(inbound, turn.state, ids, with_writes=writes)
+            lambda: self.states.finish(inbound, turn.state, ids, with_writes=writes, holding=node)
         )
 
     async def _personal(self, turn: Turn, text: str) -> list[int] | None:

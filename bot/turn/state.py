@@ -50,7 +50,14 @@ import msgpack
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
-from transcript import ChatMessage, Node, NodeId, Placement, TranscriptStore
+from transcript import (
+    ChatMessage,
+    Node,
+    NodeId,
+    Placement,
+    StoreUnavailableError,
+    TranscriptStore,
+)
 from transcript.codec import decode_message, encode_message
 
 from ..bus.inbound import Inbound
@@ -221,6 +228,9 @@ class TurnState:
     noted_round: tuple[int, ChatMessage] | None = None
     #: Results of that round's calls noted so far, by call index.
     noted_results: dict[int, ChatMessage] = field(default_factory=dict)
+    #: An attempt at the turn's end failed with Redis away (its master may have failed
+    #: over, losing the turn's last writes): the next attempt checks them first.
+    end_failed: bool = False
 
     @classmethod
     def parse(cls, key: str, scope: str, flat: list[Any]) -> TurnState:
@@ -556,6 +566,7 @@ class TurnStates:
         parts: list[int],
         *,
         with_writes: Sequence[Queued] = (),
+        holding: NodeId | None = None,
     ) -> None:
         """Mark the turn done and let go of its claim.
 
@@ -572,6 +583,12 @@ class TurnStates:
         already, and a failover that lost that write would run the turn again and show
         the answer twice. A master killed before its replica had it fails the write,
         which the caller makes again on the promoted replica.
+
+        ``holding``: the node the parts are aliased to. An end made again after an
+        attempt met Redis away first checks that Redis still holds it: a failover (or
+        a restart from an AOF missing its last second) may have lost it, and aliases
+        to a lost node would leave the thread damaged. Then nothing is written and
+        :class:`~transcript.StaleCacheError` runs the turn again from Redis.
         """
         turn_keys = [
             self._done_keys(inbound)[0],
@@ -592,9 +609,15 @@ class TurnStates:
                 *map(str, parts),
             )
 
+        if state.end_failed and holding is not None:
+            await self.store.verify(holding)
         # the parts' aliases first: a reader that finds them gone from the ledger
         # finds their aliases (the commands run in order)
-        await self._kept(state.key, *with_writes, done)
+        try:
+            await self._kept(state.key, *with_writes, done)
+        except StoreUnavailableError:
+            state.end_failed = True
+            raise
         state.done = True
 
     async def _kept(self, key: str, *queues: Queued) -> None:
