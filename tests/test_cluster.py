@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,8 @@ from bot.model import Usage
 from bot.model.vision import Vision
 from bot.turn.state import TurnStates
 from bot.usage.accounting import Accounting, CallRecord, Totals, day_of, utc_now
-from transcript import NodeId, StoreUnavailableError, TranscriptStore
+from transcript import ChatMessage, NodeId, StoreUnavailableError, TranscriptStore
+from transcript import keys as transcript_keys
 
 from .fake_openai import FakeOpenAI
 from .fake_telegram import FakeTelegram
@@ -238,25 +240,41 @@ async def replica_entries(replicated: RedisCluster) -> int:
     return count
 
 
-async def test_a_turn_records_its_parts_and_ends_once_the_replica_holds_them(
+async def test_a_turn_records_its_answer_parts_and_end_once_the_replica_holds_them(
     replicated: RedisCluster,
 ) -> None:
-    """A part is on screen before it is recorded, the answer before the turn's end is
-    written: a failover that lost either write would show them twice (the turn run
-    again). So, like the intake's append, both return once the replica holds them."""
+    """The answer's node goes on screen next, a part is on screen before it is
+    recorded, the answer before the turn's end is written: a failover that lost one of
+    these writes would show them twice (the turn run again) or leave the parts aliased
+    to a lost node. So, like the intake's append, each returns once the replica holds
+    it."""
     client = connect(replicated.url, cluster=True)
-    states = TurnStates(client, TranscriptStore(client), "node-a")
-    assert states.replicas is not None
-    states.replicas.timeout_ms = 30_000
+    store = TranscriptStore(client)
+    states = TurnStates(client, store, "node-a")
+    accounting = Accounting(client, clock=utc_now)
+    assert states.replicas is not None and accounting.replicas is not None
+    states.replicas.timeout_ms = accounting.replicas.timeout_ms = 30_000
     message = Inbound(OTHER_USER, 1, OTHER_USER, "hi")
     state = await states.begin(message)
     assert state is not None
+    root = await store.start(str(OTHER_USER), [ChatMessage("system", "s")])
+    user = await store.append(root.id, [ChatMessage("user", "hi")], aliases=[1])
     replica = replicated.nodes[1].proc
     assert replica is not None
     node = connect(f"redis://127.0.0.1:{replicated.ports[1]}/0")
     await node.readonly()  # the replica: promoted, what would it know?
     waited = await waits_sent(replicated.ports)
+
+    async def answer() -> None:
+        placement = await states.answer_placement(state, user, "hello", [10])
+        call = CallRecord(OTHER_USER, OTHER_USER, 1, user.id, "m", Usage(10, 2), 0.1)
+        [reply] = await accounting.record(
+            call, with_writes=partial(store.queue_place, placement=placement)
+        )
+        await states.answer_placed(state, placement, reply)
+
     writes: list[Callable[[], Coroutine[Any, Any, None]]] = [
+        answer,
         lambda: states.add_part(message, state, [10]),
         lambda: states.finish(message, state, [10]),
     ]
@@ -269,10 +287,14 @@ async def test_a_turn_records_its_parts_and_ends_once_the_replica_holds_them(
         finally:
             replica.send_signal(signal.SIGCONT)
         await asyncio.wait_for(writing, 30)
-        if not state.done:  # the part is in the ledger
+        if state.parts and not state.done:  # the part is in the ledger
             assert await node.hget(keys.pending_parts_key(str(OTHER_USER)), "10") == b"1"
-    assert states.replicas.unacknowledged == 0
-    assert await waits_sent(replicated.ports) == waited + 2
+    assert state.answer is not None  # ... and the answer's node on the replica
+    tree = transcript_keys.tree_key(str(OTHER_USER), state.answer.tree)
+    field = transcript_keys.node_field(state.answer.seg, state.answer.idx)
+    assert await node.hexists(tree, field)
+    assert states.replicas.unacknowledged == accounting.replicas.unacknowledged == 0
+    assert await waits_sent(replicated.ports) == waited + 3
     done_key = keys.done_key(str(OTHER_USER), day_of(utc_now()), "1")
     assert await node.sismember(done_key, "1")  # the turn was answered
     await node.aclose()

@@ -178,6 +178,31 @@ async def run_together(redis: Redis, *queues: Queued) -> list[list[Any]]:
     return shaped
 
 
+async def run_kept(
+    redis: Redis, replicas: ReplicaAck | None, key: str, *queues: Queued
+) -> list[list[Any]]:
+    """:func:`run_together` for writes that follow something shown on Telegram: on a
+    Redis Cluster (``replicas``) it returns once a replica of ``key``'s master holds
+    that master's share of them, and fails when that master goes away first
+    (:class:`ReplicaAck`; every such write is idempotent: the caller makes it again)."""
+    if replicas is None:
+        return await run_together(redis, *queues)
+    counts: list[int] = []
+
+    def together(pipe: Pipeline) -> None:
+        for queue in queues:
+            before = len(pipe)
+            queue(pipe)
+            counts.append(len(pipe) - before)
+
+    replies = await guarded(replicas.write(key, together))
+    shaped, at = [], 0
+    for count in counts:
+        shaped.append(replies[at : at + count])
+        at += count
+    return shaped
+
+
 #: Longest a write waits for a replica to acknowledge it (:class:`ReplicaAck`). A replica
 #: in sync answers in about a millisecond; the wait is long only while the replica is cut
 #: off, and it outlasts the moment in which a master that lost its replica's link can die

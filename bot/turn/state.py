@@ -62,7 +62,7 @@ from transcript.codec import decode_message, encode_message
 
 from ..bus.inbound import Inbound
 from ..data import keys
-from ..data.connection import Queued, guarded, replica_ack, run_together
+from ..data.connection import Queued, guarded, replica_ack, run_kept, run_together
 from ..telegram.format import tagged_depth
 from ..usage.accounting import Clock, day_of, utc_now
 
@@ -514,7 +514,7 @@ class TurnStates:
             # EVAL with the text: a pipeline cannot count on the script cache
             pipe.eval(_ADD_PART_LUA, 2, state.key, ledger, listed, new, turn, _announced(turn))
 
-        await self._kept(state.key, record)
+        await run_kept(self._redis, self.replicas, state.key, record)
         state.parts = list(parts)
         state.sending = 0
 
@@ -614,27 +614,11 @@ class TurnStates:
         # the parts' aliases first: a reader that finds them gone from the ledger
         # finds their aliases (the commands run in order)
         try:
-            await self._kept(state.key, *with_writes, done)
+            await run_kept(self._redis, self.replicas, state.key, *with_writes, done)
         except StoreUnavailableError:
             state.end_failed = True
             raise
         state.done = True
-
-    async def _kept(self, key: str, *queues: Queued) -> None:
-        """Writes that follow something shown on Telegram, in one round trip: on a Redis
-        Cluster it returns once a replica of ``key``'s master holds that master's
-        share of them (:class:`~bot.data.connection.ReplicaAck`). A master killed
-        before its replica has them fails the round trip; the caller's durable retry
-        makes it again on the promoted replica (every write here is idempotent)."""
-        if self.replicas is None:
-            await run_together(self._redis, *queues)
-            return
-
-        def together(pipe: Pipeline) -> None:
-            for queue in queues:
-                queue(pipe)
-
-        await guarded(self.replicas.write(key, together))
 
     async def release(self, inbound: Inbound, parts: list[int]) -> None:
         """Let go of an unfinished turn (it was given up): its parts no longer wait."""

@@ -41,7 +41,7 @@ from transcript import NodeId, StoreUnavailableError
 from .. import catalogue
 from ..bus.inbound import Inbound
 from ..data import keys
-from ..data.connection import Queued, guarded, run_together
+from ..data.connection import Queued, guarded, replica_ack, run_kept, run_together
 from ..metrics import Metrics
 from ..model import Usage
 from ..retry import Outage
@@ -410,6 +410,9 @@ class Accounting:
         if detail_days < 1:
             raise ValueError("detail_days must be at least 1")
         self._redis = redis
+        #: Replica acknowledgement of a record that carries the answer's node (Redis
+        #: Cluster only).
+        self.replicas = replica_ack(redis)
         self.clock = clock
         #: Whose "Redis is unreachable" line a wait for Redis logs (the intake's, in the bot).
         self.outage = outage or Outage("Redis", "Usage is recorded once Redis is back.")
@@ -502,9 +505,12 @@ class Accounting:
             _queue_totals(pipe, marker, recording.pending())
 
         try:
-            replies = await run_together(
-                self._redis, steps, *([with_writes] if with_writes else [])
-            )
+            # with the answer's node, kept by a replica on a Redis Cluster (run_kept):
+            # the answer goes on screen next, and the turn's end refers to the node
+            replies = await run_kept(
+                self._redis, self.replicas if with_writes else None, recording.keys()[0],
+                steps, *([with_writes] if with_writes else []),
+            )  # fmt: skip
         except BaseException:
             self._done.setdefault(scope, set()).update(done)
             raise
