@@ -10,6 +10,7 @@ holds it too (a failover right after must not lose it).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from functools import partial
@@ -61,6 +62,22 @@ def replicated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluste
     started.start()
     yield started
     started.stop()
+
+
+@contextlib.asynccontextmanager
+async def own_cluster(path: Path, **shape: int) -> AsyncIterator[tuple[RedisCluster, Redis]]:
+    """A Redis Cluster of the test's own (for tests that kill its nodes), and a client."""
+    reason = cluster_supported()
+    if reason is not None:
+        pytest.skip(f"no Redis Cluster: {reason}")
+    started = RedisCluster(path, **shape)
+    started.start()
+    client = connect(started.url, cluster=True)
+    try:
+        yield started, client
+    finally:
+        await client.aclose()
+        started.stop()
 
 
 @pytest.fixture
@@ -382,13 +399,7 @@ async def test_a_master_dying_before_its_replica_acknowledged_fails_the_write(
     so the write counted as done: it was on the dead master alone and was lost (a turn's
     end: the turn ran again and showed its answer twice). It fails instead, and the
     caller makes it again on the promoted replica."""
-    reason = cluster_supported()
-    if reason is not None:
-        pytest.skip(f"no Redis Cluster: {reason}")
-    own = RedisCluster(tmp_path / "dying", masters=1, replicas=1)
-    own.start()
-    client = connect(own.url, cluster=True)
-    try:
+    async with own_cluster(tmp_path / "dying", masters=1, replicas=1) as (own, client):
         replicas = replica_ack(client)
         assert replicas is not None
         key = keys.turn_key(str(USER), 1)
@@ -411,9 +422,6 @@ async def test_a_master_dying_before_its_replica_acknowledged_fails_the_write(
         finally:
             replica.send_signal(signal.SIGCONT)
         assert replicas.unacknowledged == 0  # not taken for a write that counts
-    finally:
-        await client.aclose()
-        own.stop()
 
 
 async def test_a_cluster_without_replicas_and_a_single_server_send_no_wait(
@@ -505,13 +513,7 @@ async def test_a_cluster_that_is_down_is_an_outage_the_intake_and_the_store_wait
     away: the intake keeps the message and retries until the cluster serves again,
     the store says unavailable; before, the error escaped the update handler and the
     message was lost (soak seed 3, --cluster)."""
-    reason = cluster_supported()
-    if reason is not None:
-        pytest.skip(f"no Redis Cluster: {reason}")
-    down = RedisCluster(tmp_path / "down", masters=3, node_timeout_ms=500)
-    down.start()
-    client = connect(down.url, cluster=True)
-    try:
+    async with own_cluster(tmp_path / "down", masters=3, node_timeout_ms=500) as (down, client):
         intake = Intake(client, "a")
         await intake.ensure_group()
         store = TranscriptStore(client)
@@ -533,6 +535,3 @@ async def test_a_cluster_that_is_down_is_an_outage_the_intake_and_the_store_wait
         await cluster_state(down.ports[0], "ok")
         assert await asyncio.wait_for(appending, 30)
         assert await client.xlen(keys.INTAKE_STREAM) == 1
-    finally:
-        await client.aclose()
-        down.stop()
