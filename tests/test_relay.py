@@ -4,7 +4,11 @@ holds the chat's calls in the others, against a real redis-server."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any, cast
 
+from aiogram import Bot
+from aiogram.methods import SendChatAction, TelegramMethod
+from aiogram.methods.base import Response
 from redis.asyncio import Redis
 
 from bot.bus.relay import Relay
@@ -82,3 +86,29 @@ async def test_a_process_started_during_a_flood_window_holds_the_chat_too(
     finally:
         stopping.set()
         await asyncio.wait_for(reading, 10)
+
+
+async def test_a_window_told_while_a_call_waits_extends_the_wait() -> None:
+    """Soak (3 processes): two processes met the same 429 and waited it out; the first
+    to call met the next 429 and told the other, which was asleep already and called
+    inside the new window when it woke. A call asks again after each wait."""
+    flood = FloodControl()
+    loop = asyncio.get_running_loop()
+    sent: list[float] = []
+
+    async def make_request(bot: Bot, method: TelegramMethod[Any]) -> Response[Any]:
+        sent.append(loop.time())
+        return Response[bool](ok=True, result=True)
+
+    flood.hold(CHAT, 0.2)  # this process's own window
+    method = SendChatAction(chat_id=CHAT, action="typing")
+    calling = asyncio.create_task(flood(make_request, cast(Bot, None), method))
+    for _ in range(1000):  # until the call is waiting (a yield each, bounded)
+        lock = flood._chat_turns.get(CHAT)
+        if lock is not None and lock.locked():
+            break
+        await asyncio.sleep(0)
+    told = loop.time()
+    flood.hold(CHAT, 1.0)  # the relay: another process met the next 429
+    await asyncio.wait_for(calling, 10)
+    assert sent and sent[0] - told >= 1.0  # not inside the window it was told of

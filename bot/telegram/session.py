@@ -17,7 +17,8 @@ A getUpdates batch with one update aiogram cannot decode is decoded update by
 update instead, so one odd update never stalls polling.
 
 :class:`FloodControl` is a request middleware: every call to a chat waits
-until that chat's ``retry_after`` window has passed; a 429 is waited out as
+until that chat's ``retry_after`` window has passed (a window another process tells
+of meanwhile, bot/bus/relay.py, extends the wait); a 429 is waited out as
 Telegram asks, for up to ``max_wait`` seconds in all (then it counts as an
 outage); a 5xx is tried again a few times, under the one outage policy
 (:data:`bot.retry.WHILE_AWAY`). That is the Telegram edge's one retry loop: after
@@ -234,8 +235,9 @@ class FloodControl(BaseRequestMiddleware):
 
         async def attempt() -> Response[TelegramType]:
             async with self._one_at_a_time(chat):
-                delay = max(self._wait_for(chat), self._wait_for(None))
-                if delay > 0:
+                # asked again after each wait: another process may have met the next
+                # 429 meanwhile and told this one (the relay), extending the window
+                while (delay := max(self._wait_for(chat), self._wait_for(None))) > 0:
                     await asyncio.sleep(delay)
                     if (renote := AFTER_FLOOD_WAIT.get()) is not None:
                         await renote()
