@@ -270,6 +270,7 @@ async def test_a_turn_records_its_answer_parts_and_end_once_the_replica_holds_th
     states = TurnStates(client, store, "node-a")
     accounting = Accounting(client, clock=utc_now)
     assert states.replicas is not None and accounting.replicas is not None
+    assert states.replicas is accounting.replicas  # one per client: one view of the replicas
     states.replicas.timeout_ms = accounting.replicas.timeout_ms = 30_000
     message = Inbound(OTHER_USER, 1, OTHER_USER, "hi")
     state = await states.begin(message)

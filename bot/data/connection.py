@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
@@ -217,9 +218,20 @@ REPLICAS_TTL = 5.0
 
 
 def replica_ack(redis: Redis) -> ReplicaAck | None:
-    """Replica acknowledgement for writes on a Redis Cluster; None on a single server."""
+    """Replica acknowledgement for writes on a Redis Cluster; None on a single server.
+
+    One per client: what it learned of each master's replicas (and the count of writes
+    no replica acknowledged) serves every module writing through that client."""
     routed: object = redis  # connect() types a cluster client as Redis
-    return ReplicaAck(routed) if isinstance(routed, RedisCluster) else None
+    if not isinstance(routed, RedisCluster):
+        return None
+    found = _REPLICA_ACKS.get(routed)
+    if found is None:
+        found = _REPLICA_ACKS[routed] = ReplicaAck(routed)
+    return found
+
+
+_REPLICA_ACKS: weakref.WeakKeyDictionary[RedisCluster, ReplicaAck] = weakref.WeakKeyDictionary()
 
 
 class ReplicaAck:
