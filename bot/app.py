@@ -33,6 +33,7 @@ from aiogram.exceptions import (
     TelegramServerError,
     TelegramUnauthorizedError,
 )
+from aiogram.types import LinkPreviewOptions
 from redis.asyncio import Redis
 
 from transcript import StoreUnavailableError, TranscriptStore
@@ -54,6 +55,7 @@ from .model.transcribe import Transcriber
 from .model.vision import Vision
 from .retry import Outage, cancel_until_done, retrying
 from .settings import Settings, webhook_rule
+from .telegram.errors import UnknownMethodError
 from .telegram.files import Files
 from .telegram.menu import sync_menu
 from .telegram.out import Notifier, TelegramOut, TelegramUnavailableError
@@ -117,7 +119,11 @@ class App:
         bot = Bot(
             settings.telegram_bot_token.get_secret_value(),
             session=session,
-            default=DefaultBotProperties(parse_mode=ParseMode.HTML, link_preview_is_disabled=True),
+            # link_preview, not link_preview_is_disabled: that one also sends the deprecated
+            # disable_web_page_preview (Bot API 7.0) with every message
+            default=DefaultBotProperties(
+                parse_mode=ParseMode.HTML, link_preview=LinkPreviewOptions(is_disabled=True)
+            ),
         )
         return bot, floods
 
@@ -143,7 +149,7 @@ class App:
             timeout=settings.openai_timeout,
             max_retries=settings.openai_max_retries,
         )
-        self.out = TelegramOut(self.bot, rich=settings.rich_messages == "auto")
+        self.out = TelegramOut(self.bot, rich=settings.rich_messages != "off")
         self.notifier = Notifier(self.out, lambda chat, ids: self.store.unthreaded(str(chat), ids))
         self.intake = Intake(self.redis, settings.bot_instance, shards=settings.intake_shards)
         self.accounting = Accounting(
@@ -215,6 +221,7 @@ class App:
                 max_tokens_per_turn=settings.turn_max_tokens,
                 show_reasoning=settings.show_reasoning,
                 user_daily_dollars=settings.user_daily_budget_usd,
+                rich=settings.rich_messages,
             ),
             media=MediaReader(
                 self.store,
@@ -407,6 +414,11 @@ class App:
                 f"the Bot API server at {server} answered getMe with something this bot "
                 f"cannot read: {exc.message}; check TELEGRAM_API_URL"
             ) from None
+        except UnknownMethodError as exc:
+            raise StartupError(
+                f"the Bot API server at {server} lacks getMe ({exc.message}); check "
+                "TELEGRAM_API_URL"
+            ) from None
         me = await self.bot.me()
         log.info("connected as @%s; Redis at %s; model %s", me.username, where, self.model.model)
 
@@ -526,6 +538,8 @@ class App:
             ) from None
         try:
             await sync_menu(self.bot)
+        except UnknownMethodError:
+            pass  # the session's one line says what is missing
         except Exception as exc:
             detail = getattr(exc, "message", None) or type(exc).__name__
             log.warning("could not register the commands: %s", detail)
@@ -566,6 +580,8 @@ class App:
                     await call()
             except TimeoutError:
                 log.warning("could not %s: no answer within %.0f s", what, SETUP_TIMEOUT)
+            except UnknownMethodError:
+                pass  # the session's one line says what is missing
             except Exception as exc:
                 detail = getattr(exc, "message", None) or type(exc).__name__
                 log.warning("could not %s: %s", what, detail)

@@ -115,8 +115,8 @@ SETTINGS_HELP: dict[str, str] = {
     "ALBUM_WAIT": "seconds an album's photos are collected into one turn (1.0)",
     "SHUTDOWN_TIMEOUT": "seconds in-flight answers get to finish on SIGTERM (25)",
     "SHOW_REASONING": "show a reasoning model's thoughts collapsed under the answer (false)",
-    "RICH_MESSAGES": "auto: answers as Bot API 10.1 rich messages where the server has them; "
-    "off: HTML (auto)",
+    "RICH_MESSAGES": "auto: a Bot API 10.1 rich message only for an answer HTML cannot show "
+    "(a table, math, over 4,096 characters); always; off: HTML only; /format overrides (auto)",
     "BOT_INSTANCE": "this process's name on the message bus (default: the host name)",
     "REDIS_CLUSTER": "true: REDIS_URL names a node of a Redis Cluster (false)",
     "INTAKE_SHARDS": "intake streams; a chat's messages always go to the same one (1)",
@@ -306,7 +306,7 @@ class Settings(BaseSettings):
     show_reasoning: bool = False
     #: ``auto``: answers as rich messages (tables, math, one message up to 32,768
     #: characters) where the Bot API server has them; ``off``: HTML messages.
-    rich_messages: Literal["auto", "off"] = "auto"
+    rich_messages: Literal["auto", "always", "off"] = "auto"
     log_level: str = "INFO"
     #: host:port serving Prometheus ``/metrics`` and ``/healthz``; unset = off.
     metrics_listen: str | None = None

@@ -57,8 +57,9 @@ reply to the summoning message), answering an ``inline_message_id`` with which
 chat. ``guest_mode=False`` is a bot whose guest mode is off in @BotFather (getMe
 ``supports_guest_queries``).
 
-Ephemeral messages (Bot API 10.2): ``sendMessage`` with ``receiver_user_id`` (or 10.3's
-``ephemeral_message_parameters``) in a group shows the message to that user only: it is kept
+Ephemeral messages (Bot API 10.2): ``sendMessage`` with 10.3's ``ephemeral_message_parameters``
+(10.2's top-level ``receiver_user_id`` is ignored, as by a server that knows only the current
+form) in a group shows the message to that user only: it is kept
 in :attr:`FakeTelegram.ephemerals`, not among the chat's messages, with ``message_id`` 0 and an
 ``ephemeral_message_id``; :meth:`FakeTelegram.visible_to` is what one user sees.
 Its receiver may press its buttons (:meth:`FakeTelegram.press_ephemeral_button`) and the bot
@@ -150,7 +151,16 @@ _MAX_TEXT_UNITS: Final = 4096
 _WEBHOOK_PORTS: Final = frozenset({80, 88, 443, 8443})
 _WEBHOOK_SECRET: Final = re.compile(r"[A-Za-z0-9_-]{1,256}")
 _METHOD_NOT_FOUND: Final = "Not Found: method not found"  # telegram-bot-api's answer
-_NO_OK_BODY: Final = json.dumps({"error": "method not supported"})
+#: A sloppy server's 5xx without ``ok`` (misbehave_next's "no_ok"), and its answer to a
+#: method it lacks (``unsupported_answer="no_ok"``).
+_NO_OK_BODY: Final = json.dumps({"error": "upstream request failed"})
+_NO_OK_UNSUPPORTED: Final = json.dumps({"error": "method not supported"})
+#: What the npm telegram-test-api answers (HTTP 500) for a method it does not implement.
+_EMULATOR_UNSUPPORTED: Final = (
+    "API method '{method}' is not supported. Are you sure you're using Telegram Bot API "
+    "correctly? Check out the list of methods supported by `telegram-test-api` package or "
+    "look at official documentation: https://core.telegram.org/bots/api#available-methods"
+)
 _JSON_TYPE: Final = "application/json"
 _FUTURE_FIELDS: Final = {"some_future_field": {"kind": "future", "since": "Bot API 99.0"}}
 _ADMIN_ID: Final = 1_000_000_001  # synthetic creator of forum topics
@@ -184,6 +194,26 @@ _METHODS: Final = (
     "editEphemeralMessageText",
 )
 _CANONICAL: Final = {name.lower(): name for name in _METHODS}
+#: Parameters the Bot API deprecated: link_preview_options (7.0) and reply_parameters
+#: (7.0) replaced these; in send methods, ephemeral_message_parameters (10.3) replaced
+#: the top-level receiver_user_id and callback_query_id.
+_DEPRECATED_PARAMS: Final = frozenset(
+    {"disable_web_page_preview", "reply_to_message_id", "allow_sending_without_reply"}
+)
+_DEPRECATED_SEND_PARAMS: Final = frozenset({"receiver_user_id", "callback_query_id"})
+#: The methods the npm telegram-test-api emulator implements (its src/routes/bot/).
+_TELEGRAM_TEST_API: Final = frozenset(
+    {
+        "getMe",
+        "getUpdates",
+        "sendMessage",
+        "editMessageText",
+        "deleteMessage",
+        "answerCallbackQuery",
+        "setWebhook",
+        "deleteWebhook",
+    }
+)
 # Methods whose successful result is an object (so a field can be dropped or added).
 _OBJECT_RESULTS: Final = frozenset(
     {
@@ -1335,7 +1365,7 @@ class FakeTelegram:
         flood_drafts_per_second: float | None = None,
         strict_html: bool = True,
         unsupported_methods: Iterable[str] = (),
-        unsupported_answer: Literal["not_found", "no_ok"] = "not_found",
+        unsupported_answer: Literal["not_found", "no_ok", "emulator"] = "not_found",
         clock: Callable[[], float] = time.monotonic,
         local_mode: bool = False,
         files_dir: str | Path | None = None,
@@ -1374,10 +1404,12 @@ class FakeTelegram:
         self._draft_windows: dict[int, deque[float]] = {}
         #: Methods this server does not implement at all (canonical names, e.g.
         #: ``"setMyCommands"``), answered as ``unsupported_answer`` says: ``"not_found"`` like
-        #: telegram-bot-api (404 ``Not Found: method not found``) or ``"no_ok"`` like a
-        #: sloppy emulator (500 ``{"error": "method not supported"}``, no ``ok``).
+        #: telegram-bot-api (404 ``Not Found: method not found``), ``"no_ok"`` like a
+        #: sloppy emulator (500 ``{"error": "method not supported"}``, no ``ok``) or
+        #: ``"emulator"`` as the npm ``telegram-test-api`` answers any method it lacks (500
+        #: ``{"message": "API method 'x' is not supported. …"}``, no ``ok``).
         self.unsupported_methods: set[str] = {_canonical(name) for name in unsupported_methods}
-        self.unsupported_answer: Literal["not_found", "no_ok"] = unsupported_answer
+        self.unsupported_answer: Literal["not_found", "no_ok", "emulator"] = unsupported_answer
         self.strict_html = strict_html
         self.url = ""
         self.calls: list[Call] = []
@@ -2019,6 +2051,15 @@ class FakeTelegram:
 
     # ----------------------------------------------------------------- fault injection
 
+    def like_telegram_test_api(self) -> None:
+        """Answer as the npm ``telegram-test-api`` emulator does: only the methods it
+        implements, every other one a 500 whose JSON body (no ``ok``) names the method as
+        unsupported; parameters it does not know (ephemeral messages) are ignored."""
+        self.unsupported_methods = set(_METHODS) - _TELEGRAM_TEST_API
+        self.unsupported_answer = "emulator"
+        self.ephemeral = False
+        self.guest_mode = False
+
     def fail_next(
         self,
         method: str,
@@ -2060,7 +2101,7 @@ class FakeTelegram:
         * ``"null_result"``: 200 ``{"ok": true, "result": null}``.  Applied unless
           ``applied=False``.
         * ``"no_ok"``: ``status`` (500) with a JSON body without ``ok`` (``body``, by default
-          ``{"error": "method not supported"}``).
+          ``{"error": "upstream request failed"}``).
         * ``"html"``: ``status`` (502) with a ``text/html`` error page (``body``, by default
           nginx's page; for ``status=200`` a captive portal's sign-in page).
         * ``"bare_error"``: ``status`` (400) with ``{"ok": false}`` and nothing else.
@@ -2199,6 +2240,7 @@ class FakeTelegram:
             if canonical is None:
                 raise _ApiError(404, "Not Found")
             self._check_supported(canonical)
+            self._check_current(canonical, params)
             misbehaving = self._preflight(canonical, params)
             if canonical == "getUpdates":
                 result = await self._get_updates(params, request)
@@ -2248,9 +2290,20 @@ class FakeTelegram:
         if method.lower() not in unsupported:
             return
         if self.unsupported_answer == "no_ok":
-            response = web.Response(status=500, text=_NO_OK_BODY, content_type=_JSON_TYPE)
+            response = web.Response(status=500, text=_NO_OK_UNSUPPORTED, content_type=_JSON_TYPE)
+            raise _Broken(500, "unsupported", response)
+        if self.unsupported_answer == "emulator":
+            body = json.dumps({"message": _EMULATOR_UNSUPPORTED.format(method=method)})
+            response = web.Response(status=500, text=body, content_type=_JSON_TYPE)
             raise _Broken(500, "unsupported", response)
         raise _Broken(404, "unsupported", _error_response(_ApiError(404, _METHOD_NOT_FOUND)))
+
+    def _check_current(self, method: str, params: JSON) -> None:
+        """A parameter the Bot API deprecated (aiogram 3.31 marks them) is a violation: the
+        current one exists, and a server may drop the old one any day."""
+        old = _DEPRECATED_PARAMS | (_DEPRECATED_SEND_PARAMS if method.startswith("send") else set())
+        for name in sorted(old & params.keys()):
+            self.violations.append(f"{method} with the deprecated parameter {name}")
 
     def _use_up(self, misbehaving: _Misbehaving) -> bool:
         """Count one broken answer; False when concurrent calls have used it up already."""
@@ -2807,10 +2860,11 @@ class FakeTelegram:
 
     def _ephemeral_receiver(self, chat: _Chat, params: JSON) -> _User | None:
         """The receiver of an ephemeral message (None: an ordinary one, or a server that
-        knows no ephemeral messages and ignores the parameters)."""
+        knows no ephemeral messages and ignores the parameters). Like a server that knows
+        only Bot API 10.3's form, ``ephemeral_message_parameters``: 10.2's top-level
+        ``receiver_user_id`` is ignored (the message goes to everyone)."""
         nested = params.get("ephemeral_message_parameters")
         raw = nested.get("receiver_user_id") if isinstance(nested, dict) else None
-        raw = params.get("receiver_user_id") if raw is None else raw
         if raw is None or not self.ephemeral:
             return None
         if chat.type not in ("group", "supergroup"):

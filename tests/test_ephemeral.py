@@ -77,14 +77,14 @@ async def test_a_private_chat_never_gets_an_ephemeral_message(
         sent = tg.send_user_message(USER, USER, "/tree")["message_id"]
         await tg.wait_for(lambda: bool(answers_to(tg, USER, sent)), TIMEOUT)
     assert [m.text for m in answers_to(tg, USER, sent)] == [TREE_HINT]
-    assert all("receiver_user_id" not in c.params for c in tg.calls_to("sendMessage"))
+    assert all("ephemeral_message_parameters" not in c.params for c in tg.calls_to("sendMessage"))
 
 
 async def test_a_server_without_ephemeral_messages_gets_todays_notices_and_one_log_line(
     llm: FakeOpenAI, start_bot: BotFactory, tg: FakeTelegram, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="replychain")
-    tg.ephemeral = False  # an older server: it ignores receiver_user_id
+    tg.ephemeral = False  # an older server: it ignores ephemeral_message_parameters
     tg.add_group(GROUP, "Team")
     async with start_bot(allowed_user_ids=frozenset({USER})):
         hints = []
@@ -97,5 +97,5 @@ async def test_a_server_without_ephemeral_messages_gets_todays_notices_and_one_l
     learned = [r for r in caplog.records if "ephemeral" in r.getMessage()]
     assert len(learned) == 1
     # once learned, the bot stops asking for ephemeral messages
-    asked = ["receiver_user_id" in c.params for c in tg.calls_to("sendMessage")]
+    asked = ["ephemeral_message_parameters" in c.params for c in tg.calls_to("sendMessage")]
     assert asked[0] and not any(asked[1:])

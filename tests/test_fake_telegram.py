@@ -921,7 +921,7 @@ async def test_json_without_ok_is_not_applied(fake: FakeTelegram, bot: Bot) -> N
         await bot.set_my_commands([BotCommand(command="help", description="Help")])
     assert error.value.message == "Failed to deserialize object"
     assert isinstance(error.value.original, ValidationError)
-    assert error.value.data == {"error": "method not supported"}
+    assert error.value.data == {"error": "upstream request failed"}
     assert fake.commands == {}
     assert (fake.calls[-1].status, fake.calls[-1].fault) == (500, "no_ok")
 

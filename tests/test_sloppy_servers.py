@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,8 @@ from .fake_telegram import Call, FakeTelegram
 from .harness import ROOT, USER, BotFactory, BotProcess, answers_to, ask, env_for, turns_done
 from .redis_server import RedisServer
 
+GROUP = -100777
+
 
 async def start_and_exit(tmp_path: Path, env: dict[str, str]) -> tuple[int, str]:
     process = BotProcess(env, tmp_path)
@@ -48,6 +51,7 @@ async def start_and_exit(tmp_path: Path, env: dict[str, str]) -> tuple[int, str]
         ("missing_field", "answered getMe with something this bot cannot read"),
         ("html", "HTTP 502 with an HTML page"),
         ("no_ok", "HTTP 500 with JSON without an 'ok' field"),
+        ("lacks", "lacks getMe (API method 'getMe' is not supported"),
     ],
 )
 async def test_an_unreadable_get_me_is_one_line_at_start_up(
@@ -59,7 +63,11 @@ async def test_an_unreadable_get_me_is_one_line_at_start_up(
     expected: str,
 ) -> None:
     field = "is_bot" if kind == "missing_field" else None
-    tg.misbehave_next("getMe", kind, count=100, field=field)  # type: ignore[arg-type]
+    if kind == "lacks":  # as telegram-test-api says it
+        tg.unsupported_methods.add("getMe")
+        tg.unsupported_answer = "emulator"
+    else:
+        tg.misbehave_next("getMe", kind, count=100, field=field)  # type: ignore[arg-type]
     code, output = await start_and_exit(tmp_path, env_for(tg, llm, redis_server.url))
     assert code == 1
     lines = [line for line in output.splitlines() if line.startswith("replychain:")]
@@ -81,12 +89,13 @@ async def test_unsupported_set_up_methods_only_warn(
         # the set-up steps run beside polling: their warnings may come after the answer
         await tg.wait_for(
             lambda: (
-                _logged(caplog, "could not register the commands")
-                and _logged(caplog, "could not delete the webhook")
+                _logged(caplog, "lacks setMyCommands (method not supported); the command menu")
+                and _logged(caplog, "lacks deleteWebhook (method not supported)")
             ),
             15,
         )
     assert text == "[depth:2] echo: still there?"
+    assert not _logged(caplog, "could not")  # one line each: the session's
 
 
 async def test_polling_and_answers_never_wait_for_set_up_calls(
@@ -232,3 +241,57 @@ async def test_fields_from_a_newer_server_change_nothing(
         )
     assert (text, again) == ("[depth:2] echo: hello", "[depth:4] echo: more")
     assert len(llm.requests) == 2
+
+
+async def test_a_server_answering_unknown_methods_with_a_500_gets_answers_the_older_way(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 41's regression: telegram-test-api answers every method it lacks with a 500
+    whose body (no ``ok``) names it unsupported. Each such method is one log line and is
+    not asked again; every answer goes out at once the older way (HTML, edits, no menu)."""
+    caplog.set_level(logging.WARNING, logger="replychain")
+    tg.like_telegram_test_api()
+    table = "| a | b |\n|---|---|\n| 1 | 2 |"
+    llm.responder = lambda messages: table if "table" in str(messages[-1]["content"]) else "hi"
+    tg.add_group(GROUP)
+    tg.add_member(GROUP, USER)
+    llm.chunk_chars, llm.chunk_delay = 1, 0.02  # a streamed answer: drafts, edits
+    async with start_bot(rich_messages="always") as app:
+        started = time.monotonic()
+        first, text = await ask(tg, app, USER, "hello")
+        assert text == "[depth:2] hi"
+        assert time.monotonic() - started < 5  # no retries of a method it lacks
+        [answer] = answers_to(tg, USER, first)
+        _, text = await ask(tg, app, USER, "a table please", reply_to=answer.message_id)
+        assert text.startswith("[depth:4]") and "| 1 | 2 |" in text
+        _, text = await ask(tg, app, GROUP, "@replychain_bot a table too")
+        assert text.startswith("[depth:2]")
+        await tg.wait_for(lambda: _logged(caplog, "lacks getMyCommands"), 15)
+    lacking = {c.method for c in tg.calls if c.fault == "unsupported"}
+    assert {"sendRichMessage", "sendMessageDraft", "getMyCommands"} <= lacking
+    for method in lacking:
+        assert len(tg.calls_to(method)) <= 2, (method, len(tg.calls_to(method)))
+    lines = [r.getMessage() for r in caplog.records if "Bot API server lacks" in r.getMessage()]
+    assert sorted(line.split()[5] for line in lines) == sorted(lacking), lines
+    assert not tg.violations and not tg.server_errors
+    assert all(m.rich_message is None for m in tg.bot_messages(USER) + tg.bot_messages(GROUP))
+
+
+async def test_a_rich_message_failing_with_server_errors_goes_out_as_html(
+    tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory
+) -> None:
+    """A server that fails sendRichMessage with 500s (every try): the answer goes out as
+    HTML after flood control's tries, never held back; the next answer tries rich again."""
+    tg.fail_next("sendRichMessage", status=500, count=3)
+    tg.unsupported_methods.add("sendMessageDraft")
+    async with start_bot(rich_messages="always") as app:
+        started = time.monotonic()
+        first, text = await ask(tg, app, USER, "hello")
+        assert text == "[depth:2] echo: hello"
+        assert time.monotonic() - started < 10
+        assert len(tg.calls_to("sendRichMessage")) == 3
+        [answer] = answers_to(tg, USER, first)
+        assert answer.rich_message is None
+        _, text = await ask(tg, app, USER, "again", reply_to=answer.message_id)
+        assert text == "[depth:4] echo: again"
+    assert tg.bot_messages(USER)[-1].rich_message is not None

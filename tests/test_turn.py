@@ -21,6 +21,7 @@ from bot.bus.inbound import Inbound
 from bot.bus.runner import InFlight, TurnBusy
 from bot.data import keys
 from bot.data.connection import connect
+from bot.data.userprefs import UserPrefs
 from bot.model import Answer, Media, ModelError, Usage
 from bot.retry import Outage
 from bot.telegram.format import Chunk
@@ -116,7 +117,7 @@ class Rig:
             context=ContextWindow.for_budget(self.store, self.model, accounting, budget=32000),
             in_flight=InFlight(),
             redis_outage=Outage("Redis", ""),
-            rules=Rules(system_prompt=SYSTEM, max_calls_per_turn=3),
+            rules=Rules(system_prompt=SYSTEM, max_calls_per_turn=3, rich="always"),
         )
 
     async def state(self, message_id: int) -> dict[bytes, bytes]:
@@ -179,8 +180,8 @@ async def test_a_finished_turn_is_freed_at_once_not_by_the_garbage_collector(
     writers: list[weakref.ref[object]] = []
     build = rig.engine._writer
 
-    def writer(message: Inbound, state: TurnState) -> object:
-        made = build(message, state)
+    def writer(message: Inbound, state: TurnState, mine: UserPrefs) -> object:
+        made = build(message, state, mine)
         writers.append(weakref.ref(made))
         return made
 

@@ -77,6 +77,14 @@ choice index, :mod:`transcript.keys`; a persona's text is a blob of the chat):
     rc:spend-alert:<day>  the day's spend alert was sent (SET NX; expires after two
                          days)
 
+A user's own settings, the same in every chat (bot/data/userprefs.py):
+
+    rc:{user:<k>}:prefs    hash "f<user>" -> "rich" | "plain": how that user's answers
+                             look (/format; absent: RICH_MESSAGES decides). Users are
+                             spread over USAGE_BUCKETS buckets as the usage totals are
+                             (k = crc32(user id) % USAGE_BUCKETS); read with each turn's
+                             claim
+
 Media (bot/model/vision.py; image bytes are the transcript store's blobs):
 
     rc:{S}:unheard:<m> a voice message m that could not be transcribed (its intake
@@ -240,3 +248,8 @@ def chat_usage_key(chat: int | str, *parts: object) -> str:
     """A usage detail key in the chat's slot, e.g. ``chat_usage_key(chat, "t", day)``;
     ``chat`` is its id or its scope (a guest chat's "g<chat>": its own detail)."""
     return scope_prefix(str(chat)) + ":".join(["u", *map(str, parts)])
+
+
+def user_prefs_key(user_id: int) -> str:
+    """The hash holding a user's own settings (one per bucket of users)."""
+    return f"{NAMESPACE}:{{user:{usage_bucket(user_id)}}}:prefs"

@@ -1,7 +1,9 @@
 """The model's Markdown -> Telegram HTML, split into message-sized chunks.
 
 Pure functions (no aiogram, no openai).  The Markdown is parsed by markdown-it-py
-(CommonMark plus strikethrough and tables); its token stream is flattened into
+(:mod:`bot.telegram.markdown`: CommonMark, strikethrough, tables, formulas; a table is
+shown as aligned text in a ``<pre>`` block, a formula's source as code: HTML has neither
+tables nor formulas); its token stream is flattened into
 runs of visible text, each carrying the stack of formatting tags active over it.
 Chunks are cut from the visible text alone (measured in UTF-16 code units, as
 Telegram counts), and each chunk's HTML is produced from the runs it covers, so
@@ -22,8 +24,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
-from markdown_it import MarkdownIt
 from markdown_it.token import Token
+
+from .markdown import MARKDOWN
 
 __all__ = [
     "TELEGRAM_LIMIT",
@@ -67,14 +70,6 @@ _LANG_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 _MAX_LANG_LEN = 32
 _ZWJ = "\u200d"
 _MAX_GRAPHEME_BACKOFF = 32
-
-# Reference definitions are disabled: they are invisible in CommonMark, so a model's
-# footnotes ("[^1]: text") or source lists ("[1]: https://...") would silently vanish.
-_md = (
-    MarkdownIt("commonmark", {"maxNesting": 64})
-    .enable(["strikethrough", "table"])
-    .disable("reference")
-)
 
 
 @dataclass(frozen=True)
@@ -342,7 +337,7 @@ class _Builder:
             elif kind == "link_open":
                 url = safe_url(str(tok.attrGet("href") or ""))
                 opened.append(_with(stack, _link_tag(url) if url else None))
-            elif kind == "code_inline":
+            elif kind in ("code_inline", "math_inline"):  # a formula: its source, as code
                 in_link = any(t.kind == "a" for t in stack)
                 self.emit(tok.content, stack if in_link else _with(stack, CODE))
             elif kind in ("softbreak", "hardbreak"):
@@ -380,6 +375,7 @@ _BLOCK_HANDLERS: dict[str, Callable[[_Builder, Token], None]] = {
     "inline": lambda b, tok: b._inline(tok.children or []),
     "fence": lambda b, tok: b._leaf(tok.content, _pre_tag(tok.info)),
     "code_block": lambda b, tok: b._leaf(tok.content, _PRE),
+    "math_block": lambda b, tok: b._leaf(tok.content, _PRE),  # a formula's source
     "html_block": lambda b, tok: b._leaf(tok.content, None),
     "hr": lambda b, tok: b._leaf(HORIZONTAL_RULE, None),
 }
@@ -505,7 +501,7 @@ def clean_text(text: str) -> str:
 
 def _body_runs(markdown: str) -> tuple[list[str], list[Stack]]:
     builder = _Builder()
-    builder.build(_md.parse(markdown))
+    builder.build(MARKDOWN.parse(markdown))
     doc = _Doc(*builder.runs())
     lo, hi = doc.skip_leading(0), len(doc.text.rstrip())
     texts: list[str] = []

@@ -38,9 +38,9 @@ from aiogram.types import (
 )
 
 from ..i18n import N_, _
-from .errors import EntitiesRejectedError, QueryClosedError
+from .errors import EntitiesRejectedError, QueryClosedError, UnknownMethodError
 from .format import TELEGRAM_LIMIT, Chunk, escape_html, render_chunks, utf16_len
-from .out import AnswerRejectedError, TelegramOut
+from .out import AnswerRejectedError, ChatUnavailableError, TelegramOut
 from .session import UnreadableResultError
 from .writer import PartJournal, _NoJournal
 
@@ -154,6 +154,8 @@ async def post(out: TelegramOut, query_id: str, chunk: Chunk, *, name: int | Non
             )
     except QueryClosedError:
         raise
+    except UnknownMethodError as exc:  # no way to answer there at all (the session said so)
+        raise ChatUnavailableError(exc.message) from exc
     except TelegramBadRequest as exc:
         raise AnswerRejectedError(exc.message) from exc
     except UnreadableResultError as exc:  # answered; what it said cannot be read

@@ -18,6 +18,7 @@ from aiogram import Bot
 from aiogram.types import BotCommand
 
 from .. import i18n
+from .errors import UnknownMethodError
 from .routers import command_menu
 
 log = logging.getLogger("replychain.telegram")
@@ -57,20 +58,33 @@ async def _every(calls: list[Coroutine[Any, Any, T]]) -> list[T]:
 
 
 async def sync_menu(bot: Bot) -> int:
-    """Bring Telegram's menus in line with :func:`wanted`; the number changed."""
+    """Bring Telegram's menus in line with :func:`wanted`; the number changed.
+
+    The default menu goes first, alone: a server that lacks the methods (or fails them)
+    says so once, not once per language. A server that cannot read menus
+    (``getMyCommands`` unknown) has each one set.
+    """
     menus = wanted()
     codes = list(menus)
-    current = await _every([bot.get_my_commands(language_code=c) for c in codes])
-    changes: list[Coroutine[Any, Any, bool]] = []
-    for code, now in zip(codes, current, strict=True):
-        menu = menus[code]
-        if _same(now, menu):
-            continue
-        if menu:
-            changes.append(bot.set_my_commands(menu, language_code=code))
-        else:
-            changes.append(bot.delete_my_commands(language_code=code))
-    await _every(changes)
+    try:
+        current: list[list[BotCommand] | None] = [await bot.get_my_commands()]
+        current += await _every([bot.get_my_commands(language_code=c) for c in codes[1:]])
+    except UnknownMethodError:
+        current = [None] * len(codes)
+    changes = [
+        code
+        for code, now in zip(codes, current, strict=True)
+        if now is None or not _same(now, menus[code])
+    ]
+
+    def change(code: str | None) -> Coroutine[Any, Any, bool]:
+        if menus[code]:
+            return bot.set_my_commands(menus[code], language_code=code)
+        return bot.delete_my_commands(language_code=code)
+
+    if changes and changes[0] is None:
+        await change(None)  # the default menu first: a server without menus says so once
+    await _every([change(code) for code in changes if code is not None])
     if changes:
         log.info("command menu set for %d language(s)", len(changes))
     return len(changes)

@@ -8,9 +8,11 @@ out flood control)::
     ChatUnavailableError      the bot may not write to this chat any more (403)
     AnswerRejectedError       a 400 that retrying will not fix
     MessageGoneError          the message to edit was deleted
-    DraftsUnavailableError    this chat, or this Bot API server, takes no drafts
-    RichUnavailableError      this Bot API server knows no rich messages, or Telegram
-                              refused this one: render the answer as HTML instead
+    DraftsUnavailableError    this chat, or this Bot API server, takes no drafts (or
+                              its drafts failed with server errors: for this answer)
+    RichUnavailableError      this Bot API server knows no rich messages, Telegram
+                              refused this one, or it failed with server errors after
+                              flood control's tries: render the answer as HTML instead
     TelegramUnavailableError  5xx, network, flood control past its bound, an answer
                               that cannot be read: try the turn again later
 
@@ -19,7 +21,9 @@ for all three: a rich chunk (:mod:`bot.telegram.rich`) as a Bot API 10.1 rich me
 (``sendRichMessage``, ``editMessageText`` with ``rich_message``, ``sendRichMessageDraft``);
 any other as HTML (the bot's default parse mode), sent again without formatting when
 Telegram still rejects the entities. A rich message has no such fallback of its own: it
-may be split differently from HTML, so the writer renders the answer again as HTML.
+may be split differently from HTML, so the writer renders the answer again as HTML. No
+newer method holds an answer back: a server that lacks one (the session notes it, once)
+or keeps failing it with server errors gets the older way at once.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from aiogram.exceptions import (
 from aiogram.methods import EditMessageText, SendMessage, SendRichMessage, TelegramMethod
 from aiogram.types import (
     BufferedInputFile,
+    EphemeralMessageParameters,
     InlineKeyboardMarkup,
     InputRichMessage,
     Message,
@@ -55,6 +60,7 @@ from .errors import (
     EditTargetGoneError,
     EntitiesRejectedError,
     NotModifiedError,
+    RichRejectedError,
     ThreadGoneError,
     UnknownMethodError,
 )
@@ -90,7 +96,15 @@ class RichUnavailableError(Exception):
 
 
 class TelegramUnavailableError(Exception):
-    """Telegram failed, could not be reached or answered unreadably: try the turn later."""
+    """Telegram failed, could not be reached or answered unreadably: try the turn later.
+
+    ``server``: the server answered, with errors (5xx, an answer that is no Bot API
+    response), as against no answer at all (the network, flood control past its bound).
+    """
+
+    def __init__(self, message: str, *, server: bool = False) -> None:
+        super().__init__(message)
+        self.server = server
 
 
 class SentMessage(TelegramObject):
@@ -125,11 +139,6 @@ def _calling(bot: Bot, method: type[TelegramMethod[Any]]) -> Callable[..., Await
         return bot(method(**fields))
 
     return call
-
-
-#: Refusals of a rich request that are not about its content: they are handled as for
-#: any message (the topic is gone, the message deleted, no change, no drafts here).
-_NOT_ABOUT_CONTENT = (NotModifiedError, EditTargetGoneError, ThreadGoneError, DraftPeerInvalidError)
 
 
 def _sent_id(exc: UnreadableResultError) -> int | None:
@@ -274,18 +283,19 @@ class TelegramOut:
                 can_stop=True,
                 keep_on_stop=True,
             )
-        except UnknownMethodError as exc:
-            if self.drafts:  # one line, however many answers were drafting
-                log.warning(
-                    "the Bot API server does not know sendMessageDraft (%s); "
-                    "answers stream by editing messages from now on",
-                    exc.message,
-                )
+        except UnknownMethodError as exc:  # (the session logged it, once)
             self.drafts = False
             raise DraftsUnavailableError(exc.message) from exc
         except (DraftPeerInvalidError, ThreadGoneError) as exc:
             # the answer goes on by sending messages, which handle both cases
             raise DraftsUnavailableError(exc.message) from exc
+        except TelegramUnavailableError as exc:
+            if not exc.server:
+                raise
+            # drafts are a nicety: an answer never waits for a server failing them
+            log.warning("drafts in chat %s failed (%s); this answer goes on by editing",
+                        chat_id, exc)  # fmt: skip
+            raise DraftsUnavailableError(str(exc)) from exc
         except TelegramBadRequest as exc:
             raise AnswerRejectedError(exc.message) from exc
         except UnreadableResultError as exc:
@@ -353,11 +363,12 @@ class TelegramOut:
     ) -> Awaitable[Any]:  # fmt: skip
         """sendMessage with plain text (never parsed), as a reply, buttons under it if
         given; to one person of a group (an ephemeral message) with ``receiver``."""
+        personal = EphemeralMessageParameters(receiver_user_id=receiver) if receiver else None
         return self.bot.send_message(
             chat_id=chat_id,
             text=text,
             parse_mode=None,
-            receiver_user_id=receiver,
+            ephemeral_message_parameters=personal,
             reply_parameters=_reply(reply_to),
             message_thread_id=thread_id,
             reply_markup=markup,
@@ -478,9 +489,10 @@ class TelegramOut:
         when Telegram rejects the HTML's entities, once more with the text unformatted.
 
         Raises :class:`RichUnavailableError` when the server knows no ``rich`` method
-        (rich messages are then off for good: one log line) or refuses the rich message
-        with a 400 that names no other refusal (its content, a limit: Telegram's texts
-        for those are not documented, so they are told apart by exclusion).
+        (rich messages are then off for good), refuses the rich message
+        (:class:`~bot.telegram.errors.RichRejectedError`: its content, a limit) or fails
+        it with server errors after flood control's tries (this answer goes out as HTML).
+        Any other refusal is a refusal of any message (the chat, the topic, an edit).
         """
         if chunk.rich:
             return await self._rich(rich, chunk, **fields)
@@ -499,20 +511,19 @@ class TelegramOut:
             return await self._call(
                 method(rich_message=InputRichMessage(html=chunk.html), **fields)
             )
-        except UnknownMethodError as exc:
-            if self.rich:  # one line, however many answers were sending
-                log.warning(
-                    "the Bot API server does not know rich messages (%s); "
-                    "answers are sent as HTML from now on",
-                    exc.message,
-                )
+        except UnknownMethodError as exc:  # (the session logged it, once)
             self.rich = False
             raise RichUnavailableError(exc.message) from exc
-        except _NOT_ABOUT_CONTENT:
-            raise
-        except TelegramBadRequest as exc:
+        except RichRejectedError as exc:
             log.warning("Telegram refused a rich message (%s); sending it as HTML", exc.message)
             raise RichUnavailableError(exc.message) from exc
+        except TelegramUnavailableError as exc:
+            if not exc.server:
+                raise
+            # failed with server errors after flood control's tries: an answer never
+            # waits behind a newer method (the older way may fail too: then it waits)
+            log.warning("a rich message failed (%s); this answer goes out as HTML", exc)
+            raise RichUnavailableError(str(exc)) from exc
 
     @staticmethod
     async def _call(request: Any) -> Any:
@@ -522,12 +533,9 @@ class TelegramOut:
             raise ChatUnavailableError(exc.message) from exc
         except (TelegramBadRequest, UnreadableResultError, UnknownMethodError):
             raise  # the caller decides
-        except (
-            TelegramServerError,
-            TelegramNetworkError,
-            TelegramRetryAfter,
-            BadResponseError,
-        ) as exc:
+        except (TelegramServerError, BadResponseError) as exc:
+            raise TelegramUnavailableError(exc.message, server=True) from exc
+        except (TelegramNetworkError, TelegramRetryAfter) as exc:
             raise TelegramUnavailableError(exc.message) from exc
         except TelegramAPIError as exc:
             # any other status (404, 409, an error without a description): not ours to fix

@@ -1,8 +1,8 @@
 """The model's Markdown -> Telegram rich messages (Bot API 10.1), split at block boundaries.
 
 Pure functions (no aiogram, no openai), the rich counterpart of :mod:`bot.telegram.format`.
-The Markdown is parsed by markdown-it-py (CommonMark, GFM tables and strikethrough, plus
-the math rules below) into a tree, and the tree is flattened into *leaves*: the blocks
+The Markdown is parsed by markdown-it-py (:mod:`bot.telegram.markdown`: CommonMark, GFM
+tables and strikethrough, formulas) into a tree, and the tree is flattened into *leaves*: the blocks
 that hold text (a paragraph, a heading, a code block, a formula, a table row, a list
 item's text), each with the stack of containers it sits in (quotes, lists, list items,
 tables). A message is a run of leaves; containers open at a cut are closed at the end of
@@ -47,9 +47,6 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from markdown_it import MarkdownIt
-from markdown_it.rules_block import StateBlock
-from markdown_it.rules_inline import StateInline
 from markdown_it.token import Token
 
 from .format import (
@@ -68,12 +65,14 @@ from .format import (
     text_table,
     utf16_len,
 )
+from .markdown import MARKDOWN
 
 __all__ = [
     "RICH_BLOCK_LIMIT",
     "RICH_DEPTH_LIMIT",
     "RICH_TABLE_COLUMNS",
     "RICH_TEXT_LIMIT",
+    "needs_rich",
     "render_rich",
 ]
 
@@ -98,94 +97,30 @@ _LEAF_ROOM = 2 * _HEADER_REPEAT_UNITS
 THINKING_TAIL = 4096
 
 
-# ------------------------------------------------------------------ math rules
+#: What Markdown holding a table or a formula cannot lack.
+_RICH_MARKERS = ("|", "$", "\\(", "\\[", "math")
 
 
-def _dollar_math(src: str, pos: int, end: int) -> tuple[str, int] | None:
-    """``$…$`` or ``$$…$$`` at ``pos``: (source, position after it), else None.
-
-    Prices stay text: the closing ``$`` is the first unescaped ``$`` after the opening
-    one, and it must follow a non-space and precede no digit ("$5 and $6" is no formula).
-    """
-    if src.startswith("$$", pos):
-        close = src.find("$$", pos + 2, end)
-        expr = src[pos + 2 : close] if close != -1 else ""
-        return (expr, close + 2) if expr.strip() else None
-    opening = pos + 1
-    if opening >= end or src[opening].isspace() or src[opening] == "$":
-        return None
-    close = opening
-    while True:
-        close = src.find("$", close + 1, end)
-        if close == -1:
-            return None
-        if src[close - 1] != "\\":
-            break
-    if src[close - 1].isspace() or (close + 1 < end and src[close + 1].isdigit()):
-        return None
-    return src[opening:close], close + 1
-
-
-def _math_inline(state: StateInline, silent: bool) -> bool:
-    """Inline formulas: ``$…$``, ``$$…$$``, ``\\(…\\)`` and ``\\[…\\]`` inside a paragraph."""
-    src, pos, end = state.src, state.pos, state.posMax
-    if src.startswith(("\\(", "\\["), pos):
-        closer = "\\)" if src[pos + 1] == "(" else "\\]"
-        close = src.find(closer, pos + 2, end)
-        if close == -1 or not src[pos + 2 : close].strip():
-            return False
-        found: tuple[str, int] | None = (src[pos + 2 : close], close + 2)
-    elif src[pos] == "$":
-        found = _dollar_math(src, pos, end)
-    else:
+def needs_rich(markdown: str) -> bool:
+    """Whether the Markdown holds what only a rich message shows: a table (of at most
+    :data:`RICH_TABLE_COLUMNS` columns: a wider one is a text block either way) or a
+    formula. Cheap for text without a pipe, a dollar sign or a backslash."""
+    if not any(marker in markdown for marker in _RICH_MARKERS):
         return False
-    if found is None:
-        return False
-    if not silent:
-        token = state.push("math_inline", "tg-math", 0)
-        token.content = found[0].strip()
-    state.pos = found[1]
-    return True
-
-
-def _math_block(state: StateBlock, start: int, end: int, silent: bool) -> bool:
-    """Display formulas on lines of their own: ``$$ … $$`` and ``\\[ … \\]``."""
-    if state.is_code_block(start):
-        return False
-    src = state.src
-    begin = state.bMarks[start] + state.tShift[start]
-    opener = src[begin : begin + 2]
-    if opener not in ("$$", "\\["):
-        return False
-    closer = "$$" if opener == "$$" else "\\]"
-    lines = [src[begin + 2 : state.eMarks[start]]]
-    line = start
-    while not lines[-1].rstrip().endswith(closer) or (line == start and not lines[0].strip()):
-        line += 1
-        if line >= end or (state.sCount[line] < state.blkIndent and not state.isEmpty(line)):
-            return False  # unclosed (still streaming, or not a formula): stays text
-        lines.append(src[state.bMarks[line] + state.tShift[line] : state.eMarks[line]])
-    expr = "\n".join(lines).rstrip().removesuffix(closer)
-    if not expr.strip():
-        return False
-    if not silent:
-        token = state.push("math_block", "tg-math-block", 0)
-        token.content = expr.strip()
-        token.map = [start, line + 1]
-    state.line = line + 1
-    return True
-
-
-# Reference definitions stay text, as in format.py (a model's footnotes would vanish).
-_md = (
-    MarkdownIt("commonmark", {"maxNesting": 64})
-    .enable(["strikethrough", "table"])
-    .disable("reference")
-)
-_md.inline.ruler.before("escape", "math_inline", _math_inline)
-_md.block.ruler.before(
-    "fence", "math_block", _math_block, {"alt": ["paragraph", "reference", "blockquote", "list"]}
-)
+    columns = 0
+    for token in MARKDOWN.parse(clean_text(markdown)):
+        kind = token.type
+        if kind == "math_block" or (kind == "fence" and code_language(token.info) == "math"):
+            return True
+        if kind == "inline" and any(c.type == "math_inline" for c in token.children or ()):
+            return True
+        if kind == "table_open":
+            columns = 0
+        elif kind == "th_open":
+            columns += 1
+        elif kind == "thead_close" and columns <= RICH_TABLE_COLUMNS:
+            return True
+    return False
 
 
 # ------------------------------------------------------------------ the tree
@@ -807,7 +742,7 @@ def render_rich(
     thoughts = clean_text(reasoning).strip()
     if thoughts:
         builder.runs([(thoughts, ())], "thoughts", ())
-    builder.blocks(_tree(_md.parse(markdown)), ())
+    builder.blocks(_tree(MARKDOWN.parse(markdown)), ())
     if doc.prefix or not doc.leaves:
         text = doc.prefix.rstrip() or EMPTY_PLACEHOLDER
         doc.leaves.append(_Leaf(_text_html("p", [(text, ())]), text, utf16_len(text)))

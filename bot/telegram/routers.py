@@ -56,6 +56,8 @@ from .messages import (
 )
 from .out import Notifier
 from .steering import RETRY_USAGE, steering_router, topic_router
+from .style import COMMANDS as STYLE_COMMANDS
+from .style import style_router
 
 log = logging.getLogger("replychain.handlers")
 
@@ -75,7 +77,7 @@ def command_menu() -> list[BotCommand]:
     """The command menu in the current language."""
     return [
         BotCommand(command=name, description=_(text))
-        for name, text in (*COMMANDS, *CHOICE_COMMANDS)
+        for name, text in (*COMMANDS, *CHOICE_COMMANDS, *STYLE_COMMANDS)
     ]
 
 
@@ -95,7 +97,8 @@ HELP_TEXT = N_(
     "both answers can be continued;\n"
     "/tree shows the conversation's tree (branches, depths, where you are);\n"
     "/export sends that branch, from its start to the message, as a Markdown file.\n\n"
-    "/forget erases everything I stored about this chat (after you confirm)."
+    "/forget erases everything I stored about this chat (after you confirm).\n\n"
+    "Seeing “message not supported”? /format plain makes every answer plain."
 )
 
 UNSUPPORTED_TEXT = N_(
@@ -219,6 +222,7 @@ def build_router(allowed_user_ids: frozenset[int]) -> Router:
         _usage_router(),
         steering_router(),
         choices_router(),
+        style_router(),
         _conversation_router(),
         _guest_router(),
     ):

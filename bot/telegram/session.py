@@ -5,9 +5,13 @@ that is not a valid Bot API response becomes a typed Telegram failure instead
 of aiogram's ``ClientDecodeError`` (or worse), so callers handle it like any
 other Telegram error::
 
+    any status whose text says the server lacks  -> UnknownMethodError (never retried; the
+      the method (a 404 "method not found", an       method is not asked again by this
+      emulator's 500 "API method 'x' is not          process: one log line names it and
+      supported", a 501)                             what goes the older way instead)
     HTTP 5xx, whatever the body                  -> TelegramServerError (retried)
     a 400 or 404 whose description names a       -> its typed error (bot.telegram.errors:
-      known refusal ("method not found", ...)         UnknownMethodError, ThreadGoneError, ...)
+      known refusal ("message is not modified")       NotModifiedError, ThreadGoneError, ...)
     {"ok": true} with a result that does not     -> UnreadableResultError (the server
       decode (fields missing or malformed)            did it; ``result`` holds the raw JSON)
     anything else that is not a Bot API answer   -> BadResponseError
@@ -63,7 +67,7 @@ from pydantic import ValidationError
 
 from ..metrics import Metrics
 from ..retry import retrying
-from .errors import classify
+from .errors import UnknownMethodError, classify, lacks_method
 
 #: Runs before a call that flood control held back goes out (see the module text).
 AFTER_FLOOD_WAIT: ContextVar[Callable[[], Awaitable[None]] | None] = ContextVar(
@@ -118,8 +122,61 @@ def _hold_response_type(method: TelegramMethod[Any]) -> None:
         _RESPONSE_TYPES[returning] = Response[returning]  # type: ignore[valid-type]
 
 
+#: What goes the older way when the server lacks a method (the one log line says it).
+_WITHOUT = {
+    "sendRichMessage": "answers go out as HTML messages",
+    "sendRichMessageDraft": "answers go out as HTML messages",
+    "sendMessageDraft": "answers stream by editing messages",
+    "getMyCommands": "the command menu is not set",
+    "setMyCommands": "the command menu is not set",
+    "deleteMyCommands": "the command menu is not set",
+    "editEphemeralMessageText": "notices for one person are left as sent",
+    "answerGuestQuery": "mentions in chats the bot is not in go unanswered",
+    "createForumTopic": "new conversations are answered where they were asked",
+    "setMySettings": "the topic sidebar is left as it is",
+    "editForumTopic": "topics keep their names",
+    "sendChatAction": "no typing indicator is shown",
+}
+
+
+#: Methods the bot cannot answer anyone without (Bot API 1.0's).
+_ESSENTIAL = frozenset({"getMe", "getUpdates", "sendMessage", "editMessageText", "setWebhook"})
+
+
 class BotApiSession(AiohttpSession):
     """aiogram's session, with every answer classified as a Bot API answer or a failure."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        #: Methods the server said it lacks: this process does not ask for them again.
+        self.lacking: set[str] = set()
+
+    async def __call__(
+        self,
+        bot: Bot,
+        method: TelegramMethod[TelegramType],
+        timeout: int | None = None,  # noqa: ASYNC109 - aiogram's signature
+    ) -> TelegramType:
+        if method.__api_method__ in self.lacking:
+            raise UnknownMethodError(
+                method=method, message=f"the Bot API server lacks {method.__api_method__}"
+            )
+        return await super().__call__(bot, method, timeout)
+
+    def _lacks(self, method: TelegramMethod[Any], text: str) -> UnknownMethodError:
+        """The server lacks ``method``: noted (one log line per method), as an error.
+
+        A method the bot cannot work without is never noted: it is asked again each time
+        (its caller says what fails), so a server that said so by mistake costs nothing
+        for good."""
+        name = method.__api_method__
+        if name not in self.lacking and name not in _ESSENTIAL:
+            self.lacking.add(name)
+            log.warning(
+                "the Bot API server lacks %s (%s); %s", name, text[:120].strip() or "no text",
+                _WITHOUT.get(name, "the feature using it is off"),
+            )  # fmt: skip
+        return UnknownMethodError(method=method, message=text or f"{name} is not supported")
 
     def check_response(
         self,
@@ -133,11 +190,20 @@ class BotApiSession(AiohttpSession):
         try:
             return super().check_response(bot, method, status_code, content)
         except (TelegramBadRequest, TelegramNotFound) as exc:
-            raise classify(exc) from None
+            typed = classify(exc, status_code)
+            if isinstance(typed, UnknownMethodError):
+                raise self._lacks(method, typed.message) from None
+            raise typed from None
+        except TelegramServerError as exc:  # a Bot API 5xx with a description
+            if lacks_method(status_code, exc.message or ""):
+                raise self._lacks(method, exc.message) from None
+            raise
         except ClientDecodeError as exc:
             if isinstance(method, GetUpdates) and (cleaned := _without_undecodable(bot, content)):
                 same = cast("TelegramMethod[TelegramType]", method)
                 return super().check_response(bot, same, status_code, cleaned)
+            if status_code >= 400 and lacks_method(status_code, text := _said(exc.data)):
+                raise self._lacks(method, text) from None
             if status_code >= 500:
                 raise TelegramServerError(
                     method=method, message=f"HTTP {status_code} with {describe_body(exc.data)}"
@@ -153,9 +219,23 @@ class BotApiSession(AiohttpSession):
             ) from None
         except TypeError:
             # aiogram reads a 5xx without "description" as text and fails on None
+            if lacks_method(status_code, ""):
+                raise self._lacks(method, f"HTTP {status_code}") from None
             raise TelegramServerError(
                 method=method, message=f"HTTP {status_code} without a description"
             ) from None
+
+
+def _said(content: object) -> str:
+    """What an answer that is not a Bot API response says: its description, message or
+    error field, else its text (an HTML page's), else nothing."""
+    if isinstance(content, dict):
+        for field in ("description", "message", "error"):
+            value = content.get(field)
+            if isinstance(value, str):
+                return value
+        return ""
+    return content[:300] if isinstance(content, str) else ""
 
 
 def _first_problem(error: object) -> str:

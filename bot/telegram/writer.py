@@ -12,13 +12,17 @@ messages; the final text is sent as messages (drafts are ephemeral). When the
 chat or the server takes no drafts, the writer goes on by editing, from the
 same text: nothing shown is lost or sent twice.
 
-Where the server has them (RICH_MESSAGES=auto), an answer is rendered as rich
-messages (:mod:`bot.telegram.rich`: one message holds up to 32,768 characters, so
-a long answer is one message, and drafts are rich drafts); otherwise, and for the
-rest of an answer Telegram refused a rich message of, as HTML chunks
-(:mod:`bot.telegram.format`). Switching renders the same text again and brings the
-parts on screen in line with it (rich ones edited into HTML, the parts HTML needs
-beyond them sent), through the same journal: again nothing is lost or sent twice.
+An answer is HTML chunks (:mod:`bot.telegram.format`), which every Telegram app shows,
+unless it is rendered as rich messages (:mod:`bot.telegram.rich`: tables, formulas, up
+to 32,768 characters in one message; drafts are rich drafts), which some apps (Telegram
+Web, the Watch) show as "not supported". Its style (:func:`answer_style`: RICH_MESSAGES
+and the asker's /format) says when: ``always``; ``never``; or ``auto``, from the moment
+the text holds what HTML cannot show (a table, a formula, more than one HTML message
+holds) to its end. The server decides too: without rich messages, and for the rest of
+an answer Telegram refused a rich message of (or failed it), the answer is HTML.
+Switching, either way, renders the same text again and brings the parts on screen in
+line with it (a part edited from HTML into rich or back, the parts the new rendering
+needs beyond them sent), through the same journal: nothing is lost or sent twice.
 Every new message goes through the :class:`PartJournal`: it is announced before
 it is sent (so nothing is sent while the journal cannot record it, e.g. while
 Redis is away) and recorded once Telegram accepted it, before anything else
@@ -35,7 +39,7 @@ import time
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 from .drafts import draft_id
 from .format import Chunk, render_chunks
@@ -46,7 +50,7 @@ from .out import (
     RichUnavailableError,
     TelegramOut,
 )
-from .rich import render_rich
+from .rich import needs_rich, render_rich
 from .session import AFTER_FLOOD_WAIT
 
 log = logging.getLogger("replychain.answer")
@@ -61,6 +65,18 @@ FIRST_SHOW_DELAY = 0.5
 FIRST_TEXT_WAIT = 0.1
 #: A draft shows for about 30 s: one not updated for this long is shown again.
 DRAFT_REFRESH = 20.0
+
+#: When an answer is rich messages: ``auto`` once it holds what HTML cannot show.
+Style = Literal["auto", "always", "never"]
+
+
+def answer_style(setting: str, choice: str | None) -> Style:
+    """The style of an answer: the operator's RICH_MESSAGES (``auto``, ``always``, ``off``)
+    and the asker's /format choice (``rich``, ``plain``, ``None``). ``off`` and ``plain``
+    never send rich; ``rich`` sends it wherever ``auto`` would (``always`` stays so)."""
+    if setting == "off" or choice == "plain":
+        return "never"
+    return "always" if setting == "always" else "auto"
 
 
 @dataclass(slots=True)
@@ -151,11 +167,13 @@ class AnswerWriter:
         existing: Sequence[int] = (),
         draft_of: int | None = None,
         budget: ChatBudget | None = None,
+        style: Style = "always",
     ) -> None:
         """``draft_of``: stream drafts named after this message (the question; private
         chats only) instead of editing messages, unless parts are already on screen.
         ``budget``: the group's message budget (groups only), which the final text
-        waits for instead of the streaming interval."""
+        waits for instead of the streaming interval. ``style``: when the answer is
+        rendered as rich messages (:func:`answer_style`)."""
         self._out = out
         self._budget = budget
         self._chat_id = chat_id
@@ -201,6 +219,9 @@ class AnswerWriter:
         self._rendered: tuple[tuple[str, str, str, str, bool], list[Chunk]] | None = None
         #: False once Telegram refused a rich message of this answer: the rest is HTML.
         self._rich_ok = True
+        self._style = style
+        #: The answer is rich from here on (``auto``: since its text needed it).
+        self._turned_rich = style == "always"
         #: A reasoning model's thoughts so far, before its answer (:meth:`think`), and
         #: those the draft on screen shows.
         self._thoughts = ""
@@ -218,7 +239,7 @@ class AnswerWriter:
     @property
     def rich(self) -> bool:
         """Whether the answer is rendered as rich messages (else as HTML chunks)."""
-        return self._rich_ok and self._out.rich
+        return self._turned_rich and self._rich_ok and self._out.rich
 
     @property
     def message_ids(self) -> list[int]:
@@ -529,13 +550,22 @@ class AnswerWriter:
         source = (text, self.prefix, reasoning, thinking, rich)
         if self._rendered is None or self._rendered[0] != source:
             prefix = self.prefix
-            chunks = (
-                render_rich(text, prefix=prefix, reasoning=reasoning, thinking=thinking)
-                if rich
-                else render_chunks(text, prefix=prefix, reasoning=reasoning)
-            )
+            if rich:
+                chunks = render_rich(text, prefix=prefix, reasoning=reasoning, thinking=thinking)
+            else:
+                chunks = render_chunks(text, prefix=prefix, reasoning=reasoning)
+                if self._turns_rich(text, chunks):
+                    return self._render(text, reasoning, thinking)
             self._rendered = (source, chunks)
         return self._rendered[1]
+
+    def _turns_rich(self, text: str, html: list[Chunk]) -> bool:
+        """``auto``: the answer turns rich, once and for good, as soon as its text holds
+        what HTML cannot show (a table, a formula, more than one message)."""
+        if self._style != "auto" or self._turned_rich or not (self._rich_ok and self._out.rich):
+            return False
+        self._turned_rich = len(html) > 1 or needs_rich(text)
+        return self._turned_rich
 
     async def _draft(self, number: int, chunk: Chunk | None) -> bool:
         """Show part ``number`` as a draft; False when drafts turned out unavailable."""

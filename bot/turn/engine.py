@@ -51,6 +51,7 @@ from ..bus.albums import Albums
 from ..bus.inbound import EDIT, MESSAGE, RETRY, Inbound
 from ..bus.runner import Ack, InFlight, TurnBusy
 from ..data.connection import Queued
+from ..data.userprefs import UserPrefs, UserReads
 from ..i18n import _, clock_time, dollars, number, speaking
 from ..metrics import Metrics
 from ..model import Answer, Model, ModelError
@@ -60,13 +61,13 @@ from ..telegram.format import Chunk, depth_tag, escape_html
 from ..telegram.guest import GuestWriter, part_of
 from ..telegram.guest import post as post_guest
 from ..telegram.out import AnswerRejectedError, ChatUnavailableError, TelegramOut
-from ..telegram.writer import AnswerWriter, ChatBudget, JournalUnavailableError
+from ..telegram.writer import AnswerWriter, ChatBudget, JournalUnavailableError, answer_style
 from ..usage.accounting import Accounting, CallRecord, next_reset
 from . import notices
 from .branch import Branch, Branches, Prefs
 from .context import ContextWindow, MessageTooLargeError, Window
 from .media import MediaError, MediaReader, voice_quote
-from .state import LostPart, TurnState, TurnStates, message_of
+from .state import ClaimReads, LostPart, TurnState, TurnStates, message_of
 from .topics import TopicTitles
 
 if TYPE_CHECKING:
@@ -97,6 +98,9 @@ class Rules:
     show_reasoning: bool = False
     #: Dollars one user may spend per UTC day (USER_DAILY_BUDGET_USD; 0: no budget).
     user_daily_dollars: float = 0.0
+    #: When answers are rich messages (RICH_MESSAGES: auto, always, off); each user's
+    #: /format choice overrides it (:func:`~bot.telegram.writer.answer_style`).
+    rich: str = "auto"
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,7 +271,7 @@ class Engine:
 
     async def _run(self, inbound: Inbound, ack: Ack) -> bool:
         started = time.monotonic()
-        state, prefs = await self._claim_reading(inbound)
+        state, prefs, mine = await self._claim_reading(inbound)
         if state is None:
             raise TurnBusy
         if state.done:
@@ -279,7 +283,7 @@ class Engine:
                 await self.states.finish(inbound, state, [], with_writes=[ack])
                 return True
             inbound, album = gathered
-        writer = self._writer(inbound, state)
+        writer = self._writer(inbound, state, mine)
         turn = Turn(
             inbound, state, writer, ack, lost_part=state.sending, album=tuple(album),
             prefs=prefs,
@@ -318,7 +322,7 @@ class Engine:
             await writer.close()  # after a failure nothing more is sent; a later run resumes
         return True
 
-    def _writer(self, inbound: Inbound, state: TurnState) -> Writer:
+    def _writer(self, inbound: Inbound, state: TurnState, mine: UserPrefs) -> Writer:
         if inbound.guest is not None:  # one message, posted once (bot/telegram/guest.py)
             return GuestWriter(
                 self.out, query_id=inbound.guest, message_id=inbound.message_id,
@@ -334,6 +338,7 @@ class Engine:
             # drafts (with a stop button) exist in private chats only
             draft_of=None if inbound.is_group else inbound.message_id,
             budget=self.group_budget if inbound.is_group else None,
+            style=answer_style(self.rules.rich, mine.format),  # the asker's choice (/format)
         )
 
     async def _steps(self, turn: Turn) -> Reply:
@@ -453,21 +458,25 @@ class Engine:
         """Claim the turn and read its state (``None``: another worker has it)."""
         return (await self._claim_reading(inbound))[0]
 
-    async def _claim_reading(self, inbound: Inbound) -> tuple[TurnState | None, Prefs]:
+    async def _claim_reading(self, inbound: Inbound) -> tuple[TurnState | None, Prefs, UserPrefs]:
         """Claim the turn and read its state (``None``: another worker has it); the
         user's node goes along when it can (:meth:`_early_user_node`), and so do the
         reads that resolve the branch's model (:class:`~bot.turn.branch.BranchReads`):
-        the tree's choices, fresh on every turn, and the user's defaults."""
+        the tree's choices, fresh on every turn, and the user's defaults; and the
+        asker's own settings (:class:`~bot.data.userprefs.UserReads`)."""
         early = await self._early_user_node(inbound)
-        reads = None
+        mine = UserReads(inbound.user_id)
+        reads: list[ClaimReads] = [mine]
+        branch = None
         if self.branches is not None:
             node = early.parent if early is not None else await self._known_target(inbound)
-            reads = self.branches.reads(inbound, node)
+            branch = self.branches.reads(inbound, node)
+            reads.append(branch)
         if early is None:
             state = await self.states.begin(inbound, reads)
         else:
             state = await self.states.begin_with_user(inbound, early.placement, reads)
-        return state, reads.prefs if reads is not None else Prefs()
+        return state, branch.prefs if branch is not None else Prefs(), mine.prefs
 
     async def _known_target(self, inbound: Inbound) -> NodeId | None:
         """The node the message will route to, when its alias is known: an edit's first

@@ -193,7 +193,7 @@ class LostPart:
 
 
 class ClaimReads(Protocol):
-    """Reads of other modules that go on the claim's round trip (in the chat's slot)."""
+    """Reads of other modules that go on the claim's round trip."""
 
     def queue(self, pipe: Pipeline) -> None: ...
 
@@ -298,7 +298,7 @@ class TurnStates:
 
     # ------------------------------------------------------------ the claim
 
-    async def begin(self, inbound: Inbound, reads: ClaimReads | None = None) -> TurnState | None:
+    async def begin(self, inbound: Inbound, reads: Sequence[ClaimReads] = ()) -> TurnState | None:
         """Claim the turn and read its state in one round trip (with ``reads``).
 
         ``None`` when another worker runs it. One model call is counted while
@@ -320,13 +320,13 @@ class TurnStates:
         )
 
     async def begin_with_user(
-        self, inbound: Inbound, user: Placement, reads: ClaimReads | None = None
+        self, inbound: Inbound, user: Placement, reads: Sequence[ClaimReads] = ()
     ) -> TurnState | None:
         """:meth:`begin` and the user's node (:meth:`early_user`) in one round trip."""
         return await self._begin(inbound, user, reads)
 
     async def _begin(
-        self, inbound: Inbound, user: Placement | None, reads: ClaimReads | None
+        self, inbound: Inbound, user: Placement | None, reads: Sequence[ClaimReads]
     ) -> TurnState | None:
         scope, turn = inbound.scope, inbound.turn
         key = keys.turn_key(scope, turn)
@@ -341,12 +341,11 @@ class TurnStates:
         queues: list[Queued] = [claim]
         if user is not None:
             queues.append(lambda pipe: self.store.queue_place(pipe, user))
-        if reads is not None:
-            queues.append(reads.queue)
+        queues += [read.queue for read in reads]
         [flat], *more = await run_together(self._redis, *queues)
         placed = more.pop(0)[0] if user is not None else None
-        if reads is not None:
-            reads.read(more[0])
+        for read, replies in zip(reads, more, strict=True):
+            read.read(replies)
         state = None if flat is None else TurnState.parse(key, scope, flat)
         if user is not None and state is not None and not state.done and state.user is None:
             state.user = (await self.store.placed(user, placed)).id  # placed just now
