@@ -53,7 +53,7 @@ def bare_env(**values: str) -> dict[str, str]:
         (
             {"TELEGRAM_BOT_TOKEN": "1:abc", "OPENAI_API_KEY": "k", "RICH_MESSAGES": "maybe"},
             "RICH_MESSAGES is invalid",
-            "'auto' or 'off'",
+            "'auto', 'always' or 'off'",
         ),
         (
             {"TELEGRAM_BOT_TOKEN": "1:abc", "OPENAI_API_KEY": "k", "SYSTEM_PROMPT_FILE": "/nope"},

@@ -30,6 +30,7 @@ from aiogram.exceptions import (
 from aiogram.types import (
     BotCommand,
     BufferedInputFile,
+    EphemeralMessageParameters,
     InlineKeyboardButton,
     InlineKeyboardMarkup,
     InlineQueryResultArticle,
@@ -1471,18 +1472,25 @@ async def test_ephemeral_messages_reach_their_receiver_only_and_an_older_server_
 ) -> None:
     fake.add_group(-9, "Team")
     fake.add_user(42)
-    sent = await bot.send_message(chat_id=-9, text="for you", receiver_user_id=42)
+    personal = EphemeralMessageParameters(receiver_user_id=42)
+    sent = await bot.send_message(chat_id=-9, text="for you", ephemeral_message_parameters=personal)
     assert (sent.message_id, sent.ephemeral_message_id) == (0, 1)
     assert sent.receiver_user is not None and sent.receiver_user.id == 42
     assert not fake.messages(-9) and [m.text for m in fake.visible_to(-9, 42)] == ["for you"]
     assert fake.visible_to(-9, 7) == []
     fake.add_private_chat(42)
     with pytest.raises(TelegramBadRequest, match="only to groups"):
-        await bot.send_message(chat_id=42, text="x", receiver_user_id=42)
+        await bot.send_message(chat_id=42, text="x", ephemeral_message_parameters=personal)
+    # 10.2's top-level form: ignored (to everyone) and a violation, as it is deprecated
+    old = await bot.send_message(chat_id=-9, text="old form", receiver_user_id=42)
+    assert old.ephemeral_message_id is None and old.message_id > 0
+    assert fake.violations == ["sendMessage with the deprecated parameter receiver_user_id"]
     fake.ephemeral = False
-    plain = await bot.send_message(chat_id=-9, text="for all", receiver_user_id=42)
+    plain = await bot.send_message(
+        chat_id=-9, text="for all", ephemeral_message_parameters=personal
+    )
     assert plain.ephemeral_message_id is None and plain.message_id > 0
-    assert [m.text for m in fake.messages(-9)] == ["for all"]
+    assert [m.text for m in fake.messages(-9)] == ["old form", "for all"]
 
 
 # --------------------------------------------------------------------------- rich messages
