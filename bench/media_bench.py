@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 
 from bot.data.connection import connect
 from bot.model import WireCache
-from bot.model.client import data_url
+from bot.model.wire import data_url
 from transcript import ChatMessage, Image, NodeId, TranscriptStore
 
 from .common import median, redis_server, table

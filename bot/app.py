@@ -48,7 +48,7 @@ from .catalogue import Catalogue, Models
 from .data import keys
 from .data.connection import connect
 from .data.layout import UnknownLayoutError, check_layout
-from .metrics import Health, Metrics, MetricsServer
+from .metrics import Metrics
 from .model import ModelClient, estimate_text
 from .model.client import load_sdk
 from .model.transcribe import Transcriber
@@ -75,6 +75,7 @@ from .usage.accounting import Accounting, Clock, utc_now
 from .usage.spend import SpendAlert
 
 if TYPE_CHECKING:
+    from .prometheus import MetricsServer
     from .telegram.webhook import WebhookServer
     from .tools.hub import ToolHub
     from .tools.loop import ToolLoop
@@ -330,13 +331,14 @@ class App:
         self, settings: Settings, outages: dict[str, Outage]
     ) -> MetricsServer | None:
         """``/metrics`` and ``/healthz`` on METRICS_LISTEN, else None."""
-        if not settings.metrics_listen:
+        address = settings.metrics_listen_address
+        if address is None:
             return None
-        from .prometheus import PrometheusMetrics  # noqa: PLC0415
+        from .prometheus import Health, MetricsServer, PrometheusMetrics  # noqa: PLC0415
 
         assert isinstance(self.metrics, PrometheusMetrics)  # see _metrics
         health = Health(redis_ping=self.redis.ping, telegram_ping=self.bot.get_me, outages=outages)
-        return MetricsServer(self.metrics, health, settings.metrics_listen)
+        return MetricsServer(self.metrics, health, address)
 
     @staticmethod
     def _routers(settings: Settings) -> list[Router]:

@@ -315,7 +315,7 @@ class Models:
     """One client per catalogue model, made when first asked for."""
 
     def __init__(self, catalogue: Catalogue, *, timeout: float, max_retries: int) -> None:
-        from .model.client import WireCache  # noqa: PLC0415 - see the imports above
+        from .model.wire import WireCache  # noqa: PLC0415 - see the imports above
 
         self.catalogue = catalogue
         self._timeout, self._retries = timeout, max_retries

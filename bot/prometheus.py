@@ -1,7 +1,10 @@
-"""Metrics recorded into prometheus_client, for ``METRICS_LISTEN``.
+"""Metrics recorded into prometheus_client and served, for ``METRICS_LISTEN``.
 
-Imported only when METRICS_LISTEN is set (bot/app.py): the client library and its
-registry cost start-up time and memory a bot without a scraper has no use for.
+:class:`PrometheusMetrics` records what :class:`bot.metrics.Metrics` names;
+:class:`MetricsServer` (aiohttp, already installed with aiogram) serves ``/metrics``
+and ``/healthz`` (:class:`Health`) in the bot's event loop. Imported only when
+METRICS_LISTEN is set (bot/app.py): the client library and its registry cost
+start-up time and memory a bot without a scraper has no use for.
 What lives elsewhere (the transcript cache, the outages, the turns in flight) is
 read when Prometheus scrapes, never counted on the hot path; the intake backlog is
 read from Redis at scrape time (one pipelined round trip of O(1) commands).
@@ -10,6 +13,7 @@ read from Redis at scrape time (one pipelined round trip of O(1) commands).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -23,9 +27,14 @@ from .metrics import CHECK_TIMEOUT, Backlog, CacheStats, Metrics
 from .retry import Outage
 
 if TYPE_CHECKING:
+    from aiohttp import web
+
     from .model import Usage
 
 log = logging.getLogger("replychain.metrics")
+
+#: How long /healthz trusts its last getMe (Telegram is not asked on every probe).
+TELEGRAM_CHECK_EVERY = 30.0
 
 PREFIX = "replychain"
 #: Seconds: a model call or a whole turn (a slow model streams for minutes).
@@ -217,3 +226,111 @@ class _Scraped(Collector):
                 "Turns parked for the operator",
                 value=backlog.dead_letters,
             )
+
+
+# ----------------------------------------------------------------------------- serving
+
+
+Check = Callable[[], Awaitable[object]]
+
+
+class Health:
+    """Whether Redis and Telegram are reachable, for ``/healthz``.
+
+    A service in a known outage (the bot's :class:`Outage`) is unhealthy without
+    asking it. Otherwise Redis gets a PING (cheap) and Telegram a getMe, at most
+    once per ``telegram_every`` seconds; probes in between reuse its answer.
+    """
+
+    def __init__(
+        self,
+        *,
+        redis_ping: Check,
+        telegram_ping: Check,
+        outages: Mapping[str, Outage],
+        telegram_every: float = TELEGRAM_CHECK_EVERY,
+    ) -> None:
+        self._checks = {"redis": redis_ping, "telegram": telegram_ping}
+        self.outages = dict(outages)
+        self.telegram_every = telegram_every
+        self._telegram: tuple[float, str] | None = None  # (when, problem or "")
+        self._telegram_lock = asyncio.Lock()
+
+    async def check(self) -> tuple[bool, list[str]]:
+        """(healthy, one line per service)."""
+        redis, telegram = await asyncio.gather(self._service("redis"), self._service("telegram"))
+        lines = [f"redis: {redis or 'ok'}", f"telegram: {telegram or 'ok'}"]
+        return not (redis or telegram), lines
+
+    async def _service(self, name: str) -> str:
+        outage = self.outages.get(name)
+        if outage is not None and outage.since is not None:
+            return f"unreachable for {time.monotonic() - outage.since:.0f}s"
+        if name != "telegram":
+            return await self._ask(name)
+        async with self._telegram_lock:  # concurrent probes share one getMe
+            now = time.monotonic()
+            if self._telegram is None or now - self._telegram[0] >= self.telegram_every:
+                self._telegram = (now, await self._ask(name))
+            return self._telegram[1]
+
+    async def _ask(self, name: str) -> str:
+        try:
+            await asyncio.wait_for(self._checks[name](), CHECK_TIMEOUT)
+        except Exception as exc:
+            return f"unreachable ({type(exc).__name__})"
+        return ""
+
+
+class MetricsServer:
+    """``/metrics`` and ``/healthz`` on ``host:port``, in the running event loop."""
+
+    def __init__(
+        self, metrics: PrometheusMetrics, health: Health, address: tuple[str, int]
+    ) -> None:
+        self.metrics = metrics
+        self.health = health
+        self.host, self.port = address
+        self._runner: web.AppRunner | None = None
+        self._export: Callable[[web.Request], Awaitable[web.StreamResponse]] | None = None
+        #: More routes served on this address (the thread viewer sharing it).
+        self.mounts: list[Callable[[web.Application], None]] = []
+
+    async def start(self) -> None:
+        # imported here: the server (aiohttp.web) costs start-up time only when it is on
+        from aiohttp import web  # noqa: PLC0415
+        from prometheus_client.aiohttp import make_aiohttp_handler  # noqa: PLC0415
+
+        self._export = make_aiohttp_handler(self.metrics.registry)
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/healthz", self._healthz)
+        for mount in self.mounts:
+            mount(app)
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, self.host, self.port).start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        self.port = int(runner.addresses[0][1])  # the port given, or the one picked for 0
+        log.info("metrics at http://%s:%d/metrics", self.host, self.port)
+
+    async def stop(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            with contextlib.suppress(Exception):
+                await runner.cleanup()
+
+    async def _metrics(self, request: web.Request) -> web.StreamResponse:
+        assert self._export is not None  # set by start(), before any request
+        await self.metrics.refresh()
+        return await self._export(request)
+
+    async def _healthz(self, _request: web.Request) -> web.Response:
+        from aiohttp import web  # noqa: PLC0415 (loaded by start())
+
+        healthy, lines = await self.health.check()
+        return web.Response(status=200 if healthy else 503, text="\n".join(lines) + "\n")

@@ -482,6 +482,11 @@ class Settings(BaseSettings):
         """(host, port) of WEBAPP_LISTEN."""
         return _address(self.webapp_listen)
 
+    @property
+    def metrics_listen_address(self) -> tuple[str, int] | None:
+        """(host, port) of METRICS_LISTEN (None: unset)."""
+        return _address(self.metrics_listen) if self.metrics_listen else None
+
     @field_validator("rich_messages", mode="before")
     @classmethod
     def _lower_case(cls, value: object) -> object:
@@ -591,9 +596,10 @@ class Settings(BaseSettings):
 
 
 def _address(listen: str) -> tuple[str, int]:
-    """(host, port) of a host:port setting (an IPv6 host may be in brackets)."""
+    """(host, port) of a host:port setting (an IPv6 host may be in brackets; no host:
+    every address)."""
     host, _, port = listen.rpartition(":")
-    return host.strip("[]"), int(port)
+    return host.strip("[]") or "0.0.0.0", int(port)
 
 
 def load_settings(env_file: str | None = ".env") -> Settings:

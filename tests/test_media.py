@@ -29,8 +29,8 @@ from bot.model import (
     estimate_messages,
     wire_messages,
 )
-from bot.model.client import data_url
 from bot.model.sdk import classify
+from bot.model.wire import data_url
 from bot.retry import Backoff, retrying
 from bot.turn import media, notices
 from transcript import ChatMessage, CorruptRecordError, Image, TranscriptStore, codec, keys

@@ -20,8 +20,8 @@ from redis.asyncio import Redis
 from bot.app import App
 from bot.data.keys import unread_key
 from bot.model import IMAGE_UNREADABLE, ModelClient, ModelError, wire_messages
-from bot.model.client import data_url, named_image
 from bot.model.sdk import classify
+from bot.model.wire import data_url, named_image
 from bot.turn import notices
 from transcript import ChatMessage, Image, keys
 

@@ -20,9 +20,8 @@ from aiogram.client.telegram import TelegramAPIServer
 from aiohttp import web
 from redis.asyncio import Redis
 
-from bot.metrics import Health, MetricsServer
 from bot.ops import conversations
-from bot.prometheus import PrometheusMetrics
+from bot.prometheus import Health, MetricsServer, PrometheusMetrics
 from bot.settings import Settings, SettingsError, load_settings
 from bot.telegram.session import BotApiSession
 from bot.usage.accounting import Prices
@@ -336,7 +335,7 @@ def test_the_viewer_shares_the_webhook_or_metrics_address_when_told(
     metrics = MetricsServer(
         PrometheusMetrics(),
         Health(redis_ping=bot.get_me, telegram_ping=bot.get_me, outages={}),
-        ":9108",
+        ("0.0.0.0", 9108),
     )
     settings = Settings(
         _env_file=None, webapp_listen="0.0.0.0:9108", metrics_listen=":9108", **base

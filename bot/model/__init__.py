@@ -1,6 +1,7 @@
 """The model edge: one OpenAI-compatible endpoint, streamed answers, typed failures."""
 
-from .client import (
+from .client import ModelClient
+from .types import (
     IMAGE_PLACEHOLDER,
     IMAGE_UNREADABLE,
     MESSAGE_OVERHEAD,
@@ -8,14 +9,12 @@ from .client import (
     ErrorKind,
     Media,
     Model,
-    ModelClient,
     ModelError,
     Usage,
-    WireCache,
     estimate_messages,
     estimate_text,
-    wire_messages,
 )
+from .wire import WireCache, wire_messages
 
 __all__ = [
     "IMAGE_PLACEHOLDER",

@@ -9,25 +9,16 @@ Every failure becomes a :class:`ModelError` whose ``kind`` the turn flow turns
 into a clear message (bot/model/sdk.py classifies them).
 
 The SDK itself is reached through bot/model/sdk.py, imported on the first model
-call or, once the bot polls, by :func:`load_sdk` in a worker thread: importing it
-takes about half a second of CPU, which start-up does without.
+call or, once the bot polls, by :func:`load_sdk` in a worker thread: importing it is
+costly, and start-up does without it.
 
-Request bodies are built here, not by the SDK: ``chat.completions.create`` walks
-every message through its type-driven transform on every call (about 0.1 ms a
-message, so a long chain cost more CPU than everything else in a turn). Each
-stored message is immutable, so its JSON is encoded once and kept in a
-byte-bounded :class:`WireCache`; a request body is those pieces joined. The body
-goes to the SDK's ``post(..., content=bytes)``, which sends it as it is and still
-does auth, error mapping and SSE parsing (a retry sends the same bytes). The bytes are
-exactly what ``create()`` would have sent (same keys in the same order, the
-same ``json.dumps`` settings as the SDK's ``openapi_dumps``), so the same chain
-is the same request bytes every turn and prompt caches keep hitting.
-
-Streamed chunks are read as the JSON objects they are (``AsyncStream[object]``): the
-SDK's typed ``ChatCompletionChunk`` is built field by field for each of the dozens of
-chunks of an answer, which cost a fifth of the bot's CPU per turn. The SDK still
-decodes the SSE stream and turns an ``error`` event or a broken connection into its
-typed errors.
+Request bodies are built by bot/model/wire.py (each stored message encoded once) and
+go to the SDK's ``post(..., content=bytes)``, which sends them as they are and still
+does auth, error mapping and SSE parsing (a retry sends the same bytes). Streamed
+chunks are read as the JSON objects they are (``AsyncStream[object]``) rather than as
+the SDK's typed ``ChatCompletionChunk``, built field by field for each of the dozens
+of chunks of an answer; the SDK still decodes the SSE stream and turns an ``error``
+event or a broken connection into its typed errors.
 
 Reasoning models think before they answer, either in ``reasoning_content`` /
 ``reasoning`` deltas or inside ``<think>…</think>`` at the start of the content
@@ -44,22 +35,26 @@ the answer (``stopped``), with an estimated usage.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import json
 import logging
-import math
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
-
-from cachetools import LRUCache
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from transcript import ChatMessage, ToolCall
 
 from ..retry import Backoff, retrying
+from .types import (
+    Answer,
+    Media,
+    ModelError,
+    Usage,
+    estimate_messages,
+    estimate_text,
+)
+from .wire import WIRE_CACHE_BYTES, WireCache, named_image, wire_messages
 
 if TYPE_CHECKING:
     import openai
@@ -68,121 +63,9 @@ log = logging.getLogger("replychain.model")
 
 T = TypeVar("T")
 
-ErrorKind = Literal[
-    "rate_limited", "unavailable", "timeout", "too_long", "rejected", "config", "no_images",
-    "bad_image",
-]  # fmt: skip
-#: Image bytes by digest, for the images of the messages sent; ``None``: the model
-#: cannot see images, and each is sent as :data:`IMAGE_PLACEHOLDER` instead. An image
-#: whose digest is left out (the model could not read it) is sent as
-#: :data:`IMAGE_UNREADABLE`.
-Media = Mapping[str, bytes] | None
-IMAGE_PLACEHOLDER = "[an image the user sent; this model cannot see images]"
-IMAGE_UNREADABLE = "[an image the user sent; the model could not read it]"
-#: Per-message overhead of the chat format, in tokens.
-MESSAGE_OVERHEAD = 4
 #: Waits between tries of a model call (the SDK's own schedule: 0.5 s doubling to 8 s,
 #: jittered); a ``retry-after`` the endpoint names wins.
 MODEL_BACKOFF = Backoff(0.5, 8.0, 0.2)
-#: Encoded bytes of messages the wire cache keeps (about twice that in memory,
-#: counting the messages it keys on).
-WIRE_CACHE_BYTES = 4 << 20
-#: Encoded image parts (base64 data URLs) the wire cache keeps, apart from messages.
-WIRE_IMAGE_BYTES = 24 << 20
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """Tokens of one call; ``estimated`` when the provider reported none."""
-
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: int = 0
-    estimated: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    text: str
-    usage: Usage
-    latency: float
-    #: Tools the model asked to run (only when it was offered tools).
-    tool_calls: tuple[ToolCall, ...] = ()
-    #: What a reasoning model thought before answering (never part of ``text``).
-    reasoning: str = ""
-    #: The user stopped the answer: ``text`` is what had arrived by then.
-    stopped: bool = False
-
-
-class ModelError(Exception):
-    """A model call failed after retries; ``kind`` says how, ``partial`` what arrived.
-
-    ``usage`` is an estimate of what the failed call may have cost (the prompt
-    and any partial answer), ``latency`` how long it took.
-    """
-
-    def __init__(self, kind: ErrorKind, detail: str, partial: str = "") -> None:
-        super().__init__(f"{kind}: {detail}")
-        self.kind = kind
-        self.detail = detail
-        self.partial = partial
-        self.usage = Usage(0, 0, 0, estimated=True)
-        self.latency = 0.0
-        #: The failure came while reading a stream the endpoint had accepted.
-        self.mid_stream = False
-        #: ``bad_image``: the (message, part) index of the wire messages the error
-        #: names, if it names one (its ``param``), and that image's digest.
-        self.part: tuple[int, int] | None = None
-        self.image: str | None = None
-        #: A failure another try may not meet (429, 5xx, a timeout, a broken connection).
-        self.transient = False
-        #: The wait the endpoint asked for (``retry-after-ms`` / ``retry-after``), seconds.
-        self.retry_after: float | None = None
-
-    @property
-    def retryable(self) -> bool:
-        """Transient, and no text arrived: worth another try (nothing was shown)."""
-        return self.transient and not self.partial
-
-
-class Model(Protocol):
-    """What the turn flow needs from a model (:class:`ModelClient`)."""
-
-    @property
-    def name(self) -> str: ...
-
-    async def stream(
-        self,
-        messages: Sequence[ChatMessage],
-        on_text: Callable[[str], None],
-        *,
-        media: Media = None,
-        stop: asyncio.Event | None = None,
-        on_thoughts: Callable[[str], None] | None = None,
-    ) -> Answer: ...
-
-    async def complete(self, messages: Sequence[ChatMessage], *, max_tokens: int) -> Answer: ...
-
-
-def estimate_text(text: str) -> int:
-    """The one token estimate (~4 characters a token), for what no provider has counted."""
-    return math.ceil(len(text) / 4)
-
-
-def estimate_messages(messages: Sequence[ChatMessage]) -> int:
-    """Estimated prompt tokens of ``messages``: text, the chat format's overhead, tool
-    calls, and each image by the rule of :attr:`transcript.Image.tokens`.
-
-    Runs over every message of a request: kept to plain loops (no nested generators).
-    """
-    total = 0
-    for m in messages:
-        total += -(-len(m.content or "") // 4) + MESSAGE_OVERHEAD  # ceil, as estimate_text
-        if m.tool_calls:
-            total += sum(estimate_text(c.name + c.arguments) for c in m.tool_calls)
-        if m.images:
-            total += sum(i.tokens for i in m.images)
-    return total
 
 
 def _count(value: object) -> int:
@@ -280,264 +163,6 @@ class _Progress:
         """The stream ended: content still undecided is answer, not thought."""
         if split_think(self.content) is None:
             self.text = self.content
-
-
-def _lead(messages: Sequence[ChatMessage]) -> int:
-    """How many leading system messages :func:`wire_messages` joins into one."""
-    lead = 0
-    while lead < len(messages) and messages[lead].role == "system" and not messages[lead].name:
-        lead += 1
-    return lead
-
-
-def _joined_system(messages: Sequence[ChatMessage], lead: int) -> ChatMessage:
-    return ChatMessage("system", "\n\n".join(m.content or "" for m in messages[:lead]))
-
-
-def wire_messages(messages: Sequence[ChatMessage], media: Media = None) -> list[dict[str, Any]]:
-    """The request's messages: leading system messages (the root prompt and a fold's
-    summary) joined into one, since some chat templates accept only one, first."""
-    lead = _lead(messages)
-    payload = [to_openai(m, media) for m in messages[lead:]]
-    if lead:
-        payload.insert(0, to_openai(_joined_system(messages, lead)))
-    return payload
-
-
-def data_url(mime: str, data: bytes) -> str:
-    """An image as the ``data:`` URL of an ``image_url`` part."""
-    return f"data:{mime};base64,{base64.b64encode(data).decode()}"
-
-
-def _content(message: ChatMessage, media: Media) -> str | list[dict[str, Any]] | None:
-    """Text alone, or the text part then one ``image_url`` part per image (a text part
-    for an image left out of ``media``); placeholders alone are text."""
-    if not message.images:
-        return message.content
-    if media is None or not any(i.digest in media for i in message.images):
-        placeholder = IMAGE_PLACEHOLDER if media is None else IMAGE_UNREADABLE
-        placeholders = [placeholder] * len(message.images)
-        return "\n".join([*placeholders, *([message.content] if message.content else [])])
-    parts: list[dict[str, Any]] = []
-    if message.content:
-        parts.append({"type": "text", "text": message.content})
-    for image in message.images:
-        data = media.get(image.digest)
-        if data is None:
-            parts.append({"type": "text", "text": IMAGE_UNREADABLE})
-        else:
-            parts.append({"type": "image_url", "image_url": {"url": data_url(image.mime, data)}})
-    return parts
-
-
-def named_image(messages: Sequence[ChatMessage], media: Media, part: tuple[int, int]) -> str | None:
-    """The digest of the image at ``part`` ((message, part) index of the wire messages
-    :func:`wire_messages` makes of ``messages``), if an image is sent there."""
-    if not media:
-        return None
-    lead = _lead(messages)
-    index = part[0] - 1 + lead if lead else part[0]
-    if (lead and part[0] == 0) or not 0 <= index < len(messages):
-        return None
-    message = messages[index]
-    if not any(i.digest in media for i in message.images):
-        return None  # sent as text
-    sent: list[str | None] = [None] if message.content else []
-    sent += [i.digest if i.digest in media else None for i in message.images]
-    return sent[part[1]] if 0 <= part[1] < len(sent) else None
-
-
-def to_openai(message: ChatMessage, media: Media = None) -> dict[str, Any]:
-    """The wire form of a stored message (byte-stable: same message, same dict)."""
-    out: dict[str, Any] = {"role": message.role, "content": _content(message, media)}
-    if message.tool_calls:
-        out["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-            for c in message.tool_calls
-        ]
-    if message.tool_call_id is not None:
-        out["tool_call_id"] = message.tool_call_id
-    if message.name is not None:
-        out["name"] = message.name
-    return out
-
-
-#: The SDK's ``openapi_dumps`` settings (openai/_utils/_json.py), so a body built here
-#: is byte for byte the one ``create()`` would send.
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-
-
-def _dumps(value: object) -> bytes:
-    return _ENCODER.encode(value).encode()
-
-
-def _encode(message: ChatMessage) -> bytes:
-    """``_dumps(to_openai(message))``, with a short cut for a plain text message."""
-    if (
-        message.content is None
-        or message.tool_calls
-        or message.tool_call_id is not None
-        or message.name is not None
-    ):
-        return _dumps(to_openai(message))
-    return b"".join(
-        (
-            b'{"role":',
-            _dumps(message.role),
-            b',"content":',
-            _dumps(message.content),
-            b"}",
-        )
-    )
-
-
-#: What one cache entry costs beyond its encoded bytes and the message's text: the
-#: message object, the bytes and str headers, the dict slot (CPython 3.11, 64-bit).
-_ENTRY_OVERHEAD = 200
-
-
-class WireCache:
-    """The JSON of stored messages, each encoded once, within a memory budget.
-
-    Two generations: a lookup is one dict lookup in the young one (a message the
-    transcript cache handed out before is found by identity, without comparing
-    contents; an equal message decoded afresh is found by value); a hit in the old
-    one is moved to the young one. When the young generation has taken half the
-    budget it becomes the old one and the previous old one is dropped, so what the
-    recent requests used stays. Each entry is charged its encoded bytes, the text of
-    the message it keeps alive and a fixed overhead, so ``max_bytes`` bounds the
-    memory the cache holds (a message larger than half the budget still passes
-    through, alone in its generation).
-    """
-
-    def __init__(
-        self, max_bytes: int = WIRE_CACHE_BYTES, image_bytes: int = WIRE_IMAGE_BYTES
-    ) -> None:
-        self.max_bytes = max_bytes
-        #: The JSON of each image part by digest: an image is base64-encoded once.
-        self._images: LRUCache[str, bytes] = LRUCache(maxsize=max(1, image_bytes), getsizeof=len)
-        self._young: dict[ChatMessage, bytes] = {}
-        self._old: dict[ChatMessage, bytes] = {}
-        self._young_bytes = 0
-        self._old_bytes = 0
-
-    def __len__(self) -> int:
-        return len(self._young) + len(self._old)
-
-    @property
-    def nbytes(self) -> int:
-        """Memory charged for the entries held (both generations)."""
-        return self._young_bytes + self._old_bytes
-
-    def encode(self, message: ChatMessage) -> bytes:
-        """``message`` as the JSON object the request carries."""
-        data = self._young.get(message)
-        if data is not None:
-            return data
-        data = self._old.pop(message, None)
-        if data is None:
-            data = _encode(message)
-            cost = 2 * len(data) + _ENTRY_OVERHEAD
-        else:
-            cost = 2 * len(data) + _ENTRY_OVERHEAD
-            self._old_bytes -= cost
-        if self._young_bytes + cost > self.max_bytes // 2:
-            self._old, self._young = self._young, {}
-            self._old_bytes, self._young_bytes = self._young_bytes, 0
-        self._young[message] = data
-        self._young_bytes += cost
-        return data
-
-    def messages(self, messages: Sequence[ChatMessage], media: Media = None) -> bytes:
-        """The JSON array of :func:`wire_messages` (same values, same bytes)."""
-        return b"".join(self._pieces(messages, media))
-
-    def _pieces(self, messages: Sequence[ChatMessage], media: Media) -> list[bytes]:
-        """:meth:`messages` in pieces, for the body to copy only once.
-
-        A message with images is not kept whole (a few pictures would push every
-        text out of the cache): its image parts are kept apart, by digest.
-        """
-        lead = _lead(messages)
-        encode = self.encode
-        pieces = [b"["]
-        if lead:
-            pieces += (encode(_joined_system(messages, lead)), b",")
-        for message in messages[lead:]:
-            if message.images:
-                pieces += self._with_images(message, media)
-            else:
-                pieces.append(encode(message))
-            pieces.append(b",")
-        if len(pieces) > 1:
-            pieces[-1] = b"]"
-        else:
-            pieces.append(b"]")
-        return pieces
-
-    def _with_images(self, message: ChatMessage, media: Media) -> list[bytes]:
-        """``_dumps(to_openai(message, media))`` in pieces, each image part encoded once."""
-        if (
-            media is None
-            or message.tool_calls
-            or message.name is not None
-            or any(i.digest not in media for i in message.images)
-        ):
-            return [_dumps(to_openai(message, media))]
-        pieces = [b'{"role":', _dumps(message.role), b',"content":[']
-        if message.content:
-            pieces += (_dumps({"type": "text", "text": message.content}), b",")
-        for image in message.images:
-            part = self._images.get(image.digest)
-            if part is None:
-                # base64 needs no JSON escaping: the part is its pieces joined
-                part = b"".join(
-                    (
-                        b'{"type":"image_url","image_url":{"url":',
-                        _dumps(f"data:{image.mime};base64,")[:-1],
-                        base64.b64encode(media[image.digest]),
-                        b'"}}',
-                    )
-                )
-                if len(part) <= self._images.maxsize:
-                    self._images[image.digest] = part
-            pieces += (part, b",")
-        pieces[-1] = b"]}"
-        return pieces
-
-    def stream_body(
-        self,
-        model: str,
-        messages: Sequence[ChatMessage],
-        tools: bytes | None = None,
-        media: Media = None,
-    ) -> bytes:
-        """The body ``create(model, messages, stream=True, stream_options=include_usage)``
-        sends, keys in its order; ``tools``: the encoded ``tools`` array, if any."""
-        return b"".join(
-            (
-                b'{"model":',
-                _dumps(model),
-                b',"stream":true,"messages":',
-                *self._pieces(messages, media),
-                b',"tools":' + tools if tools else b"",
-                b',"stream_options":{"include_usage":true}}',
-            )
-        )
-
-    def complete_body(self, model: str, messages: Sequence[ChatMessage], max_tokens: int) -> bytes:
-        """The body ``create(model, messages, max_tokens)`` sends, keys in its order."""
-        return b"".join(
-            (
-                b'{"model":',
-                _dumps(model),
-                b',"messages":',
-                self.messages(messages),
-                b',"max_tokens":',
-                _dumps(max_tokens),
-                b"}",
-            )
-        )
 
 
 def _add_call_deltas(calls: dict[int, list[str]], deltas: object) -> None:

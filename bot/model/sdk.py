@@ -33,7 +33,7 @@ import openai
 from openai.types import CompletionUsage
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
-from .client import ModelError, Usage
+from .types import ModelError, Usage
 
 
 def openai_client(*, api_key: str, base_url: str | None, timeout: float) -> openai.AsyncOpenAI:

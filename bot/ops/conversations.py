@@ -36,7 +36,7 @@ from transcript.errors import CorruptRecordError
 from ..data import keys as bot_keys
 from ..data.connection import guarded
 from ..i18n import N_, _, ngettext
-from ..model.client import wire_messages
+from ..model.wire import wire_messages
 from ..turn.context import SUMMARY_VIEW
 from ..turn.topics import TITLE_VIEW
 from ..usage.accounting import AUDIT_FIELDS

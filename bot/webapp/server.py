@@ -22,7 +22,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from aiogram import Bot
@@ -32,12 +32,14 @@ from redis.asyncio import Redis
 
 from transcript import MissingNodeError, StoreUnavailableError, TranscriptError, TranscriptStore
 
-from ..metrics import MetricsServer, split_listen
 from ..settings import Settings
 from ..usage.accounting import Prices
 from . import view
 from .auth import Access, AuthError, Viewer, check_init_data
 from .texts import error_text, page_texts
+
+if TYPE_CHECKING:
+    from ..prometheus import MetricsServer
 
 log = logging.getLogger("replychain.webapp")
 
@@ -261,11 +263,7 @@ def serve(
     if webhook is not None and address == settings.webhook_listen_address:
         app.install(webhook)
         return None
-    if (
-        metrics is not None
-        and settings.metrics_listen
-        and (address == split_listen(settings.metrics_listen))
-    ):
+    if metrics is not None and address == settings.metrics_listen_address:
         metrics.mounts.append(app.install)
         return None
     return ViewerServer(app, address)
