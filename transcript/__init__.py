@@ -15,8 +15,9 @@ from .errors import (
     TranscriptError,
     UnknownSchemaError,
 )
+from .reads import DEFAULT_CACHE_BYTES
 from .records import ChatMessage, Fold, Image, Node, NodeId, ToolCall, Transcript, count_depth
-from .store import DEFAULT_CACHE_BYTES, Placement, TranscriptStore
+from .store import Placement, TranscriptStore
 
 __all__ = [
     "DEFAULT_CACHE_BYTES",

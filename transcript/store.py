@@ -12,46 +12,33 @@ ancestor runs, and a node stores only its depth and its own messages.
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 import logging
-import time
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-from cachetools import LRUCache
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
-from redis.exceptions import ClusterDownError, ConnectionError, TimeoutError, TryAgainError
 
 from . import codec, keys
-from .cache import Choice, ChoiceIndex, FoldIndex, RecordCache, SegmentEntry
+from .annotations import StoreAnnotations
+from .cache import ChoiceIndex, SegmentEntry
 from .codec import ROOT_SEGMENT, SegmentRecord
-from .errors import CorruptRecordError, MissingNodeError, StaleCacheError, StoreUnavailableError
-from .records import ChatMessage, Fold, Node, NodeId, Transcript, count_depth
+from .errors import StaleCacheError
+from .reads import DEFAULT_BLOB_CACHE_BYTES, DEFAULT_CACHE_BYTES, _digest, _parse_ref
+from .records import ChatMessage, Node, NodeId, count_depth
 
 log = logging.getLogger("replychain.transcript")
 
-T = TypeVar("T")
 #: A hash field (key, field) of the node's scope where an append records its node.
 RecordField = tuple[str, str]
-#: What redis-py raises when Redis cannot be reached or does not answer in time, or
-#: a Redis Cluster cannot serve a slot for now (CLUSTERDOWN while a replica is promoted;
-#: TRYAGAIN while a slot migrates).
-_UNAVAILABLE = (ConnectionError, TimeoutError, OSError, ClusterDownError, TryAgainError)
 
 #: The alias of a message id that belongs to no conversation (:meth:`TranscriptStore.unthreaded`).
 _NO_NODE = b""
 
-DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
-#: Image bytes kept in memory (immutable, content-addressed: never stale).
-DEFAULT_BLOB_CACHE_BYTES = 32 * 1024 * 1024
 #: Ancestor runs listed in a segment's first node before it defers to the
 #: first node of an older segment (bounds metadata on pathological trees).
 DEFAULT_INLINE_ANCESTORS = 32
-#: Seconds a tree's cached fold index is trusted before it is read again.
-FOLD_INDEX_TTL = 30.0
 
 # Places a node atomically, and only while the guard key holds its value when
 # one is given (a caller's claim): else nothing is written ({2, ''}). When the
@@ -102,26 +89,6 @@ return {1, ref}
 """
 
 
-# Writes a fold once (first writer wins) and appends its node to the tree's
-# fold index in the same step.  KEYS: tree hash.  ARGV: fold field, record, ref.
-_FOLD_LUA = """
-if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
-local index = redis.call('HGET', KEYS[1], 'F')
-redis.call('HSET', KEYS[1], 'F', index and (index .. ',' .. ARGV[3]) or ARGV[3])
-return 1
-"""
-
-
-# Appends one choice to the tree's choice index; answers the whole index.
-#   KEYS: tree hash.  ARGV: the entry.
-_CHOOSE_LUA = """
-local index = redis.call('HGET', KEYS[1], 'C')
-index = index and (index .. ',' .. ARGV[1]) or ARGV[1]
-redis.call('HSET', KEYS[1], 'C', index)
-return index
-"""
-
-
 @dataclass(frozen=True, slots=True)
 class Placement:
     """One node to place, as the append script takes it (see ``_APPEND_LUA``)."""
@@ -149,7 +116,7 @@ class Placement:
     parent: tuple[str, str] = ("", "")
 
 
-class TranscriptStore:
+class TranscriptStore(StoreAnnotations):
     """Reply-chain transcripts of many chat scopes in one Redis.
 
     Every write is idempotent and never changes an existing record. Reads go
@@ -169,22 +136,9 @@ class TranscriptStore:
     ) -> None:
         if inline_ancestors < 1:
             raise ValueError("inline_ancestors must be at least 1")
-        self._redis = redis
-        self._cache = RecordCache(cache_bytes)
-        self._blobs: LRUCache[tuple[str, str], bytes] = LRUCache(
-            maxsize=max(1, blob_cache_bytes), getsizeof=len
-        )
+        super().__init__(redis, cache_bytes=cache_bytes, blob_cache_bytes=blob_cache_bytes)
         self._inline = inline_ancestors
         self._append_script = redis.register_script(_APPEND_LUA)
-        self._fold_script = redis.register_script(_FOLD_LUA)
-        self._choose_script = redis.register_script(_CHOOSE_LUA)
-        self.round_trips = 0
-        self.cache_hits = 0
-        self.cache_misses = 0
-
-    @property
-    def cache(self) -> RecordCache:
-        return self._cache
 
     # ---------------------------------------------------------------- writes
 
@@ -359,15 +313,6 @@ class TranscriptStore:
         if (entry is not None and len(entry.nodes) > nid.idx) or self._cache.fold(nid):
             self._drop_stale(nid.scope, nid.tree, f"{nid} was placed anew")
 
-    def _drop_stale(self, scope: str, tree: int, seen: str) -> None:
-        """Redis holds another node where this process cached one (it lost writes it had
-        acknowledged): the tree is dropped from the cache, to be read again from Redis."""
-        dropped = self._cache.forget_tree(scope, tree)
-        log.warning(
-            "%s where this process had cached another: Redis lost writes it had "
-            "acknowledged; %d cached entries of that tree dropped", seen, dropped,
-        )  # fmt: skip
-
     def _remember(self, node: Node, record: SegmentRecord | None) -> None:
         """Write-through: extend the cached segment prefix when it is contiguous."""
         nid = node.id
@@ -426,8 +371,6 @@ class TranscriptStore:
             return True
         return bool(await self._io(self._redis.hexists(keys.alias_key(scope), field)))
 
-    # ----------------------------------------------------------------- reads
-
     async def resolve(self, scope: str, message_id: int | str) -> NodeId | None:
         """The node a message id of this scope is aliased to, or ``None`` if unknown."""
         field = str(message_id)
@@ -442,365 +385,3 @@ class TranscriptStore:
         node = _parse_ref(scope, ref, f"alias {scope}/{field}")
         self._cache.put_alias(scope, field, node)
         return node
-
-    async def put_blob(self, scope: str, data: bytes) -> str:
-        """Store ``data`` once in ``scope`` (content-addressed); returns its digest."""
-        digest = hashlib.sha256(data).hexdigest()
-        if (scope, digest) not in self._blobs:
-            await self._io(self._redis.set(keys.blob_key(scope, digest), data, nx=True))
-            self._remember_blob(scope, digest, data)
-        return digest
-
-    async def blobs(self, scope: str, digests: Iterable[str]) -> dict[str, bytes]:
-        """The bytes of each digest (one ``MGET`` for those not cached).
-
-        A blob that is missing or does not match its digest raises
-        :class:`CorruptRecordError`: a picture is never silently left out.
-        """
-        wanted = list(dict.fromkeys(digests))
-        found: dict[str, bytes] = {}
-        missing: list[str] = []
-        for digest in wanted:
-            data = self._blobs.get((scope, digest))
-            if data is None:
-                missing.append(digest)
-            else:
-                found[digest] = data
-        if missing:
-            keys_ = [keys.blob_key(scope, d) for d in missing]
-            values = await self._io(self._redis.mget(keys_))
-            for digest, value in zip(missing, values, strict=True):
-                if not isinstance(value, bytes) or hashlib.sha256(value).hexdigest() != digest:
-                    raise CorruptRecordError(f"{scope}/b:{digest[:12]}", "image is missing")
-                self._remember_blob(scope, digest, value)
-                found[digest] = value
-        return found
-
-    def _remember_blob(self, scope: str, digest: str, data: bytes) -> None:
-        if len(data) <= self._blobs.maxsize:
-            self._blobs[(scope, digest)] = data
-
-    async def node(self, node_id: NodeId) -> Node:
-        """One node (from the cache when its segment prefix is loaded)."""
-        entry = self._cache.segment(node_id.scope, node_id.tree, node_id.seg)
-        if entry is None or node_id.idx >= len(entry.nodes):
-            entry = (await self._load(node_id.scope, node_id.tree, [(node_id.seg, node_id.idx)]))[0]
-        else:
-            self.cache_hits += 1  # (_load counts its own)
-        return entry.nodes[node_id.idx]
-
-    async def verify(self, node_id: NodeId) -> None:
-        """Raise :class:`StaleCacheError` (and drop the tree from the cache) unless Redis
-        holds the node's record as this cache knows it: one read, for a write that
-        refers to a node placed before Redis may have lost writes."""
-        try:
-            held = await self._holds(await self.node(node_id))
-        except MissingNodeError:  # not cached, and not in Redis either
-            held = False
-        if not held:
-            self._drop_stale(node_id.scope, node_id.tree, f"{node_id} is lost or another node")
-            raise StaleCacheError(f"{node_id} changed in Redis")
-
-    async def _holds(self, node: Node) -> bool:
-        """Whether Redis holds ``node``'s record as read or written (its digest)."""
-        nid = node.id
-        field = keys.node_field(nid.seg, nid.idx)
-        data = await self._io(self._redis.hget(keys.tree_key(nid.scope, nid.tree), field))
-        return isinstance(data, bytes) and _digest(data) == node.digest
-
-    async def current(self, node_id: NodeId) -> Node:
-        """:meth:`node`, checked against Redis (one more read): the cached node when Redis
-        still holds its record; else Redis lost writes and handed the id out again, and
-        the tree is dropped from the cache and the node read afresh. For a node acted
-        on without an append below it (an answer stored by an earlier run, shown again)."""
-        cached = await self.node(node_id)
-        if await self._holds(cached):
-            return cached
-        self._drop_stale(node_id.scope, node_id.tree, f"{node_id} is another node")
-        return await self.node(node_id)
-
-    async def history(self, leaf: NodeId) -> Transcript:
-        """Everything ever appended on the chain root → ``leaf``, in order."""
-        loaded_before = self.round_trips
-        runs, entries = await self._path(leaf)
-        messages: list[ChatMessage] = []
-        for (_, cut), entry in zip(reversed(runs), reversed(entries), strict=True):
-            messages.extend(entry.messages[: entry.ends[cut]])
-        depth = entries[0].nodes[leaf.idx].depth
-        if self.round_trips != loaded_before and count_depth(messages) != depth:
-            raise CorruptRecordError(str(leaf), "chain does not add up to the leaf's depth")
-        return Transcript(leaf, depth, tuple(messages))
-
-    async def path(self, leaf: NodeId) -> list[Node]:
-        """The nodes of the chain root → ``leaf``, in order."""
-        runs, entries = await self._path(leaf)
-        nodes: list[Node] = []
-        for (_, cut), entry in zip(reversed(runs), reversed(entries), strict=True):
-            nodes.extend(entry.nodes[: cut + 1])
-        return nodes
-
-    async def size(self, leaf: NodeId) -> tuple[int, int]:
-        """Messages and characters of the chain root → ``leaf``, without walking it."""
-        runs, entries = await self._path(leaf)
-        messages = chars = 0
-        for (_, cut), entry in zip(runs, entries, strict=True):
-            messages += entry.ends[cut]
-            chars += entry.chars[cut]
-        return messages, chars
-
-    async def _path(self, leaf: NodeId) -> tuple[list[tuple[int, int]], list[SegmentEntry]]:
-        """The runs ``(seg, last index)`` leaf → root, with their loaded entries."""
-        scope, tree = leaf.scope, leaf.tree
-        runs: list[tuple[int, int]] = [(leaf.seg, leaf.idx)]
-        entries = await self._load(scope, tree, runs)
-        record = entries[0].record
-        while record is not None and record.ancestors:
-            runs += record.ancestors
-            _check_runs(leaf, runs)
-            entries += await self._load(scope, tree, record.ancestors)
-            # a capped list (``more``) goes on in the last run's own first node
-            record = entries[-1].record if record.more else None
-        return runs, entries
-
-    async def active(self, leaf: NodeId, fold: Fold | None = None) -> Transcript:
-        """The view the model gets for ``leaf``.
-
-        Without ``fold`` this is the full history; with a fold on the path it
-        is the root's messages, the fold's summary, then every message after
-        the folded node, verbatim. The depth is the whole chain's either way.
-        """
-        if fold is None:
-            return await self.history(leaf)
-        nodes = await self.path(leaf)
-        cut = next((i for i, n in enumerate(nodes) if n.id == fold.at), None)
-        if cut is None:
-            raise ValueError(f"fold at {fold.at} is not on the path to {leaf}")
-        messages = [*nodes[0].messages, *fold.messages]
-        for node in nodes[cut + 1 :]:
-            messages.extend(node.messages)
-        return Transcript(leaf, nodes[-1].depth, tuple(messages), fold)
-
-    async def put_fold(self, at: NodeId, messages: Sequence[ChatMessage]) -> Fold:
-        """Record a summary standing for root → ``at``; an existing fold there wins."""
-        node = await self.node(at)
-        record = codec.encode_fold(node.depth, messages)
-        field = keys.fold_field(at.seg, at.idx)
-        created = await self._io(
-            self._fold_script(
-                keys=[keys.tree_key(at.scope, at.tree)],
-                args=[field, record, keys.node_field(at.seg, at.idx)],
-            )
-        )
-        fold = Fold(at, node.depth, tuple(messages))
-        if not created:
-            self._cache.put_fold_index(at.scope, at.tree, FoldIndex(frozenset(), 0.0))  # stale
-            fold = (await self._folds(at.scope, at.tree, [at]))[0]
-        self._cache.put_fold(fold)
-        index = self._cache.fold_index(at.scope, at.tree)
-        if index is not None and created:
-            refs = index.refs | {keys.node_field(at.seg, at.idx)}
-            self._cache.put_fold_index(at.scope, at.tree, FoldIndex(refs, index.read_at))
-        return fold
-
-    async def fold_on_path(self, leaf: NodeId) -> Fold | None:
-        """The deepest fold on the chain root → ``leaf`` (it serves every branch below it).
-
-        The tree's fold index is cached for ``FOLD_INDEX_TTL`` seconds: a fold
-        another process made meanwhile is seen after that (until then this
-        process would fold on its own, which is wasteful but never wrong).
-        """
-        refs = await self._fold_refs(leaf.scope, leaf.tree)
-        if not refs:
-            return None
-        runs, _ = await self._path(leaf)  # (segment, last index on the path), leaf first
-        folds: dict[int, list[int]] = {}
-        for ref in refs:
-            seg, _, idx = ref.partition(".")
-            folds.setdefault(int(seg), []).append(int(idx))
-        deepest = next(
-            (
-                NodeId(leaf.scope, leaf.tree, seg, max(on_path))
-                for seg, cut in runs
-                if (on_path := [i for i in folds.get(seg, ()) if i <= cut])
-            ),
-            None,
-        )
-        if deepest is None:
-            return None
-        cached = self._cache.fold(deepest)
-        return cached or (await self._folds(leaf.scope, leaf.tree, [deepest]))[0]
-
-    async def _fold_refs(self, scope: str, tree: int) -> frozenset[str]:
-        index = self._cache.fold_index(scope, tree)
-        now = time.monotonic()
-        if index is not None and now - index.read_at < FOLD_INDEX_TTL:
-            return index.refs
-        raw = await self._io(self._redis.hget(keys.tree_key(scope, tree), keys.FOLD_INDEX_FIELD))
-        text = (raw.decode() if isinstance(raw, bytes) else raw) or ""
-        refs = frozenset(r for r in text.split(",") if r)
-        self._cache.put_fold_index(scope, tree, FoldIndex(refs, now))
-        return refs
-
-    async def _folds(self, scope: str, tree: int, at: Sequence[NodeId]) -> list[Fold]:
-        fields = [keys.fold_field(n.seg, n.idx) for n in at]
-        values = await self._io(self._redis.hmget(keys.tree_key(scope, tree), fields))
-        folds = []
-        for node_id, data in zip(at, values, strict=True):
-            ref = f"fold at {node_id}"
-            if data is None:
-                raise MissingNodeError(ref, "fold record not found")
-            depth, messages = codec.decode_fold(ref, data)
-            fold = Fold(node_id, depth, messages)
-            self._cache.put_fold(fold)
-            folds.append(fold)
-        return folds
-
-    # -------------------------------------------------------------- choices
-
-    async def choose(self, at: NodeId, kind: str, name: str, digest: str = "") -> None:
-        """Record a choice at node ``at`` for every chain through it: ``kind`` "m" (a
-        model) or "p" (a persona whose text is the scope's blob ``digest``). Choices are
-        only ever appended; a later one of the same kind at the same node wins."""
-        if not name or any(c in name for c in " ,") or any(c in digest for c in " ,"):
-            raise ValueError("a choice's name and digest hold no spaces or commas")
-        entry = " ".join(
-            part for part in (keys.node_field(at.seg, at.idx), kind, name, digest) if part
-        )
-        raw = await self._io(
-            self._choose_script(keys=[keys.tree_key(at.scope, at.tree)], args=[entry])
-        )
-        self.learn_choices(at.scope, at.tree, raw)
-
-    @staticmethod
-    def queue_choices(pipe: Pipeline, node: NodeId) -> None:
-        """Queue the read of the choices of ``node``'s tree on a caller's round trip
-        (give the reply to :meth:`learn_choices`): a choice made through another
-        process is known from that round trip on."""
-        pipe.hget(keys.tree_key(node.scope, node.tree), keys.CHOICE_INDEX_FIELD)
-
-    def learn_choices(self, scope: str, tree: int, raw: bytes | str | None) -> None:
-        """Cache the choice index of a tree as read (:meth:`queue_choices`)."""
-        text = (raw.decode() if isinstance(raw, bytes) else raw) or ""
-        found: list[Choice] = []
-        for entry in filter(None, text.split(",")):
-            ref, kind, *rest = entry.split(" ")
-            seg, _, idx = ref.partition(".")
-            if kind not in ("m", "p") or not rest or not (seg.isdigit() and idx.isdigit()):
-                raise CorruptRecordError(f"{scope}/t:{tree} C", f"malformed choice {entry!r}")
-            digest = rest[1] if len(rest) > 1 else ""
-            found.append(Choice(NodeId(scope, tree, int(seg), int(idx)), kind, rest[0], digest))
-        self._cache.put_choice_index(scope, tree, ChoiceIndex(tuple(found)))
-
-    async def choices_on_path(self, leaf: NodeId) -> list[Choice]:
-        """The choices at the nodes of the chain root → ``leaf``, root first, the latest
-        of each kind per node. The tree's index is read once, then comes from the cache
-        (a turn refreshes it on its claim's round trip: :meth:`queue_choices`)."""
-        index = self._cache.choice_index(leaf.scope, leaf.tree)
-        if index is None:
-            raw = await self._io(
-                self._redis.hget(keys.tree_key(leaf.scope, leaf.tree), keys.CHOICE_INDEX_FIELD)
-            )
-            self.learn_choices(leaf.scope, leaf.tree, raw)
-            index = self._cache.choice_index(leaf.scope, leaf.tree)
-        if index is None or not index.choices:
-            return []
-        runs, _ = await self._path(leaf)  # (segment, last index on the path), leaf first
-        order = {seg: (len(runs) - i, cut) for i, (seg, cut) in enumerate(runs)}
-        latest: dict[tuple[int, int, str], Choice] = {}
-        for choice in index.choices:
-            on = order.get(choice.at.seg)
-            if on is not None and choice.at.idx <= on[1]:
-                latest[(choice.at.seg, choice.at.idx, choice.kind)] = choice
-        return sorted(latest.values(), key=lambda c: (order[c.at.seg][0], c.at.idx))
-
-    # -------------------------------------------------------------- loading
-
-    async def _load(
-        self, scope: str, tree: int, runs: Sequence[tuple[int, int]]
-    ) -> list[SegmentEntry]:
-        """Entries holding nodes ``0..cut`` of each run: one ``HMGET`` for what is missing."""
-        found: list[SegmentEntry] = []
-        wanted: list[tuple[SegmentEntry, int, int]] = []  # entry, seg, first missing index
-        fields: list[str] = []
-        for seg, cut in runs:
-            entry = self._cache.segment(scope, tree, seg) or SegmentEntry()
-            found.append(entry)
-            if len(entry.nodes) <= cut:
-                wanted.append((entry, seg, len(entry.nodes)))
-                fields.extend(keys.node_field(seg, i) for i in range(len(entry.nodes), cut + 1))
-        if not fields:
-            self.cache_hits += 1
-            return found
-        self.cache_misses += 1
-        values = await self._io(self._redis.hmget(keys.tree_key(scope, tree), fields))
-        offset = 0
-        for (entry, seg, start), (_, cut) in zip(wanted, _runs_of(wanted, runs), strict=True):
-            count = cut + 1 - start
-            for i, data in enumerate(values[offset : offset + count], start):
-                # Another load may have extended this shared entry while the HMGET
-                # was in flight; nodes are immutable, so what it added is the same.
-                if i == len(entry.nodes):
-                    self._add_loaded(entry, NodeId(scope, tree, seg, i), data)
-            offset += count
-            self._cache.put_segment(scope, tree, seg, entry)
-        return found
-
-    @staticmethod
-    def _add_loaded(entry: SegmentEntry, node_id: NodeId, data: bytes | str | None) -> None:
-        ref = str(node_id)
-        if data is None:
-            raise MissingNodeError(ref, "node not found")
-        record = codec.decode_node(ref, data)
-        segment = record.segment
-        if node_id.idx == 0:
-            if node_id.seg == 0:
-                segment = ROOT_SEGMENT
-            elif segment is None:
-                raise CorruptRecordError(ref, "first node of a branch lacks its ancestors")
-        digest = _digest(data) if isinstance(data, bytes) else b""
-        entry.add(Node(node_id, record.depth, record.messages, digest), segment)
-
-    async def _segment_record(self, node_id: NodeId) -> SegmentRecord:
-        entry = self._cache.segment(node_id.scope, node_id.tree, node_id.seg)
-        if entry is None or entry.record is None:
-            [entry] = await self._load(node_id.scope, node_id.tree, [(node_id.seg, 0)])
-        assert entry.record is not None
-        return entry.record
-
-    async def _io(self, awaitable: Awaitable[T]) -> T:
-        """One counted Redis round trip (failures become :class:`StoreUnavailableError`)."""
-        self.round_trips += 1
-        started = time.monotonic()
-        try:
-            return await awaitable
-        except _UNAVAILABLE as exc:
-            raise StoreUnavailableError(
-                f"Redis is unreachable ({type(exc).__name__} after "
-                f"{time.monotonic() - started:.1f}s)"
-            ) from exc
-
-
-def _digest(record: bytes) -> bytes:
-    """A record's SHA-1, as Lua's ``redis.sha1hex`` computes it (an identity, not a secret)."""
-    return hashlib.sha1(record, usedforsecurity=False).digest()
-
-
-def _runs_of(
-    wanted: Sequence[tuple[SegmentEntry, int, int]], runs: Sequence[tuple[int, int]]
-) -> list[tuple[int, int]]:
-    cuts = dict(runs)
-    return [(seg, cuts[seg]) for _, seg, _ in wanted]
-
-
-def _parse_ref(scope: str, ref: bytes | str, what: str) -> NodeId:
-    try:
-        return NodeId.parse(scope, ref)
-    except ValueError as exc:
-        raise CorruptRecordError(what, "malformed node reference") from exc
-
-
-def _check_runs(leaf: NodeId, runs: Sequence[tuple[int, int]]) -> None:
-    """Segments are numbered in creation order, so ancestors strictly decrease."""
-    for (seg, _), (older, cut) in itertools.pairwise(runs):
-        if older >= seg or cut < 0:
-            raise CorruptRecordError(str(leaf), f"segment {seg} lists a bad ancestor {older}")
