@@ -26,19 +26,27 @@ from itertools import accumulate
 
 from markdown_it.token import Token
 
-from .markdown import MARKDOWN
+from .markdown import (
+    BOLD,
+    CODE,
+    ITALIC,
+    MARKDOWN,
+    STRIKE,
+    Stack,
+    Tag,
+    clean_text,
+    code_language,
+    safe_url,
+    text_table,
+)
 
 __all__ = [
     "TELEGRAM_LIMIT",
     "Chunk",
-    "clean_text",
-    "code_language",
     "depth_tag",
     "escape_html",
     "render_chunks",
-    "safe_url",
     "tagged_depth",
-    "text_table",
     "utf16_len",
 ]
 
@@ -65,9 +73,6 @@ HORIZONTAL_RULE = "———"
 BULLET = "• "
 LIST_INDENT = "  "
 
-_ALLOWED_SCHEMES = frozenset({"http", "https", "tg", "mailto"})
-_LANG_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_+-")
-_MAX_LANG_LEN = 32
 _ZWJ = "\u200d"
 _MAX_GRAPHEME_BACKOFF = 32
 
@@ -101,25 +106,9 @@ def escape_html(text: str, *, quote: bool = False) -> str:
     return text
 
 
-# --------------------------------------------------------------------------- tags
+# --------------------------------------------------------------------------- tags (HTML's own)
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class Tag:
-    """A formatting tag; compared by identity (a reopened tag is the same object).
-    Shared with the rich renderer (bot/telegram/rich.py)."""
-
-    kind: str
-    open: str
-    close: str
-
-
-Stack = tuple[Tag, ...]
-
-BOLD = Tag("b", "<b>", "</b>")
-ITALIC = Tag("i", "<i>", "</i>")
-STRIKE = Tag("s", "<s>", "</s>")
-CODE = Tag("code", "<code>", "</code>")
 _QUOTE = Tag("blockquote", "<blockquote>", "</blockquote>")
 _PRE = Tag("pre", "<pre><code>", "</code></pre>")
 #: A reasoning model's thoughts: collapsed under the answer's first line until tapped.
@@ -129,31 +118,11 @@ _INLINE_OPEN = {"strong_open": BOLD, "em_open": ITALIC, "s_open": STRIKE}
 _INLINE_CLOSE = frozenset({"strong_close", "em_close", "s_close", "link_close"})
 
 
-def code_language(info: str) -> str:
-    """The language a code fence's info string names, reduced to what Telegram takes."""
-    words = info.split()
-    return "".join(c for c in words[0] if c in _LANG_CHARS)[:_MAX_LANG_LEN] if words else ""
-
-
 def _pre_tag(info: str) -> Tag:
     lang = code_language(info)
     if not lang:
         return _PRE
     return Tag("pre", f'<pre><code class="language-{lang}">', "</code></pre>")
-
-
-def safe_url(url: str) -> str | None:
-    """The URL if Telegram may link it (http, https, tg, mailto), else None."""
-    url = url.strip()
-    scheme, colon, rest = url.partition(":")
-    scheme = scheme.lower()
-    if not colon or scheme not in _ALLOWED_SCHEMES or not rest:
-        return None
-    if any(c.isspace() or ord(c) < 0x20 for c in url):
-        return None
-    if scheme in ("http", "https") and (not rest.startswith("//") or len(rest) <= 2):
-        return None
-    return url
 
 
 def _link_tag(url: str) -> Tag:
@@ -174,23 +143,6 @@ def _with(stack: Stack, tag: Tag | None) -> Stack:
 class _ListState:
     ordered: bool
     number: int
-
-
-def text_table(rows: list[list[str]], header_rows: int) -> str:
-    """A table as aligned text with pipes, for a monospaced block (the first
-    ``header_rows`` rows above a rule)."""
-    if not rows:
-        return ""
-    ncols = max(len(row) for row in rows)
-    cells = [row + [""] * (ncols - len(row)) for row in rows]
-    widths = [max(1, *(len(row[c]) for row in cells)) for c in range(ncols)]
-    lines = [
-        "| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) + " |"
-        for row in cells
-    ]
-    if header_rows > 0:
-        lines.insert(header_rows, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    return "\n".join(lines)
 
 
 def _inline_text(tokens: Sequence[Token]) -> str:
@@ -492,11 +444,6 @@ class _Doc:
             current, pos, i = stack, run_end, i + 1
         parts.extend(t.close for t in reversed(current))
         return "".join(parts)
-
-
-def clean_text(text: str) -> str:
-    """Replace lone surrogates (from broken JSON) by U+FFFD; join split pairs."""
-    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def _body_runs(markdown: str) -> tuple[list[str], list[Stack]]:

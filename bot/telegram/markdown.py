@@ -1,4 +1,4 @@
-"""The Markdown parser both renderers read the model's text with.
+"""The model's Markdown as both renderers read it: the parser, formatting tags, safe links.
 
 CommonMark with GFM tables and strikethrough, reference definitions left as text (a
 model's footnotes, "[^1]: text", would vanish otherwise), and formulas: ``$…$``,
@@ -11,11 +11,25 @@ one).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from markdown_it import MarkdownIt
 from markdown_it.rules_block import StateBlock
 from markdown_it.rules_inline import StateInline
 
-__all__ = ["MARKDOWN"]
+__all__ = [
+    "BOLD",
+    "CODE",
+    "ITALIC",
+    "MARKDOWN",
+    "STRIKE",
+    "Stack",
+    "Tag",
+    "clean_text",
+    "code_language",
+    "safe_url",
+    "text_table",
+]
 
 
 def _dollar_math(src: str, pos: int, end: int) -> tuple[str, int] | None:
@@ -111,3 +125,69 @@ def _parser() -> MarkdownIt:
 
 #: The parser (one per process: building one costs more than most renderings).
 MARKDOWN = _parser()
+
+
+# ------------------------------------------------------------ what both render
+
+_ALLOWED_SCHEMES = frozenset({"http", "https", "tg", "mailto"})
+_LANG_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_+-")
+_MAX_LANG_LEN = 32
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Tag:
+    """A formatting tag; compared by identity (a reopened tag is the same object).
+    Shared with the rich renderer (bot/telegram/rich.py)."""
+
+    kind: str
+    open: str
+    close: str
+
+
+Stack = tuple[Tag, ...]
+BOLD = Tag("b", "<b>", "</b>")
+ITALIC = Tag("i", "<i>", "</i>")
+STRIKE = Tag("s", "<s>", "</s>")
+CODE = Tag("code", "<code>", "</code>")
+
+
+def code_language(info: str) -> str:
+    """The language a code fence's info string names, reduced to what Telegram takes."""
+    words = info.split()
+    return "".join(c for c in words[0] if c in _LANG_CHARS)[:_MAX_LANG_LEN] if words else ""
+
+
+def safe_url(url: str) -> str | None:
+    """The URL if Telegram may link it (http, https, tg, mailto), else None."""
+    url = url.strip()
+    scheme, colon, rest = url.partition(":")
+    scheme = scheme.lower()
+    if not colon or scheme not in _ALLOWED_SCHEMES or not rest:
+        return None
+    if any(c.isspace() or ord(c) < 0x20 for c in url):
+        return None
+    if scheme in ("http", "https") and (not rest.startswith("//") or len(rest) <= 2):
+        return None
+    return url
+
+
+def text_table(rows: list[list[str]], header_rows: int) -> str:
+    """A table as aligned text with pipes, for a monospaced block (the first
+    ``header_rows`` rows above a rule)."""
+    if not rows:
+        return ""
+    ncols = max(len(row) for row in rows)
+    cells = [row + [""] * (ncols - len(row)) for row in rows]
+    widths = [max(1, *(len(row[c]) for row in cells)) for c in range(ncols)]
+    lines = [
+        "| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) + " |"
+        for row in cells
+    ]
+    if header_rows > 0:
+        lines.insert(header_rows, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def clean_text(text: str) -> str:
+    """Replace lone surrogates (from broken JSON) by U+FFFD; join split pairs."""
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
