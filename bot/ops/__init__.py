@@ -4,8 +4,8 @@ They read the same settings as the bot and never start polling. Each prints
 what it found on stdout and, when it cannot, one line on stderr with a
 non-zero exit code: never a traceback, never a secret. ``doctor`` checks a
 set-up (:mod:`bot.ops.doctor`); ``export``, ``tree`` and ``why`` read stored
-threads and audit records (:mod:`bot.ops.conversations`), from a Redis whose key layout
-this bot knows (:mod:`bot.data.layout`).
+threads and audit records (:mod:`bot.ops.conversations`, :mod:`bot.ops.why`), from
+a Redis whose key layout this bot knows (:mod:`bot.data.layout`).
 
 This package is imported lazily by :mod:`bot.__main__` (it pulls in redis,
 aiogram and openai).
@@ -39,7 +39,7 @@ def read_thread(command: str, settings: Settings, chat_id: int, message_id: int)
     from transcript import TranscriptStore  # noqa: PLC0415
 
     from ..data.connection import connect  # noqa: PLC0415
-    from . import conversations  # noqa: PLC0415
+    from . import conversations, why  # noqa: PLC0415
 
     async def work() -> str:
         redis = connect(settings.redis_url, cluster=settings.redis_cluster)
@@ -50,7 +50,7 @@ def read_thread(command: str, settings: Settings, chat_id: int, message_id: int)
                 return await conversations.export(redis, store, chat_id, message_id)
             if command == "tree":
                 return await conversations.tree(redis, store, chat_id, message_id)
-            return await conversations.why(
+            return await why.why(
                 redis, store, chat_id, message_id, audit_days=settings.model_audit_days
             )
         finally:

@@ -30,7 +30,7 @@ from ..bus.inbound import Inbound
 from ..data.connection import Queued
 from ..model import MESSAGE_OVERHEAD, Media, Model, ModelError, Usage, estimate_messages
 from ..model.vision import Vision
-from ..usage.accounting import Accounting, CallRecord
+from ..usage.accounting import SUMMARY_VIEW, Accounting, CallRecord
 from .branch import Branch
 from .state import TurnState
 
@@ -47,8 +47,6 @@ SUMMARY_INSTRUCTIONS = (
     "{words} words. Keep facts, names, numbers, decisions, the user's preferences and "
     "open questions; drop small talk. Write only the summary, in the conversation's language."
 )
-#: The view recorded for summary calls (never the view of an answer call).
-SUMMARY_VIEW = "summary"
 #: Below this share of the fold threshold, estimates alone decide (no usage lookup).
 NEAR = 0.8
 

@@ -24,7 +24,7 @@ from ..data import keys
 from ..data.connection import guarded
 from ..model import Model, ModelError
 from ..telegram.out import TelegramOut, TelegramUnavailableError
-from ..usage.accounting import Accounting, CallRecord
+from ..usage.accounting import TITLE_VIEW, Accounting, CallRecord
 
 log = logging.getLogger("replychain.topics")
 
@@ -32,8 +32,6 @@ TITLE_INSTRUCTIONS = (
     "Give a short title, at most six words, for the conversation below, in its language. "
     "Write only the title: no quotes, no final full stop."
 )
-#: The view recorded for title calls (never the view of an answer call).
-TITLE_VIEW = "title"
 TITLE_MAX_TOKENS = 24
 #: Characters of the question and of the answer shown to the title call.
 _EXCERPT = 1000

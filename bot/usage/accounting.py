@@ -64,6 +64,10 @@ AUDIT_FIELDS = (
     "at", "model", "user", "message", "sent", "prompt", "completion", "cached", "estimated",
     "latency", "error", "view",
 )  # fmt: skip
+#: The views recorded for calls that answer no one: a fold's summary, a topic's title
+#: (an answer call's view is the window it sent).
+SUMMARY_VIEW = "summary"
+TITLE_VIEW = "title"
 
 # The first step, in the chat's slot (KEYS and ARGV: see _Recording). Hashes are
 # read with HMGET/HGET and written with one HSET of the changed fields. The
