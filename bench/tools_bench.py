@@ -1,6 +1,6 @@
 """The tool loop's own cost: overhead per tool round, and prompt bytes with result stubs.
 
-Drives :class:`bot.turn.engine.Engine` with its :class:`bot.tools.loop.ToolLoop`
+Drives :class:`bot.turn.engine.Engine` with its :class:`bot.turn.tools.ToolLoop`
 against a real redis-server, an instant model (it asks for one instant tool
 call per round, then answers) and an instant Telegram, so what is measured is
 the bot's time: noting the round in the turn state, noting the result,
@@ -23,9 +23,9 @@ from bot.bus.inbound import Inbound
 from bot.data.connection import connect
 from bot.model import Answer, Media, Usage, WireCache
 from bot.tools.hub import Tool, ToolHub, ToolResult
-from bot.tools.loop import ToolLoop
 from bot.tools.retention import stub_old_results
 from bot.turn.engine import Engine
+from bot.turn.tools import ToolLoop
 from tests.stub_model import StubModel
 from transcript import ChatMessage, ToolCall
 

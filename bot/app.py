@@ -78,7 +78,7 @@ if TYPE_CHECKING:
     from .prometheus import MetricsServer
     from .telegram.webhook import WebhookServer
     from .tools.hub import ToolHub
-    from .tools.loop import ToolLoop
+    from .turn.tools import ToolLoop
     from .webapp.server import ViewerServer
 
 #: The commands Telegram lists in its menu.
@@ -187,7 +187,7 @@ class App:
         if settings.mcp_config is not None:  # checked by load_settings
             # the mcp SDK takes a while to import: only when tools are configured
             from .tools.hub import ToolHub  # noqa: PLC0415
-            from .tools.loop import ToolLoop  # noqa: PLC0415
+            from .turn.tools import ToolLoop  # noqa: PLC0415
 
             self.tools = ToolHub(
                 load_config(settings.mcp_config),

@@ -31,9 +31,9 @@ from babel import Locale, UnknownLocaleError
 from babel.dates import format_date, format_time
 from babel.numbers import format_currency, format_decimal
 
-from .settings import LOCALES
+from .paths import LOCALES
 
-#: The catalogues' gettext domain (their folder is bot/locales/, settings.LOCALES).
+#: The catalogues' gettext domain (their folder is bot/locales/, paths.LOCALES).
 DOMAIN = "replychain"
 #: The language of the message ids, and of anyone whose language has no catalogue.
 DEFAULT = "en"

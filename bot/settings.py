@@ -30,14 +30,12 @@ from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from . import catalogue
+from .paths import LOCALES, PROJECT_ROOT
 from .tools.config import ToolConfigError, load_config
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SYSTEM_PROMPT_FILE = PROJECT_ROOT / "config" / "system_prompt.txt"
 #: MODELS_FILE when it is not set, if it exists.
 DEFAULT_MODELS_FILE = PROJECT_ROOT / "config" / "models.toml"
-#: The catalogues of the bot's own texts (bot/i18n.py reads them).
-LOCALES = Path(__file__).resolve().parent / "locales"
 FALLBACK_SYSTEM_PROMPT = "You are a helpful assistant chatting in Telegram."
 #: Where `make run` starts its local redis-server (config/redis.conf).
 LOCAL_REDIS_URL = "redis://127.0.0.1:6390/0"

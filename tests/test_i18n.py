@@ -25,7 +25,8 @@ from babel.messages.pofile import read_po
 
 from bot import choice_texts, i18n
 from bot.i18n import I18N, _
-from bot.settings import LOCALES, SettingsError, load_settings
+from bot.paths import LOCALES
+from bot.settings import SettingsError, load_settings
 from bot.telegram import guest, menu, steering
 from bot.telegram.choices import COMMANDS as CHOICE_COMMANDS
 from bot.telegram.menu import sync_menu

@@ -23,8 +23,8 @@ from bot.ops.doctor import doctor
 from bot.settings import SettingsError, load_settings
 from bot.tools.config import parse_config
 from bot.tools.hub import ToolHub, ToolResult
-from bot.tools.loop import ERROR_MARK, INTERRUPTED
 from bot.turn.notices import TOOL_ROUNDS, TURN_GUARD
+from bot.turn.tools import ERROR_MARK, INTERRUPTED
 from transcript import TranscriptStore
 
 from .fake_openai import FakeOpenAI, ToolCalls

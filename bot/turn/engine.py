@@ -71,7 +71,7 @@ from .state import ClaimReads, LostPart, TurnState, TurnStates, message_of
 from .topics import TopicTitles
 
 if TYPE_CHECKING:
-    from ..tools.loop import ToolLoop
+    from .tools import ToolLoop
 
 log = logging.getLogger("replychain.engine")
 

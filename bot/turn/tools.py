@@ -29,8 +29,8 @@ from transcript import ChatMessage, Node, ToolCall, TranscriptStore
 from ..bus.inbound import Inbound
 from ..i18n import _
 from ..model import Answer, Media
-from ..turn.state import TurnState, TurnStates
-from .hub import ToolHub, ToolResult
+from ..tools.hub import ToolHub, ToolResult
+from .state import TurnState, TurnStates
 
 log = logging.getLogger("replychain.tools")
 
