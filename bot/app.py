@@ -1,8 +1,8 @@
 """Wiring and lifecycle: build the parts, take updates, shut down gracefully.
 
 Updates come by long polling (one process among several polls: the holder
-of the poller lease, bot/telegram/polling.py) or, with WEBHOOK_URL, by
-Telegram's POSTs to this process's webhook server (bot/telegram/webhook.py).
+of the poller lease, bot/chat/polling.py) or, with WEBHOOK_URL, by
+Telegram's POSTs to this process's webhook server (bot/chat/webhook.py).
 
 The parts, bottom up: the Redis client and the transcript store; the edges
 (Telegram session and sending, the model client); the message bus (intake
@@ -45,6 +45,10 @@ from .bus.leader import Lease
 from .bus.relay import Relay
 from .bus.runner import LEASE_SHARE, InFlight, TurnRunner
 from .catalogue import Catalogue, Models
+from .chat.menu import sync_menu
+from .chat.polling import Poller
+from .chat.routers import AccessControl, SkipUnknownUpdates, build_router
+from .chat.viewer import continue_router
 from .data import keys
 from .data.connection import connect
 from .data.layout import UnknownLayoutError, check_layout
@@ -57,12 +61,8 @@ from .retry import Outage, cancel_until_done, retrying
 from .settings import Settings, webhook_rule
 from .telegram.errors import UnknownMethodError
 from .telegram.files import Files
-from .telegram.menu import sync_menu
 from .telegram.out import Notifier, TelegramOut, TelegramUnavailableError
-from .telegram.polling import Poller
-from .telegram.routers import AccessControl, SkipUnknownUpdates, build_router
 from .telegram.session import BadResponseError, BotApiSession, FloodControl, UnreadableResultError
-from .telegram.viewer import continue_router
 from .tools.config import load_config
 from .tools.retention import stub_old_results
 from .turn.branch import Branches
@@ -75,8 +75,8 @@ from .usage.accounting import Accounting, Clock, utc_now
 from .usage.spend import SpendAlert
 
 if TYPE_CHECKING:
+    from .chat.webhook import WebhookServer
     from .prometheus import MetricsServer
-    from .telegram.webhook import WebhookServer
     from .tools.hub import ToolHub
     from .turn.tools import ToolLoop
     from .webapp.server import ViewerServer
@@ -376,7 +376,7 @@ class App:
         if not (settings.webhook_url and settings.webhook_secret):
             return None
         # aiohttp's server and aiogram's webhook handler: imported only in webhook mode
-        from .telegram.webhook import WebhookServer  # noqa: PLC0415
+        from .chat.webhook import WebhookServer  # noqa: PLC0415
 
         return WebhookServer(
             self.dispatcher,

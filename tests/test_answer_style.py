@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from bot.chat.style import ALL_PLAIN, CHOSEN, USAGE
 from bot.data.userprefs import user_prefs
 from bot.telegram.rich import needs_rich
-from bot.telegram.style import ALL_PLAIN, CHOSEN, USAGE
 from bot.telegram.writer import answer_style
 from transcript import TranscriptStore
 

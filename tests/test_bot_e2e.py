@@ -15,8 +15,8 @@ import pytest
 from aiogram.types import Chat, Message, Update, User
 from redis.asyncio import Redis
 
-from bot.telegram import routers
-from bot.telegram.routers import HELP_TEXT, REFUSAL_TEXT, UNKNOWN_COMMAND_TEXT, UNSUPPORTED_TEXT
+from bot.chat import routers
+from bot.chat.routers import HELP_TEXT, REFUSAL_TEXT, UNKNOWN_COMMAND_TEXT, UNSUPPORTED_TEXT
 from transcript import TranscriptStore
 
 from .fake_openai import FakeOpenAI

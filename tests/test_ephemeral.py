@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from bot.telegram.routers import REFUSAL_TEXT, UNKNOWN_COMMAND_TEXT
-from bot.telegram.steering import TREE_HINT
+from bot.chat.routers import REFUSAL_TEXT, UNKNOWN_COMMAND_TEXT
+from bot.chat.steering import TREE_HINT
 from bot.turn.notices import DAILY_LIMIT
 
 from .fake_openai import FakeOpenAI

@@ -14,9 +14,9 @@ from pathlib import Path
 from redis.asyncio import Redis
 
 from bot.app import App
+from bot.chat.routers import REFUSAL_TEXT
 from bot.i18n import I18N, _
 from bot.telegram import guest
-from bot.telegram.routers import REFUSAL_TEXT
 from bot.turn.state import PartLedger
 from transcript import TranscriptStore
 

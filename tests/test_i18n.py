@@ -24,15 +24,16 @@ from babel.messages.mofile import write_mo
 from babel.messages.pofile import read_po
 
 from bot import choice_texts, i18n
+from bot.chat import menu, steering
+from bot.chat.choices import COMMANDS as CHOICE_COMMANDS
+from bot.chat.menu import sync_menu
+from bot.chat.routers import COMMANDS, HELP_TEXT, UNSUPPORTED_TEXT
+from bot.chat.style import COMMANDS as STYLE_COMMANDS
 from bot.i18n import I18N, _
 from bot.paths import LOCALES
 from bot.settings import SettingsError, load_settings
-from bot.telegram import guest, menu, steering
-from bot.telegram.choices import COMMANDS as CHOICE_COMMANDS
-from bot.telegram.menu import sync_menu
-from bot.telegram.routers import COMMANDS, HELP_TEXT, UNSUPPORTED_TEXT
+from bot.telegram import guest
 from bot.telegram.session import BotApiSession
-from bot.telegram.style import COMMANDS as STYLE_COMMANDS
 from bot.turn import notices
 from bot.usage.reports import OWNER_ONLY_TEXT
 from bot.webapp.texts import ERRORS, PAGE

@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bot.bus.inbound import REPLY_HEAD_CHARS
+from bot.chat.messages import shown_head
 from bot.telegram.format import Chunk, tagged_depth
-from bot.telegram.messages import shown_head
 from bot.telegram.rich import (
     RICH_BLOCK_LIMIT,
     RICH_DEPTH_LIMIT,

@@ -14,11 +14,8 @@ from redis.asyncio import Redis
 
 from bot.bus.inbound import EDIT, RETRY, Inbound
 from bot.bus.intake import Intake
-from bot.data import keys as bot_keys
-from bot.ops import conversations
-from bot.ops.forget import forget_chat
-from bot.telegram.routers import HELP_TEXT
-from bot.telegram.steering import (
+from bot.chat.routers import HELP_TEXT
+from bot.chat.steering import (
     EXPORT_HINT,
     FORGET_ASK,
     FORGET_CANCELLED,
@@ -28,6 +25,9 @@ from bot.telegram.steering import (
     RETRY_USAGE,
     TREE_HINT,
 )
+from bot.data import keys as bot_keys
+from bot.ops import conversations
+from bot.ops.forget import forget_chat
 from bot.turn import notices
 from transcript import ChatMessage, TranscriptStore
 

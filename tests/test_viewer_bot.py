@@ -10,7 +10,7 @@ from typing import Any
 
 import aiohttp
 
-from bot.telegram.routers import HELP_TEXT
+from bot.chat.routers import HELP_TEXT
 from bot.webapp.texts import CONTINUE_HERE, ERRORS, OPEN_TREE
 
 from .fake_telegram import FakeTelegram, StoredMessage

@@ -1,6 +1,6 @@
 """A user's own settings, the same in every chat and every process: how answers look.
 
-``/format rich`` or ``/format plain`` (bot/telegram/style.py) is kept per user in a
+``/format rich`` or ``/format plain`` (bot/chat/style.py) is kept per user in a
 hash of their bucket (:func:`bot.data.keys.user_prefs_key`); every turn reads the
 asker's on its claim round trip (:class:`UserReads`), so a choice made through any
 process applies to the asker's next answer everywhere, at no round trip of its own.

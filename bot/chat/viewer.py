@@ -25,9 +25,9 @@ from transcript import StoreUnavailableError, TranscriptStore
 
 from ..i18n import _, current
 from ..settings import Settings
+from ..telegram.out import Notifier
 from ..webapp.texts import CONTINUE_HERE, OPEN_TREE, error_text
 from .messages import Checked
-from .out import Notifier
 
 log = logging.getLogger("replychain.handlers")
 

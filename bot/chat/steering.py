@@ -36,10 +36,10 @@ from ..i18n import N_, _
 from ..ops import conversations
 from ..ops.forget import forget_chat
 from ..settings import Settings
+from ..telegram.format import TELEGRAM_LIMIT, Chunk, escape_html
+from ..telegram.out import Notifier
 from .choices import retry_model
-from .format import TELEGRAM_LIMIT, Chunk, escape_html
 from .messages import Checked, inbound_of, notice, replied_id, thread_of
-from .out import Notifier
 from .viewer import open_tree_markup
 
 log = logging.getLogger("replychain.handlers")

@@ -18,7 +18,7 @@ from aiogram import Bot
 from aiogram.types import BotCommand
 
 from .. import i18n
-from .errors import UnknownMethodError
+from ..telegram.errors import UnknownMethodError
 from .routers import command_menu
 
 log = logging.getLogger("replychain.telegram")

@@ -30,9 +30,9 @@ from transcript import StoreUnavailableError, TranscriptError
 from .. import choice_texts as texts
 from ..catalogue import MODEL, PERSONA, Catalogue
 from ..i18n import N_, _
-from .format import Chunk, escape_html
+from ..telegram.format import Chunk, escape_html
+from ..telegram.out import Notifier
 from .messages import Checked, notice, replied_id, thread_of
-from .out import Notifier
 
 if TYPE_CHECKING:  # (the turn's, passed in by the dispatcher: this edge sits below it)
     from ..turn.branch import Branches

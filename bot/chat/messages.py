@@ -15,9 +15,9 @@ from aiogram.types import Message, TelegramObject
 from aiogram.utils.magic_filter import MagicFilter
 
 from ..bus.inbound import REPLY_HEAD_CHARS, Inbound, MediaRef
-from . import guest
-from .format import Chunk, escape_html
-from .out import Notifier
+from ..telegram import guest
+from ..telegram.format import Chunk, escape_html
+from ..telegram.out import Notifier
 
 
 class Checked(Filter):

@@ -24,9 +24,9 @@ from .. import choice_texts as texts
 from ..data.userprefs import FORMATS, Format, set_format, user_prefs
 from ..i18n import N_, _
 from ..settings import Settings
-from .format import Chunk, escape_html
+from ..telegram.format import Chunk, escape_html
+from ..telegram.out import Notifier
 from .messages import Checked, notice, thread_of
-from .out import Notifier
 
 log = logging.getLogger("replychain.handlers")
 

@@ -36,9 +36,10 @@ from ..bus.intake import Intake
 from ..bus.relay import Relay
 from ..i18n import N_, _
 from ..settings import Settings
+from ..telegram import guest
+from ..telegram.out import Notifier
 from ..usage.accounting import Accounting
 from ..usage.reports import OWNER_ONLY_TEXT, stats_chart, stats_report, usage_report
-from . import guest
 from .choices import COMMANDS as CHOICE_COMMANDS
 from .choices import choices_router
 from .messages import (
@@ -54,7 +55,6 @@ from .messages import (
     strip_mention,
     thread_of,
 )
-from .out import Notifier
 from .steering import RETRY_USAGE, steering_router, topic_router
 from .style import COMMANDS as STYLE_COMMANDS
 from .style import style_router
