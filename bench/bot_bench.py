@@ -45,7 +45,8 @@ from bot.turn.branch import Branches
 from bot.turn.context import ContextWindow
 from bot.turn.engine import Engine, Rules
 from bot.turn.state import TurnStates
-from bot.usage.accounting import Accounting, Prices, Totals, utc_now
+from bot.usage.accounting import Accounting
+from bot.usage.calls import Prices, Totals, utc_now
 from tests.stub_model import StubModel
 from transcript import TranscriptStore
 

@@ -31,7 +31,8 @@ from redis.asyncio.client import Pipeline
 from bot.bus.inbound import Inbound
 from bot.data.connection import Queued, connect, run_together
 from bot.model import Usage
-from bot.usage.accounting import USER_DAY_TTL, Accounting, CallRecord, day_of, utc_now
+from bot.usage.accounting import Accounting
+from bot.usage.calls import USER_DAY_TTL, CallRecord, day_of, utc_now
 from tests.stub_model import StubModel
 from transcript import NodeId
 from transcript import keys as store_keys

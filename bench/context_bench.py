@@ -23,7 +23,8 @@ from bot.retry import Outage
 from bot.turn.context import ContextWindow
 from bot.turn.engine import Engine, Rules
 from bot.turn.state import TurnStates
-from bot.usage.accounting import Accounting, utc_now
+from bot.usage.accounting import Accounting
+from bot.usage.calls import utc_now
 from tests.fake_openai import FakeOpenAI
 from transcript import TranscriptStore
 

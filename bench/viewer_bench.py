@@ -33,7 +33,7 @@ from redis.asyncio import Redis
 from bot.data.connection import connect
 from bot.ops import conversations
 from bot.telegram.session import BotApiSession
-from bot.usage.accounting import Prices
+from bot.usage.calls import Prices
 from bot.webapp.auth import Access
 from bot.webapp.server import Sources, ViewerApp, ViewerServer
 from tests.fake_telegram import FakeTelegram

@@ -71,7 +71,8 @@ from .turn.engine import Engine, Rules
 from .turn.media import MediaLimits, MediaReader
 from .turn.state import TurnStates
 from .turn.topics import TopicTitles
-from .usage.accounting import Accounting, Clock, utc_now
+from .usage.accounting import Accounting
+from .usage.calls import Clock, utc_now
 from .usage.spend import SpendAlert
 
 if TYPE_CHECKING:

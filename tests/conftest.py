@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 
 from bot.app import App
 from bot.data.connection import connect
-from bot.usage.accounting import Clock, utc_now
+from bot.usage.calls import Clock, utc_now
 from transcript import TranscriptStore
 
 from .fake_openai import FakeOpenAI

@@ -28,7 +28,8 @@ from bot.data.connection import connect, guarded, replica_ack
 from bot.model import Usage
 from bot.model.vision import Vision
 from bot.turn.state import TurnStates
-from bot.usage.accounting import Accounting, CallRecord, Totals, day_of, utc_now
+from bot.usage.accounting import Accounting
+from bot.usage.calls import CallRecord, Totals, day_of, utc_now
 from transcript import ChatMessage, NodeId, StoreUnavailableError, TranscriptStore
 from transcript import keys as transcript_keys
 

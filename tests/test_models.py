@@ -26,7 +26,7 @@ from bot.data import keys as bot_keys
 from bot.i18n import I18N, _
 from bot.settings import SettingsError
 from bot.turn.branch import Branches
-from bot.usage.accounting import AUDIT_FIELDS, day_of, utc_now
+from bot.usage.calls import AUDIT_FIELDS, day_of, utc_now
 from transcript import ChatMessage, TranscriptStore
 from transcript import keys as transcript_keys
 

@@ -27,7 +27,7 @@ from bot.bus.intake import Intake
 from bot.data import keys
 from bot.telegram.format import Chunk, render_chunks
 from bot.turn import notices
-from bot.usage.accounting import day_of, utc_now
+from bot.usage.calls import day_of, utc_now
 from transcript import TranscriptStore
 
 from .fake_openai import FakeOpenAI

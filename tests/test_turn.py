@@ -31,7 +31,8 @@ from bot.turn import notices
 from bot.turn.context import ContextWindow
 from bot.turn.engine import Engine, Rules, Turn
 from bot.turn.state import TurnState, TurnStates
-from bot.usage.accounting import Accounting, day_of, utc_now
+from bot.usage.accounting import Accounting
+from bot.usage.calls import day_of, utc_now
 from transcript import ChatMessage, Node, StaleCacheError, StoreUnavailableError, TranscriptStore
 from transcript import keys as transcript_keys
 

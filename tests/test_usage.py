@@ -19,7 +19,8 @@ from bot.ops.conversations import audit_records
 from bot.turn.notices import DAILY_LIMIT as DAILY_LIMIT_NOTICE
 from bot.turn.notices import TURN_GUARD as TURN_GUARD_NOTICE
 from bot.usage import accounting as accounting_module
-from bot.usage.accounting import AUDIT_FIELDS, Accounting, CallRecord, Totals, utc_now
+from bot.usage.accounting import Accounting
+from bot.usage.calls import AUDIT_FIELDS, CallRecord, Totals, utc_now
 from bot.usage.reports import OWNER_ONLY_TEXT
 from transcript import NodeId
 

@@ -24,7 +24,7 @@ from bot.ops import conversations
 from bot.prometheus import Health, MetricsServer, PrometheusMetrics
 from bot.settings import Settings, SettingsError, load_settings
 from bot.telegram.session import BotApiSession
-from bot.usage.accounting import Prices
+from bot.usage.calls import Prices
 from bot.webapp.auth import MEMBER_TTL, Access
 from bot.webapp.server import CSP, Sources, ViewerApp, ViewerServer, serve
 from bot.webapp.texts import ERRORS, PAGE

@@ -29,7 +29,7 @@ from playwright.async_api import Browser, Page, Route, ViewportSize, async_playw
 
 from bot.data.connection import connect
 from bot.telegram.session import BotApiSession
-from bot.usage.accounting import Prices
+from bot.usage.calls import Prices
 from bot.webapp.auth import Access
 from bot.webapp.server import Sources, ViewerApp, ViewerServer
 from bot.webapp.texts import ERRORS, PAGE

@@ -12,7 +12,8 @@ from urllib.parse import urlencode
 from redis.asyncio import Redis
 
 from bot.model import Usage
-from bot.usage.accounting import Accounting, CallRecord
+from bot.usage.accounting import Accounting
+from bot.usage.calls import CallRecord
 from transcript import ChatMessage, NodeId, ToolCall, TranscriptStore
 from transcript.records import Role
 

@@ -33,7 +33,7 @@ from transcript.errors import CorruptRecordError
 from ..data import keys as bot_keys
 from ..data.connection import guarded
 from ..i18n import N_, _, ngettext
-from ..usage.accounting import AUDIT_FIELDS, SUMMARY_VIEW, TITLE_VIEW
+from ..usage.calls import AUDIT_FIELDS, SUMMARY_VIEW, TITLE_VIEW
 
 #: Words of a message shown in a tree line.
 TREE_WORDS = 8

@@ -30,7 +30,8 @@ from ..bus.inbound import Inbound
 from ..data.connection import Queued
 from ..model import MESSAGE_OVERHEAD, Media, Model, ModelError, Usage, estimate_messages
 from ..model.vision import Vision
-from ..usage.accounting import SUMMARY_VIEW, Accounting, CallRecord
+from ..usage.accounting import Accounting
+from ..usage.calls import SUMMARY_VIEW, CallRecord
 from .branch import Branch
 from .state import TurnState
 

@@ -62,7 +62,8 @@ from ..telegram.guest import GuestWriter, part_of
 from ..telegram.guest import post as post_guest
 from ..telegram.out import AnswerRejectedError, ChatUnavailableError, TelegramOut
 from ..telegram.writer import AnswerWriter, ChatBudget, JournalUnavailableError, answer_style
-from ..usage.accounting import Accounting, CallRecord, next_reset
+from ..usage.accounting import Accounting
+from ..usage.calls import CallRecord, next_reset
 from . import notices
 from .branch import Branch, Branches, Prefs
 from .context import ContextWindow, MessageTooLargeError, Window

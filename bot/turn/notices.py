@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from ..i18n import N_, _, clock_time, number
-from ..usage.accounting import next_reset
+from ..usage.calls import next_reset
 
 MODEL_ERRORS = {
     "rate_limited": N_("The model is busy right now (rate limited)."),

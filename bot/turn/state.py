@@ -64,7 +64,7 @@ from ..bus.inbound import Inbound
 from ..data import keys
 from ..data.connection import Queued, guarded, replica_ack, run_kept, run_together
 from ..telegram.format import tagged_depth
-from ..usage.accounting import Clock, day_of, utc_now
+from ..usage.calls import Clock, day_of, utc_now
 
 #: A finished turn is recognised as done at least this long (Telegram keeps an update
 #: 24 hours). Its mark is in the done set of its UTC day, read on that day and the

@@ -24,7 +24,8 @@ from ..data import keys
 from ..data.connection import guarded
 from ..model import Model, ModelError
 from ..telegram.out import TelegramOut, TelegramUnavailableError
-from ..usage.accounting import TITLE_VIEW, Accounting, CallRecord
+from ..usage.accounting import Accounting
+from ..usage.calls import TITLE_VIEW, CallRecord
 
 log = logging.getLogger("replychain.topics")
 

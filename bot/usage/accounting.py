@@ -24,50 +24,35 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
-import uuid
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import UTC, date, datetime, timedelta
-from functools import lru_cache, partial
-from typing import Any, cast
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
 
 import msgpack
-from cachetools import LRUCache
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
-from transcript import NodeId, StoreUnavailableError
+from transcript import StoreUnavailableError
 
-from .. import catalogue
-from ..bus.inbound import Inbound
 from ..data import keys
 from ..data.connection import Queued, guarded, replica_ack, run_kept, run_together
 from ..metrics import Metrics
-from ..model import Usage
 from ..retry import Outage
+from .calls import (
+    DETAIL_DAYS,
+    NANO,
+    USER_DAY_TTL,
+    CallRecord,
+    Clock,
+    Prices,
+    _text,
+    day_of,
+)
+from .reads import UsageReads
 
 log = logging.getLogger("replychain.accounting")
 
-#: USD per million tokens (the catalogue's; named here for usage's readers).
-Prices = catalogue.Prices
-
-Clock = Callable[[], datetime]
-USER_DAY_TTL = 400 * 24 * 3600
-#: Default days the per-turn and per-node detail is kept (like the call markers were).
-DETAIL_DAYS = 90
-#: Nano-dollars: a call's cost is counted in whole ones (exact sums in Redis).
-NANO = 1e9
-#: The audit record's fields, in the order of its msgpack array. Records in a chat's
-#: audit hash leave out what its key tells: ``user`` is nil when the user is the chat
-#: (a private chat) and ``sent`` is the node's ref without the chat ("tree:seg.idx").
-AUDIT_FIELDS = (
-    "at", "model", "user", "message", "sent", "prompt", "completion", "cached", "estimated",
-    "latency", "error", "view",
-)  # fmt: skip
-#: The views recorded for calls that answer no one: a fold's summary, a topic's title
-#: (an answer call's view is the window it sent).
-SUMMARY_VIEW = "summary"
-TITLE_VIEW = "title"
 
 # The first step, in the chat's slot (KEYS and ARGV: see _Recording). Hashes are
 # read with HMGET/HGET and written with one HSET of the changed fields. The
@@ -170,128 +155,6 @@ return {1, redis.call('HGET', KEYS[3], 'd') or '0'}
 OK_TTL = 2 * 24 * 3600
 #: Seconds after which another call's pending entry counts as left behind by a crash.
 STALE_PENDING = 60
-#: Calls whose size :meth:`Accounting.last_call` answers from memory.
-LAST_CALLS_KEPT = 4096
-_UNKNOWN = object()
-
-
-@dataclass(frozen=True, slots=True)
-class Totals:
-    prompt: int = 0
-    completion: int = 0
-    cached: int = 0
-    calls: int = 0
-    estimated: int = 0
-    errors: int = 0
-    #: What the calls cost, in nano-dollars (calls of models without prices add nothing).
-    cost: int = 0
-    #: The same per model (tokens, calls and cost), where the records tell.
-    models: Mapping[str, Totals] = field(default_factory=dict, compare=False)
-
-    @property
-    def tokens(self) -> int:
-        return self.prompt + self.completion
-
-    @property
-    def dollars(self) -> float:
-        return self.cost / NANO
-
-    def __add__(self, other: Totals) -> Totals:
-        models = dict(self.models)
-        for name, totals in other.models.items():
-            models[name] = models[name] + totals if name in models else totals
-        return Totals(
-            self.prompt + other.prompt,
-            self.completion + other.completion,
-            self.cached + other.cached,
-            self.calls + other.calls,
-            self.estimated + other.estimated,
-            self.errors + other.errors,
-            self.cost + other.cost,
-            models,
-        )
-
-    @classmethod
-    def from_hash(cls, raw: Mapping[Any, Any]) -> Totals:
-        values: dict[str, int] = {}
-        for key, value in raw.items():
-            if value is not None:
-                values[_text(key)] = int(value)
-        models: dict[str, dict[str, int]] = {}
-        for name, value in values.items():
-            field_name, _, model = name.partition(":")
-            if model:
-                models.setdefault(model, {})[field_name] = value
-
-        def of(found: Mapping[str, int]) -> Totals:
-            get = found.get
-            return cls(get("p", 0), get("c", 0), get("k", 0), get("n", 0), get("e", 0),
-                       get("x", 0), get("d", 0))  # fmt: skip
-
-        totals = of(values)
-        return replace(totals, models={m: of(f) for m, f in sorted(models.items())})
-
-
-@dataclass(frozen=True, slots=True)
-class CallRecord:
-    """One model call, as recorded."""
-
-    chat_id: int
-    user_id: int
-    message_id: int  # the user's message this turn answers
-    sent: NodeId  # the chain up to this node is what the model was sent
-    model: str
-    usage: Usage
-    latency: float
-    error: str | None = None
-    #: The view sent: the fold node it started from ("" for the full history).
-    view: str = ""
-    call_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-
-    @classmethod
-    def of(
-        cls,
-        inbound: Inbound,
-        sent: NodeId,
-        *,
-        model: str,
-        usage: Usage,
-        latency: float,
-        error: str | None,
-        view: str,
-    ) -> CallRecord:
-        """A call made for the turn answering ``inbound``."""
-        return cls(
-            inbound.chat_id,
-            inbound.user_id,
-            inbound.message_id,
-            sent,
-            model,
-            usage,
-            latency,
-            error=error,
-            view=view,
-        )
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
-def day_of(moment: datetime) -> str:
-    return _day_name(moment.astimezone(UTC).date())
-
-
-@lru_cache(maxsize=8)
-def _day_name(day: date) -> str:
-    """``yyyymmdd`` (a few days are named on every turn: the done sets, the buckets)."""
-    return day.strftime("%Y%m%d")
-
-
-def next_reset(moment: datetime) -> datetime:
-    """The next UTC midnight, when daily limits reset."""
-    utc = moment.astimezone(UTC)
-    return datetime(utc.year, utc.month, utc.day, tzinfo=UTC) + timedelta(days=1)
 
 
 def _marker(call_id: str) -> str:
@@ -384,18 +247,8 @@ def _queue_totals(pipe: Pipeline, marker: str, pending: str) -> None:
     pipe.eval(_TOTALS_LUA, len(found), *found, *args)
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _entry(value: Any) -> tuple[int, int, int, int, str]:
-    """A per-node entry "p c k n markers view": tokens, calls and the last call's view."""
-    p, c, k, n, _, view = _text(value).split(" ", 5)
-    return int(p), int(c), int(k), int(n), view
-
-
-class Accounting:
-    """Records model calls and answers usage questions."""
+class Accounting(UsageReads):
+    """Records model calls and answers usage questions (:class:`UsageReads`)."""
 
     def __init__(
         self,
@@ -413,16 +266,13 @@ class Accounting:
         bot without MODELS_FILE: the PRICE_* settings)."""
         if detail_days < 1:
             raise ValueError("detail_days must be at least 1")
-        self._redis = redis
+        super().__init__(redis, clock=clock, prices=prices, model_prices=model_prices)
         #: Replica acknowledgement of a record that carries the answer's node (Redis
         #: Cluster only).
         self.replicas = replica_ack(redis)
-        self.clock = clock
         #: Whose "Redis is unreachable" line a wait for Redis logs (the intake's, in the bot).
         self.outage = outage or Outage("Redis", "Usage is recorded once Redis is back.")
         self.audit_days = audit_days
-        self.prices = prices or Prices()
-        self.model_prices: Mapping[str, Prices] = model_prices or {}
         #: Called with a bucket's cost of the day (nano-dollars) after a priced call
         #: counted there (the daily spend alert, DAILY_SPEND_ALERT_USD).
         self.on_spent: Callable[[int], None] | None = None
@@ -432,27 +282,6 @@ class Accounting:
         #: the turn's final write, or the chat's next record).
         self._done: dict[str, set[str]] = {}  # by chat scope
         self.metrics = metrics or Metrics()
-        #: The size of calls this process made, by the node they were sent up to (what
-        #: :meth:`last_call` reads first: the next turn of a long chain asks for it);
-        #: None where this process made several.
-        self._sizes: LRUCache[tuple[str, NodeId], tuple[int, int, str] | None] = LRUCache(
-            maxsize=LAST_CALLS_KEPT
-        )
-
-    def prices_of(self, model: str) -> Prices:
-        """The prices of the catalogue model ``model``."""
-        return self.model_prices.get(model, self.prices)
-
-    @property
-    def priced(self) -> bool:
-        """Whether any model has prices (reports then show costs)."""
-        return self.prices.configured or any(p.configured for p in self.model_prices.values())
-
-    @property
-    def uniform_prices(self) -> Prices | None:
-        """The prices every model shares, if they all have the same (else ``None``)."""
-        found = set(self.model_prices.values()) or {self.prices}
-        return next(iter(found)) if len(found) == 1 else None
 
     async def record(self, call: CallRecord, *, with_writes: Queued | None = None) -> list[Any]:
         """Count one call exactly once; waits while Redis is away (a call costs money).
@@ -571,116 +400,3 @@ class Accounting:
         await guarded(pipe.execute())
 
     # ----------------------------------------------------------------- reads
-
-    async def _totals(self, name: str) -> Totals:
-        """The totals hash ``name``."""
-        return Totals.from_hash(await guarded(self._redis.hgetall(name)))
-
-    def _user_key(self, user_id: int, *day: str) -> str:
-        """A user's totals hash: all time, or of one day."""
-        return keys.usage_total_key(keys.usage_bucket(user_id), "u", user_id, *day)
-
-    async def user_today(self, user_id: int) -> Totals:
-        return await self._totals(self._user_key(user_id, day_of(self.clock())))
-
-    async def user_all_time(self, user_id: int) -> Totals:
-        return await self._totals(self._user_key(user_id))
-
-    async def turn(self, chat: int | str, message_id: int) -> Totals:
-        """The calls of the turn answering ``message_id`` (those of today and yesterday);
-        ``chat``: its id, or its scope (a guest chat's "g<chat>")."""
-        now = self.clock()
-        pipe = self._redis.pipeline(transaction=False)
-        for day in (day_of(now), day_of(now - timedelta(days=1))):
-            pipe.hget(keys.chat_usage_key(chat, "t", day), str(message_id))
-        total = Totals()
-        for value in await guarded(pipe.execute()):
-            if value is not None:
-                p, c, k, n, *ex = map(int, _text(value).split(" "))  # "p c k n [e x]"
-                e, x = [*ex, 0, 0][:2]
-                total = total + Totals(p, c, k, n, e, x)
-        return total
-
-    async def _nodes(self, chat: int | str, nodes: Sequence[NodeId]) -> dict[NodeId, Any]:
-        """Each node's entry "p c k n markers view", or None: one HMGET per tree hash."""
-        by_tree: dict[int, list[NodeId]] = {}
-        for node in nodes:
-            by_tree.setdefault(node.tree, []).append(node)
-        pipe = self._redis.pipeline(transaction=False)
-        for tree, group in by_tree.items():
-            pipe.hmget(keys.chat_usage_key(chat, "n", tree), [n.ref for n in group])
-        found: dict[NodeId, Any] = {}
-        for group, values in zip(by_tree.values(), await guarded(pipe.execute()), strict=True):
-            found.update(zip(group, values, strict=True))
-        return found
-
-    async def chain(self, chat: int | str, path: Sequence[NodeId]) -> Totals:
-        """Usage of the turns along one root → leaf path (a branch's own chain); its cost
-        only while every model has the same prices (:attr:`uniform_prices`)."""
-        if not path:
-            return Totals()
-        sums = [0, 0, 0, 0]
-        for value in (await self._nodes(chat, path)).values():
-            if value is not None:
-                sums = [a + b for a, b in zip(sums, _entry(value)[:4], strict=True)]
-        totals = Totals(prompt=sums[0], completion=sums[1], cached=sums[2], calls=sums[3])
-        # a node's entry does not say which model answered: priced only when all cost alike
-        uniform = self.uniform_prices
-        return replace(totals, cost=round(uniform.cost(totals) * NANO)) if uniform else totals
-
-    async def last_call(self, chat: int | str, sent: NodeId) -> tuple[int, int, str] | None:
-        """Prompt and completion tokens of the one call sent up to ``sent``, and its view.
-
-        A call this process recorded is answered from memory (none where it made
-        several, as the stored entry, which sums them, says).
-        """
-        known = self._sizes.get((str(chat), sent), _UNKNOWN)
-        if known is not _UNKNOWN:
-            return known if known is None else cast(tuple[int, int, str], known)
-        value = (await self._nodes(chat, [sent])).get(sent)
-        if value is None:
-            return None
-        prompt, completion, _, calls, view = _entry(value)
-        if calls != 1:
-            return None  # several calls summed: not one request's size
-        return prompt, completion, view
-
-    async def stats(
-        self, *, days: int = 14, users: int = 20
-    ) -> tuple[list[tuple[int, Totals, Totals]], list[tuple[str, Totals]]]:
-        """Top users (all time and today) and the last ``days`` days, for owners.
-
-        Sums the buckets: one pipelined read for the top users, one for the days
-        and those users' totals.
-        """
-        buckets = [partial(keys.usage_total_key, b) for b in range(keys.USAGE_BUCKETS)]
-        pipe = self._redis.pipeline(transaction=False)
-        for bucket in buckets:
-            pipe.zrevrange(bucket("users"), 0, users - 1, withscores=True)
-        scores: dict[int, float] = {}
-        for found in await guarded(pipe.execute()):
-            for raw, score in found:
-                user = int(_text(raw))
-                scores[user] = scores.get(user, 0.0) + float(score)
-        top = sorted(scores, key=lambda u: (-scores[u], u))[:users]
-        today = self.clock()
-        day_names = [day_of(today - timedelta(days=back)) for back in range(days)]
-        pipe = self._redis.pipeline(transaction=False)
-        # whole hashes: a day's and a user's hold a few fields per model besides the sums
-        for day in day_names:
-            for bucket in buckets:
-                pipe.hgetall(bucket("d", day))
-        for user in top:
-            pipe.hgetall(self._user_key(user))
-            pipe.hgetall(self._user_key(user, day_of(today)))
-        values = iter(await guarded(pipe.execute()))
-
-        def summed(count: int) -> Totals:
-            total = Totals()
-            for _ in range(count):
-                total = total + Totals.from_hash(next(values))
-            return total
-
-        per_day = [(day, summed(len(buckets))) for day in day_names]
-        per_user = [(user, summed(1), summed(1)) for user in top]
-        return per_user, per_day

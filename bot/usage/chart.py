@@ -14,7 +14,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .accounting import Prices, Totals
+from .calls import Prices, Totals
 
 if TYPE_CHECKING:
     from matplotlib.ticker import Formatter

@@ -11,7 +11,8 @@ from transcript import TranscriptStore
 from .. import choice_texts
 from ..i18n import N_, _, clock_time, day, dollars, ngettext, number
 from . import chart
-from .accounting import Accounting, Prices, Totals, next_reset
+from .accounting import Accounting
+from .calls import Prices, Totals, next_reset
 
 OWNER_ONLY_TEXT = N_("/stats is only for the bot's owner (OWNER_USER_IDS).")
 

@@ -21,7 +21,8 @@ from .. import choice_texts
 from ..data import keys
 from ..data.connection import guarded
 from ..i18n import _, dollars, speaking
-from .accounting import NANO, Accounting, day_of
+from .accounting import Accounting
+from .calls import NANO, day_of
 
 log = logging.getLogger("replychain.accounting")
 

@@ -33,7 +33,7 @@ from redis.asyncio import Redis
 from transcript import MissingNodeError, StoreUnavailableError, TranscriptError, TranscriptStore
 
 from ..settings import Settings
-from ..usage.accounting import Prices
+from ..usage.calls import Prices
 from . import view
 from .auth import Access, AuthError, Viewer, check_init_data
 from .texts import error_text, page_texts

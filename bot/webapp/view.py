@@ -27,7 +27,7 @@ from transcript import ChatMessage, NodeId, TranscriptStore, codec, keys
 from ..data import keys as bot_keys
 from ..data.connection import guarded
 from ..ops import conversations
-from ..usage.accounting import Prices, Totals
+from ..usage.calls import Prices, Totals
 
 #: Characters of a node's first line in the skeleton.
 FIRST_LINE = 120
