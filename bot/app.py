@@ -48,6 +48,7 @@ from .catalogue import Catalogue, Models
 from .chat.menu import sync_menu
 from .chat.polling import Poller
 from .chat.routers import AccessControl, SkipUnknownUpdates, build_router
+from .chat.sidebar import show_topic_sidebar
 from .chat.viewer import continue_router
 from .data import keys
 from .data.connection import connect
@@ -70,7 +71,7 @@ from .turn.context import ContextWindow
 from .turn.engine import Engine, Rules
 from .turn.media import MediaLimits, MediaReader
 from .turn.state import TurnStates
-from .turn.topics import TopicTitles
+from .turn.topics import TopicThreads, TopicTitles
 from .usage.accounting import Accounting
 from .usage.calls import Clock, utc_now
 from .usage.spend import SpendAlert
@@ -153,7 +154,10 @@ class App:
         )
         self.out = TelegramOut(self.bot, rich=settings.rich_messages != "off")
         self.notifier = Notifier(self.out, lambda chat, ids: self.store.unthreaded(str(chat), ids))
-        self.intake = Intake(self.redis, settings.bot_instance, shards=settings.intake_shards)
+        self.intake = Intake(
+            self.redis, settings.bot_instance, shards=settings.intake_shards,
+            topic_threads=settings.topic_threads,
+        )  # fmt: skip
         self.accounting = Accounting(
             self.redis,
             clock=clock,
@@ -236,6 +240,8 @@ class App:
             branches=self._models_and_money(settings),
         )
         self.engine.topics = self.topics
+        if settings.topic_threads:
+            self.engine.threads = TopicThreads(self.redis, out=self.out, titles=self.topics)
         self.engine.tools = tool_loop
         telegram_outage = Outage(
             "Telegram", "Answers being written are kept and finished when it is back."
@@ -539,13 +545,7 @@ class App:
                 f"the Bot API server refused WEBHOOK_URL: {exc.message}; "
                 f"{webhook_rule(self.settings.telegram_api_url)}"
             ) from None
-        try:
-            await sync_menu(self.bot)
-        except UnknownMethodError:
-            pass  # the session's one line says what is missing
-        except Exception as exc:
-            detail = getattr(exc, "message", None) or type(exc).__name__
-            log.warning("could not register the commands: %s", detail)
+        await self._set_up(self._profile())
         try:
             await webhook.start()
         except OSError as exc:
@@ -566,17 +566,33 @@ class App:
         )
 
     async def _prepare_polling(self) -> None:
-        """Drop a webhook (polling needs none) and register the commands menu, beside
-        polling: a partial or failing Bot API server never delays it.
-
-        Neither is needed to answer messages, so a failure is one warning line; each
-        call is waited for SETUP_TIMEOUT seconds at most. The webhook goes first: while
-        one is set, Telegram answers getUpdates 409, which aiogram's polling retries.
+        """Drop a webhook (polling needs none) and set up the bot's profile (the commands
+        menu, the topic sidebar), beside polling: a partial or failing Bot API server
+        never delays it. The webhook goes first: while one is set, Telegram answers
+        getUpdates 409, which aiogram's polling retries.
         """
+        await self._set_up(
+            [
+                ("delete the webhook", lambda: self.bot.delete_webhook(drop_pending_updates=False)),
+                *self._profile(),
+            ]
+        )
+
+    def _profile(self) -> list[tuple[str, Callable[[], Awaitable[object]]]]:
+        """The set-up calls of the bot's profile: the commands menu, and with
+        TOPIC_THREADS the topic sidebar (bot/chat/sidebar.py)."""
         steps: list[tuple[str, Callable[[], Awaitable[object]]]] = [
-            ("delete the webhook", lambda: self.bot.delete_webhook(drop_pending_updates=False)),
             ("register the commands", lambda: sync_menu(self.bot)),
         ]
+        if self.settings.topic_threads:
+            steps.append(("list the topics in the sidebar", lambda: show_topic_sidebar(self.bot)))
+        return steps
+
+    @staticmethod
+    async def _set_up(steps: list[tuple[str, Callable[[], Awaitable[object]]]]) -> None:
+        """Set-up calls, one after the other. None is needed to answer messages, so a
+        failure is one warning line (a method the server lacks: the session's line); each
+        call is waited for SETUP_TIMEOUT seconds at most."""
         for what, call in steps:
             try:
                 async with asyncio.timeout(SETUP_TIMEOUT):

@@ -103,7 +103,10 @@ SETTINGS_HELP: dict[str, str] = {
     "USER_DAILY_BUDGET_USD": "dollars one user may spend per UTC day (0: unlimited)",
     "DAILY_SPEND_ALERT_USD": "tell the owners once when a day's spend passes this (0: off)",
     "MAX_INPUT_CHARS": "longest user message sent to the model (16000)",
-    "TOPIC_TITLES": "title private-chat topics whose name Telegram made up (true)",
+    "TOPIC_TITLES": "title private-chat topics whose name Telegram made up, or the bot "
+    "opened (true)",
+    "TOPIC_THREADS": "private chats with topics: a topic is one conversation, a new one "
+    "opens a topic of its own (true)",
     "GUEST_MODE": "answer mentions in chats the bot is not in (Bot API 10.0 guest mode) (true)",
     "IMAGE_MAX_PIXELS": "longest side of a photo sent to the model (2048)",
     "TRANSCRIBE_MODEL": "speech-to-text model for voice notes and audio (whisper-1)",
@@ -285,6 +288,9 @@ class Settings(BaseSettings):
     max_input_chars: int = Field(16000, ge=100)
     #: Rename a private-chat topic whose name Telegram made up after its first answer.
     topic_titles: bool = True
+    #: In a private chat with topics, a topic is one conversation: a message replying to
+    #: nothing continues it, and a new conversation outside topics opens a topic.
+    topic_threads: bool = True
     #: Answer ``guest_message`` updates (Bot API 10.0: summoned in chats the bot is not in).
     guest_mode: bool = True
     #: Longest side (pixels) of the photo size sent to the model.

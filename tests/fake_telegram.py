@@ -67,6 +67,11 @@ edit it with ``editEphemeralMessageText`` (Bot API 10.3). ``ephemeral=False`` is
 server: it ignores those parameters and sends the message to everyone, as such a server
 does with any parameter it does not know.
 
+Private chats with topics (Bot API 9.3-10.5): ``private_topics(user)`` turns them on (getMe
+``has_topics_enabled``; ``on=False``: the user turned them off in that chat); ``add_topic`` is
+the user opening one, ``createForumTopic`` the bot (no update for its creation message);
+``setMySettings`` keeps ``has_topic_sidebar``, which getMe reports while topics are on.
+
 Deliberately stricter than Telegram (real Telegram silently passes these through):
 a bare ``&`` that does not start ``&lt;``/``&gt;``/``&amp;``/``&quot;``/``&#NN;``/``&#xHH;``
 (``;`` included) and ``<a>`` without ``href`` are rejected.  Pass ``strict_html=False`` to get
@@ -192,6 +197,8 @@ _METHODS: Final = (
     "getChatMember",
     "answerGuestQuery",
     "editEphemeralMessageText",
+    "createForumTopic",
+    "setMySettings",
 )
 _CANONICAL: Final = {name.lower(): name for name in _METHODS}
 #: Parameters the Bot API deprecated: link_preview_options (7.0) and reply_parameters
@@ -1442,6 +1449,9 @@ class FakeTelegram:
         self.topics_enabled = False
         #: The bot has a main Mini App (getMe ``has_main_web_app``; set in @BotFather).
         self.main_web_app = False
+        #: The bot lists its topics in private chats in a sidebar (Bot API 10.5: getMe
+        #: ``has_topic_sidebar``, set with ``setMySettings``; shown only while topics are on).
+        self.topic_sidebar = False
         #: answerCallbackQuery calls: id -> its text (None when it showed nothing).
         self.query_answers: dict[str, str | None] = {}
         self._poll: _Poll | None = None
@@ -1480,6 +1490,8 @@ class FakeTelegram:
             "getChatMember": self._get_chat_member,
             "answerGuestQuery": self._answer_guest_query,
             "editEphemeralMessageText": self._edit_ephemeral_message_text,
+            "createForumTopic": self._create_forum_topic,
+            "setMySettings": self._set_my_settings,
         }
 
     def _set_up_files(
@@ -1653,13 +1665,14 @@ class FakeTelegram:
             self.push_update({"message": copy.deepcopy(message.raw)})
         return thread_id
 
-    def private_topics(self, user_id: int) -> None:
-        """The bot has topics in private chats, and this user's chat with it shows them."""
+    def private_topics(self, user_id: int, *, on: bool = True) -> None:
+        """The bot has topics in private chats, and this user's chat with it shows them
+        (``on=False``: the user turned them off in this chat)."""
         self.topics_enabled = True
         chat = self._chat(user_id)
         if chat.type != "private":
             raise ValueError(f"chat {user_id} is not a private chat")
-        chat.private_topics = True
+        chat.private_topics = on
 
     def block_chat(self, chat_id: int) -> None:
         """Every send/edit/action/delete to this chat now fails with 403."""
@@ -2489,6 +2502,7 @@ class FakeTelegram:
             "can_connect_to_business": False,
             "has_main_web_app": self.main_web_app,
             "has_topics_enabled": self.topics_enabled,
+            "has_topic_sidebar": self.topic_sidebar and self.topics_enabled,
             "supports_guest_queries": self.guest_mode,
         }
 
@@ -3108,6 +3122,43 @@ class FakeTelegram:
         _set_or_drop(raw, "entities", copy.deepcopy(entities) or None)
         _set_or_drop(raw, "reply_markup", _visible_markup(markup))
         self._notify()
+
+    def _create_forum_topic(self, params: JSON) -> JSON:
+        """A new topic (Bot API 9.4: also in a private chat with topics, by the bot): its
+        ``ForumTopic``. Its creation message is the bot's and reaches no update."""
+        chat = self._target_chat(params)
+        if chat.type == "private":
+            if not (self.topics_enabled and chat.private_topics):
+                raise _ApiError(400, "Bad Request: the chat is not a forum")
+        elif not chat.is_forum:
+            raise _ApiError(400, "Bad Request: the chat is not a forum")
+        elif not chat.bot_is_admin:
+            raise _ApiError(400, "Bad Request: not enough rights to create a topic")
+        name = str(params.get("name") or "")
+        if not name.strip():
+            raise _ApiError(400, "Bad Request: TOPIC_TITLE_EMPTY")
+        if len(name) > 128:
+            raise _ApiError(400, "Bad Request: TOPIC_TITLE_TOO_LONG")
+        thread_id = chat.next_message_id
+        chat.topics[thread_id] = name
+        created: JSON = {"name": name, "icon_color": 0x6FB9F0}
+        self._store(
+            chat, self._bot_user(), is_bot=True, thread_id=thread_id,
+            extra={"forum_topic_created": created},
+        )  # fmt: skip
+        return {"message_thread_id": thread_id, **created}
+
+    def _set_my_settings(self, params: JSON) -> bool:
+        """Bot API 10.5's settings; this server keeps the topic ones."""
+        for name in ("has_topics_enabled", "has_topic_sidebar"):
+            value = params.get(name)
+            if value is not None and not isinstance(value, bool):
+                raise _ApiError(400, f'Bad Request: field "{name}" must be of type Boolean')
+        if params.get("has_topics_enabled") is not None:
+            self.topics_enabled = params["has_topics_enabled"]
+        if params.get("has_topic_sidebar") is not None:
+            self.topic_sidebar = params["has_topic_sidebar"]
+        return True
 
     def _edit_forum_topic(self, params: JSON) -> bool:
         """Rename a topic: the bot in a private chat with topics, or a forum's admin."""

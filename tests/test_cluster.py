@@ -121,6 +121,8 @@ async def test_the_conversation_flow_runs_on_a_cluster_and_survives_restarts(
     chats = [USER, OTHER_USER, *range(3001, 3009)]
     for chat in chats[2:]:
         tg.add_private_chat(chat, f"User{chat}")
+    topical = tg.add_private_chat(3009)  # a private chat with topics (TOPIC_THREADS)
+    tg.private_topics(topical)
     async with running_bot(settings) as app:
         first, text = await ask(tg, app, USER, "root question")
         assert text == "[depth:2] echo: root question"
@@ -137,6 +139,13 @@ async def test_the_conversation_flow_runs_on_a_cluster_and_survives_restarts(
         assert "This conversation" in usage
         stats = await command_reply(tg, USER, "/stats")
         assert f"{OTHER_USER}:" in stats
+        # a new conversation opens a topic; the topic's next message waits for its answer
+        tg.send_user_message(topical, topical, "topic root")
+        await tg.wait_for(lambda: any(c.status == 200 for c in tg.calls_to("createForumTopic")))
+        opened = [c.result for c in tg.calls_to("createForumTopic") if c.status == 200]
+        topic = opened[0]["message_thread_id"]
+        _, text = await ask(tg, app, topical, "in the topic", user=topical, thread_id=topic)
+        assert text == "[depth:4] echo: in the topic"
     spread = await keys_per_master(cluster)
     assert all(count > 0 for count in spread), spread  # no master is left out
 

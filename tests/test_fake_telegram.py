@@ -42,6 +42,8 @@ from aiogram.types import (
 )
 from pydantic import ValidationError
 
+from bot.chat.sidebar import SetMySettings
+
 from .fake_telegram import FakeTelegram
 
 PARSE_ERROR = "Bad Request: can't parse entities: "
@@ -904,7 +906,11 @@ async def test_extra_unknown_fields_still_decode(fake: FakeTelegram, bot: Bot) -
     fake.add_private_chat(1)
     fake.misbehave_next("getMe", "extra_fields", extra={"can_fly": True})
     me = await bot.get_me()
-    assert (me.id, me.model_extra) == (fake.bot_id, {"can_fly": True})
+    # has_topic_sidebar is Bot API 10.5's, which aiogram 3.31 does not know either
+    assert (me.id, me.model_extra) == (
+        fake.bot_id,
+        {"can_fly": True, "has_topic_sidebar": False},
+    )
     fake.misbehave_next("sendMessage", "extra_fields")
     sent = await bot.send_message(1, "from the future")
     assert sent.text == "from the future"
@@ -1400,6 +1406,36 @@ async def test_private_chat_topics_and_edit_forum_topic(fake: FakeTelegram, bot:
         await bot.edit_forum_topic(1, topic + 100, name="Other")
     with pytest.raises(TelegramBadRequest, match="thread not found"):
         await bot.send_message(1, "nowhere", message_thread_id=topic + 100)
+
+
+async def test_the_bot_opens_private_topics_and_sets_the_sidebar(
+    fake: FakeTelegram, bot: Bot
+) -> None:
+    """Bot API 9.4's createForumTopic in a private chat; 10.5's setMySettings and getMe's
+    has_topic_sidebar (shown only while topics are on)."""
+    fake.add_private_chat(1)
+    with pytest.raises(TelegramBadRequest, match="not a forum"):
+        await bot.create_forum_topic(1, "Pancakes")
+    fake.private_topics(1)
+    topic = await bot.create_forum_topic(1, "Pancakes")
+    assert topic.name == "Pancakes"
+    creation = fake.message(1, topic.message_thread_id)
+    assert creation.is_bot and creation.raw["forum_topic_created"]["name"] == "Pancakes"
+    assert fake.pending_updates == 0  # the bot hears nothing of its own topic
+    sent = await bot.send_message(1, "in it", message_thread_id=topic.message_thread_id)
+    assert sent.message_thread_id == topic.message_thread_id
+    with pytest.raises(TelegramBadRequest, match="TOPIC_TITLE_EMPTY"):
+        await bot.create_forum_topic(1, " ")
+    fake.private_topics(1, on=False)  # the user turned topics off
+    with pytest.raises(TelegramBadRequest, match="not a forum"):
+        await bot.create_forum_topic(1, "Waffles")
+
+    me = await bot.get_me()
+    assert me.model_extra == {"has_topic_sidebar": False}
+    assert await bot(SetMySettings(has_topic_sidebar=True))
+    assert (await bot.get_me()).model_extra == {"has_topic_sidebar": True}
+    fake.topics_enabled = False  # the sidebar shows only while topics are on
+    assert (await bot.get_me()).model_extra == {"has_topic_sidebar": False}
 
 
 # --------------------------------------------------------------------------- guest mode

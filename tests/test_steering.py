@@ -424,9 +424,10 @@ async def test_private_topics_keep_their_answers_and_implicit_names_get_a_title(
         total = await app.accounting.user_all_time(USER)
         assert total.calls == 2
 
-        # a second message in the topic replying to nothing: a new conversation, no new title
+        # a second message in the topic replying to nothing goes on (tests/test_topic_threads.py),
+        # with no new title
         again, second = await ask(tg, app, USER, "and waffles?", thread_id=unnamed)
-        assert second == "[depth:2] echo: and waffles?"
+        assert second == "[depth:4] echo: and waffles?"
         first_part = answers_to(tg, USER, asked)[-1].message_id
         _, more = await ask(tg, app, USER, "with syrup?", reply_to=first_part)
         assert more.startswith("[depth:4] ")

@@ -113,6 +113,13 @@ class Inbound:
         a chat of the bot's sharing its id: their threads, turns and ledgers never mix."""
         return f"g{self.chat_id}" if self.guest is not None else str(self.chat_id)
 
+    @property
+    def private_topic(self) -> int | None:
+        """The topic of a private chat (Bot API 9.3) the message was sent in; ``None``
+        outside topics, in groups (their forum topics are not one conversation each) and
+        in guest chats."""
+        return None if self.is_group or self.guest is not None else self.thread_id
+
     def encode(self) -> bytes:
         """The msgpack form kept in the intake stream: an array of the fields in order."""
         data: bytes = msgpack.packb(

@@ -12,6 +12,11 @@ so only a dead process's entries are ever claimed. Several bot processes share
 the stream. A turn that keeps failing is *parked* in ``rc:deadletter`` with the
 type of its error, where the operator sees it (and can put it back).
 
+With TOPIC_THREADS a message of a private chat's topic also joins the topic's queue as
+it is appended (:func:`join_topic`): here, one update after the other, is where a
+topic's messages are in the order they were sent, and its turns are answered in that
+order (bot/turn/topics.py).
+
 On a Redis Cluster the append returns only once a replica of the stream's master
 holds it too (:class:`~bot.data.connection.ReplicaAck`): the update is confirmed to
 Telegram right after, and a failover must not lose what Telegram no longer keeps.
@@ -33,12 +38,15 @@ from redis.typing import EncodableT, FieldT
 from transcript import StoreUnavailableError
 
 from ..data import keys
-from ..data.connection import guarded, replica_ack, run_together
+from ..data.connection import Queued, guarded, replica_ack, run_together
 from ..metrics import Backlog
 from ..retry import Outage
 from .inbound import Inbound
 
 _FIELD = b"m"
+#: A topic's queue (rc:{S}:queue:<t>) outlives its newest addition by this long: a
+#: turn still in it then is long gone (Telegram keeps an update one day).
+TOPIC_QUEUE_TTL = 2 * 24 * 3600
 
 # Resets the idle time of entries still pending for consumer ARGV[2] (XCLAIM
 # JUSTID to itself: the delivery count stays), skipping entries that another
@@ -70,9 +78,14 @@ class Entry:
 class Intake:
     """The stream of accepted messages, shared by every bot process on one Redis."""
 
-    def __init__(self, redis: Redis, consumer: str, *, shards: int = 1) -> None:
+    def __init__(
+        self, redis: Redis, consumer: str, *, shards: int = 1, topic_threads: bool = False
+    ) -> None:
         self._redis = redis
         self.consumer = consumer
+        #: TOPIC_THREADS: a message of a private chat's topic joins the topic's queue as it
+        #: is appended (its turn waits for those before it: bot/turn/topics.py).
+        self.topic_threads = topic_threads
         #: The intake streams: ``shards`` of them, a chat's messages always in the same one.
         self.streams = [keys.intake_stream(shard) for shard in range(shards)]
         self._keep = redis.register_script(_KEEP_LUA)
@@ -109,9 +122,17 @@ class Intake:
     async def _append(self, inbound: Inbound) -> None:
         stream = self.stream_of(inbound.chat_id)
         fields: dict[FieldT, EncodableT] = {_FIELD: inbound.encode()}
+        queues: list[Queued] = []
+        topic = inbound.private_topic if self.topic_threads else None
+        if topic is not None:
+            # (an append made again after a failure is the same member; the stream's
+            # slot may be another than the chat's)
+            queues.append(lambda pipe: join_topic(pipe, inbound, topic))
         if self.replicas is None:
-            await run_together(self._redis, lambda pipe: pipe.xadd(stream, fields))
+            await run_together(self._redis, *queues, lambda pipe: pipe.xadd(stream, fields))
         else:
+            if queues:
+                await run_together(self._redis, *queues)
             await self.replicas.write(stream, lambda pipe: pipe.xadd(stream, fields))
 
     async def read_pending(
@@ -256,6 +277,15 @@ class Intake:
         if not isinstance(raw, bytes):
             return Entry(entry_id, None, stream=stream)  # deleted or foreign entry
         return Entry(entry_id, Inbound.decode(raw), raw, stream)
+
+
+def join_topic(pipe: Pipeline, inbound: Inbound, topic: int) -> None:
+    """``inbound``'s turn joins the queue of ``topic`` (rc:{S}:queue:<t>), scored by its
+    message id: the topic's later turns wait for it (bot/turn/topics.py). Its end takes
+    it out (bot/turn/state.py)."""
+    key = keys.topic_queue_key(inbound.scope, topic)
+    pipe.zadd(key, {inbound.turn: inbound.message_id})
+    pipe.expire(key, TOPIC_QUEUE_TTL)
 
 
 def _streams(response: Any) -> list[tuple[Any, Any]]:

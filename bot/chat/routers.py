@@ -101,6 +101,12 @@ HELP_TEXT = N_(
     "Seeing “message not supported”? /format plain makes every answer plain."
 )
 
+#: /help's line for a private chat with topics (TOPIC_THREADS, bot/turn/topics.py).
+TOPICS_HELP = N_(
+    "In a topic, a message that replies to nothing continues the topic's conversation; "
+    "a new conversation outside topics opens a topic of its own."
+)
+
 UNSUPPORTED_TEXT = N_(
     "I read text, photos, voice notes, audio and text files (.txt, .md, .py, .json, .csv …). "
     "Stickers, videos, video notes, locations and other media are not supported: send "
@@ -256,8 +262,11 @@ def _conversation_router() -> Router:
 
     @router.message(CommandStart())
     @router.message(Command("help"))
-    async def on_help(message: Message, notifier: Notifier) -> None:
-        notice(notifier, message, _(HELP_TEXT))
+    async def on_help(message: Message, notifier: Notifier, bot: Bot, settings: Settings) -> None:
+        text = _(HELP_TEXT)
+        if settings.topic_threads and not is_group(message) and (await bot.me()).has_topics_enabled:
+            text += "\n\n" + _(TOPICS_HELP)
+        notice(notifier, message, text)
 
     @router.message(Checked(F.text.startswith("/")), Addressed())
     async def on_unknown_command(message: Message, notifier: Notifier, bot: Bot) -> None:

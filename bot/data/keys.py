@@ -40,6 +40,10 @@ The turn (bot/turn/state.py):
                                   before they run
                          q<k>.<i> msgpack message: the result of call i of round k
                          x        unexpected failures
+                         o        the topic a new conversation outside topics opened
+                                  in a private chat (its message_thread_id; 0: none
+                                  could be, it is answered in place), noted right
+                                  after createForumTopic (TOPIC_THREADS)
                        A finished turn's hash is deleted: its nodes and parts are found
                        through their aliases, and its mark is in a done set:
     rc:{S}:done:<day>  set of the ids m of the chat's messages whose turns finished on
@@ -67,6 +71,17 @@ Private-chat topics (bot/turn/topics.py):
     rc:{S}:topics      hash: topic (message_thread_id) -> "implicit": a topic of a
                          private chat whose name Telegram made up, waiting for its
                          title (the field is taken, HDEL, by the turn that titles it)
+    rc:{S}:heads       hash: topic -> the node ref its next message replying to nothing
+                         continues from (TOPIC_THREADS): where a reply to the bot's
+                         newest message in the topic goes on (its newest answer), set by
+                         the final write of each of its turns (removed by one whose
+                         message continues nothing)
+    rc:{S}:queue:<t>   sorted set: the turns of topic t taken in and not finished (turn
+                         id, scored by its message id): added by the intake's append (or
+                         by the turn that opened the topic), removed by the turn's end;
+                         a turn of the topic waits for those before it, so the topic's
+                         messages are answered in order (TOPIC_THREADS). Expires two
+                         days after its last addition
 
 Models and personas (bot/turn/branch.py; the choices made at nodes are the tree's
 choice index, :mod:`transcript.keys`; a persona's text is a blob of the chat):
@@ -207,6 +222,14 @@ def orphans_key(scope: str) -> str:
 
 def topics_key(scope: str) -> str:
     return scope_prefix(scope) + "topics"
+
+
+def topic_heads_key(scope: str) -> str:
+    return scope_prefix(scope) + "heads"
+
+
+def topic_queue_key(scope: str, topic: int) -> str:
+    return f"{scope_prefix(scope)}queue:{topic}"
 
 
 def album_key(scope: str, group: str) -> str:

@@ -40,6 +40,7 @@ from aiogram.exceptions import (
     TelegramBadRequest,
     TelegramForbiddenError,
     TelegramNetworkError,
+    TelegramNotFound,
     TelegramRetryAfter,
     TelegramServerError,
 )
@@ -47,6 +48,7 @@ from aiogram.methods import EditMessageText, SendMessage, SendRichMessage, Teleg
 from aiogram.types import (
     BufferedInputFile,
     EphemeralMessageParameters,
+    ForumTopic,
     InlineKeyboardMarkup,
     InputRichMessage,
     Message,
@@ -540,6 +542,32 @@ class TelegramOut:
         except TelegramAPIError as exc:
             # any other status (404, 409, an error without a description): not ours to fix
             raise TelegramUnavailableError(exc.message or type(exc).__name__) from exc
+
+    async def open_topic(self, chat_id: int, name: str) -> int:
+        """A new topic of a private chat with topics (``createForumTopic``, Bot API 9.4):
+        its ``message_thread_id``.
+
+        Raises :class:`UnknownMethodError` for a server without the method (the session
+        logs it; a bare 404 is taken for it too, with a line of its own), Telegram's
+        refusal as :class:`TelegramBadRequest` (the user turned topics off, say), and the
+        errors of any call (:class:`ChatUnavailableError`,
+        :class:`TelegramUnavailableError`).
+        """
+
+        async def create() -> ForumTopic:
+            try:
+                return await self.bot.create_forum_topic(chat_id=chat_id, name=name)
+            except UnknownMethodError:
+                raise
+            except TelegramNotFound as exc:
+                log.warning(
+                    "the Bot API server answered createForumTopic 404 (%s); new "
+                    "conversations are answered where they were asked", exc.message,
+                )  # fmt: skip
+                raise UnknownMethodError(method=exc.method, message=exc.message) from exc
+
+        topic: ForumTopic = await self._call(create())
+        return topic.message_thread_id
 
 
 def _reply(reply_to: int | None) -> ReplyParameters | None:

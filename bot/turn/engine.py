@@ -31,7 +31,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, TypeVar
 
 from redis.asyncio.client import Pipeline
@@ -69,7 +69,7 @@ from .branch import Branch, Branches, Prefs
 from .context import ContextWindow, MessageTooLargeError, Window
 from .media import MediaError, MediaReader, voice_quote
 from .state import ClaimReads, LostPart, TurnState, TurnStates, message_of
-from .topics import TopicTitles
+from .topics import Earlier, TopicThreads, TopicTitles
 
 if TYPE_CHECKING:
     from .tools import ToolLoop
@@ -150,6 +150,9 @@ class Turn:
     prefs: Prefs = field(default_factory=Prefs)
     #: The model and personas answering (resolved once the user's node is known).
     branch: Branch | None = None
+    #: A message replying to nothing in a private chat's topic goes on from here: the
+    #: topic's newest answer (``None``: it starts a new conversation).
+    follows: NodeId | None = None
 
     @property
     def model(self) -> Model:
@@ -246,6 +249,8 @@ class Engine:
         self.metrics: Metrics = accounting.metrics
         #: Titles private-chat topics after their first answer (set by the app).
         self.topics: TopicTitles | None = None
+        #: A private chat's topic is one conversation (set by the app: TOPIC_THREADS).
+        self.threads: TopicThreads | None = None
         #: The tool loop (set by the app when MCP_CONFIG is set), else ``None``.
         self.tools: ToolLoop | None = None
         self.media = media
@@ -272,7 +277,8 @@ class Engine:
 
     async def _run(self, inbound: Inbound, ack: Ack) -> bool:
         started = time.monotonic()
-        state, prefs, mine = await self._claim_reading(inbound)
+        follows = await self._follows(inbound)
+        state, prefs, mine = await self._claim_reading(inbound, follows)
         if state is None:
             raise TurnBusy
         if state.done:
@@ -284,10 +290,11 @@ class Engine:
                 await self.states.finish(inbound, state, [], with_writes=[ack])
                 return True
             inbound, album = gathered
+        inbound = await self._in_own_topic(inbound, state)
         writer = self._writer(inbound, state, mine)
         turn = Turn(
             inbound, state, writer, ack, lost_part=state.sending, album=tuple(album),
-            prefs=prefs,
+            prefs=prefs, follows=follows,
         )  # fmt: skip
         writer.journal = _Parts(self, inbound, state)
         try:
@@ -332,7 +339,8 @@ class Engine:
         return AnswerWriter(
             self.out,
             chat_id=inbound.chat_id,
-            reply_to=inbound.message_id,
+            # the question is outside the topic its answer opened: no reply across topics
+            reply_to=None if state.topic else inbound.message_id,
             thread_id=inbound.thread_id,
             edit_interval=GROUP_EDIT_INTERVAL if inbound.is_group else PRIVATE_EDIT_INTERVAL,
             existing=state.parts,
@@ -404,8 +412,8 @@ class Engine:
     async def _deliver(self, turn: Turn, reply: Reply) -> None:
         """The one place a turn finishes: show the reply, then one write records it all.
 
-        That write marks the turn done, records and aliases every part, and
-        acknowledges the intake entry.
+        That write marks the turn done, records and aliases every part, acknowledges the
+        intake entry and, in a private chat's topic, notes the topic's newest answer.
         """
         inbound, node = turn.inbound, reply.node
         if reply.notice:
@@ -415,6 +423,9 @@ class Engine:
             text = reply.text if reply.text.strip() else _(notices.EMPTY_ANSWER)
             ids = await turn.writer.finish(text, reasoning=reply.reasoning)
         writes: list[Queued] = [turn.ack, self.accounting.queue_settled(inbound.scope)]
+        newest = self.threads.queue_newest(inbound, node) if self.threads else None
+        if newest is not None:  # before the end, which lets the topic's next turn go on
+            writes.insert(0, newest)
         if node is None:  # a reply to it starts a new conversation
             writes.append(lambda pipe: self.store.queue_unthreaded(pipe, inbound.scope, ids))
         else:
@@ -455,22 +466,80 @@ class Engine:
 
     # ----------------------------------------------------------------- the steps
 
+    async def _follows(self, inbound: Inbound) -> NodeId | None:
+        """In a private chat's topic (TOPIC_THREADS): wait for the topic's turns taken in
+        before this one, so its messages are answered in order, then the node a message
+        replying to nothing goes on from: the topic's newest answer (``None``: none, or
+        not such a message).
+
+        Each earlier turn is waited for until it ends when it runs in this process, else
+        by polling the topic's queue (another process runs it, or it has not begun), at
+        most :data:`PART_WAIT` seconds in all (a dead process's turn is taken over and
+        finished within that); then it is taken out of the queue and this turn goes on.
+        """
+        threads = self.threads
+        if threads is None or inbound.private_topic is None:
+            return None
+        scope, deadline = inbound.scope, time.monotonic() + PART_WAIT
+        waited: Earlier | None = None
+
+        async def settled() -> NodeId | None:
+            nonlocal waited
+            while True:
+                waited, head = await threads.earlier(inbound)
+                if waited is None:
+                    return head
+                left = deadline - time.monotonic()
+                if left <= 0 or not await self.in_flight.wait((scope, waited.message_id), left):
+                    raise _StillSending  # its turn runs in another process
+
+        try:
+            head = await retrying(settled, on=(_StillSending,), within=PART_WAIT)
+        except _StillSending:
+            assert waited is not None
+            log.warning(
+                "message %s of chat %s waited %.0f s for message %s of its topic; going on",
+                inbound.message_id, inbound.chat_id, PART_WAIT, waited.message_id,
+            )  # fmt: skip
+            await threads.overdue(inbound, waited)
+            _, head = await threads.earlier(inbound)
+        return head if inbound.kind == MESSAGE and inbound.reply_to is None else None
+
+    async def _in_own_topic(self, inbound: Inbound, state: TurnState) -> Inbound:
+        """A new conversation outside topics in a private chat with topics opens a topic
+        of its own and is answered there (TOPIC_THREADS); where none can be opened it is
+        answered in place. Asked once per turn: the state notes the topic (or that none
+        could be) before anything is sent, so a run again answers where the first did."""
+        threads = self.threads
+        if state.topic is None:
+            if threads is None or not await threads.opens(inbound):
+                return inbound
+            topic = await threads.open(inbound)
+            await self._durably(
+                lambda: self.states.opened_topic(
+                    inbound, state, topic, with_writes=threads.queue_opened(inbound, topic)
+                )
+            )
+        return replace(inbound, thread_id=state.topic) if state.topic else inbound
+
     async def _claim(self, inbound: Inbound) -> TurnState | None:
         """Claim the turn and read its state (``None``: another worker has it)."""
         return (await self._claim_reading(inbound))[0]
 
-    async def _claim_reading(self, inbound: Inbound) -> tuple[TurnState | None, Prefs, UserPrefs]:
+    async def _claim_reading(
+        self, inbound: Inbound, follows: NodeId | None = None
+    ) -> tuple[TurnState | None, Prefs, UserPrefs]:
         """Claim the turn and read its state (``None``: another worker has it); the
         user's node goes along when it can (:meth:`_early_user_node`), and so do the
         reads that resolve the branch's model (:class:`~bot.turn.branch.BranchReads`):
         the tree's choices, fresh on every turn, and the user's defaults; and the
         asker's own settings (:class:`~bot.data.userprefs.UserReads`)."""
-        early = await self._early_user_node(inbound)
+        early = await self._early_user_node(inbound, follows)
         mine = UserReads(inbound.user_id)
         reads: list[ClaimReads] = [mine]
         branch = None
         if self.branches is not None:
-            node = early.parent if early is not None else await self._known_target(inbound)
+            node = early.parent if early is not None else await self._known_target(inbound, follows)
             branch = self.branches.reads(inbound, node)
             reads.append(branch)
         if early is None:
@@ -479,12 +548,13 @@ class Engine:
             state = await self.states.begin_with_user(inbound, early.placement, reads)
         return state, branch.prefs if branch is not None else Prefs(), mine.prefs
 
-    async def _known_target(self, inbound: Inbound) -> NodeId | None:
+    async def _known_target(self, inbound: Inbound, follows: NodeId | None) -> NodeId | None:
         """The node the message will route to, when its alias is known: an edit's first
-        wording, else the message replied to (the lookup the route repeats, cached)."""
+        wording, else the message replied to (the lookup the route repeats, cached), else
+        the topic's newest answer ``follows``."""
         target = inbound.message_id if inbound.kind == EDIT else inbound.reply_to
         if target is None:
-            return None
+            return follows
         try:
             return await self.store.resolve(inbound.scope, target)
         except RecordError:
@@ -498,16 +568,19 @@ class Engine:
         override = inbound.text.strip() if inbound.kind == RETRY else ""
         return await self.branches.resolve(user.id, turn.prefs, override=override or None)
 
-    async def _early_user_node(self, inbound: Inbound) -> _Early | None:
+    async def _early_user_node(self, inbound: Inbound, follows: NodeId | None) -> _Early | None:
         """The user's node, prepared to be written with the turn's claim (one round trip
         less), when storing it needs nothing but the message: a text replying to a
-        message whose node is known. It is written only if the claim is this run's,
-        and only once (:meth:`_store_user_node` finds it in the state).
+        message whose node is known, or going on from its topic's newest answer
+        (``follows``). It is written only if the claim is this run's, and only once
+        (:meth:`_store_user_node` finds it in the state).
         """
-        if inbound.kind != MESSAGE or inbound.media or inbound.reply_to is None:
+        if inbound.kind != MESSAGE or inbound.media:
             return None
         try:
-            parent = await self.store.resolve(inbound.scope, inbound.reply_to)
+            parent = follows
+            if inbound.reply_to is not None:
+                parent = await self.store.resolve(inbound.scope, inbound.reply_to)
             if parent is None:  # routing it may wait, or adopt a part: after the claim
                 return None
             message = await self._user_message(inbound, parent)  # text only: nothing to read
@@ -522,9 +595,14 @@ class Engine:
             return await self.store.node(state.user)
         if inbound.kind == RETRY:
             return await self._retried(turn)
+        parent: NodeId | None
         try:
-            edit = inbound.kind == EDIT
-            parent = await self._edited(inbound) if edit else await self._route(inbound)
+            if inbound.kind == EDIT:
+                parent = await self._edited(inbound)
+            elif inbound.reply_to is None:
+                parent = turn.follows  # a topic goes on; else a new conversation
+            else:
+                parent = await self._route(inbound)
         except _LostTrack:
             log.warning(
                 "message %s of chat %s replies to a message of the bot's that no conversation "
@@ -845,6 +923,8 @@ class Engine:
         again. No second copy of an answer is sent.
         """
         state = await self.states.read(inbound)
+        if state.topic:  # its parts, and the notice, are in the topic it opened
+            inbound = replace(inbound, thread_id=state.topic)
         shown = state.answer or state.user
         if shown is not None and state.parts:
             await self.store.alias(inbound.scope, state.parts, shown)

@@ -20,6 +20,9 @@ shapes in :mod:`bot.data.keys`):
       x         unexpected failures (the runner parks the turn after too many)
       l         "1": the message replied to a bot message nothing knows; it is
                 answered with a notice
+      o         the topic this new conversation opened in a private chat (0: none
+                could be; it is answered in place), noted right after Telegram
+                created it, so a run again answers in it and creates no other
 
 * **the claim** ``rc:{S}:lease:<turn>``: the worker running the turn (renewed by its
   heartbeat; another worker may take the turn once it lapses);
@@ -32,7 +35,9 @@ shapes in :mod:`bot.data.keys`):
   a reply to a part still being written finds it here. An announcement a run
   never replaced means a part may be on screen unrecorded (:attr:`TurnState.sending`);
 * **lost-part ranges** ``rc:{S}:orphans``: where such a part's id may lie, noted by
-  the run that finished the turn, so a reply to it is adopted into its thread.
+  the run that finished the turn, so a reply to it is adopted into its thread;
+* **the topic's queue** ``rc:{S}:queue:<t>`` (TOPIC_THREADS, bot/turn/topics.py): a turn
+  of a private chat's topic leaves it when it is done (or given up).
 
 The crash windows these close, and the tests that pin them, are listed in
 docs/architecture.md.
@@ -61,6 +66,7 @@ from transcript import (
 from transcript.codec import decode_message, encode_message
 
 from ..bus.inbound import Inbound
+from ..bus.intake import join_topic
 from ..data import keys
 from ..data.connection import Queued, guarded, replica_ack, run_kept, run_together
 from ..telegram.format import tagged_depth
@@ -138,17 +144,19 @@ return 1
 """
 
 # Marks the turn done in the day's set, drops its state and its claim, and takes
-# its parts and its announcement out of the chat's part ledger: at once (a
-# redelivery finds it done, or finds it unfinished). The parts' aliases are
-# written before this runs (see TurnStates.finish), so a reader that no longer
-# finds a part in the ledger finds its alias.
-#   KEYS: the day's done set, state, lease, part ledger.
+# its parts and its announcement out of the chat's part ledger, and the turn out of
+# its topic's queue: at once (a redelivery finds it done, or finds it unfinished).
+# The parts' aliases (and the topic's newest answer) are written before this runs
+# (see TurnStates.finish), so a reader that no longer finds a part in the ledger
+# finds its alias, and the topic's next turn finds the answer.
+#   KEYS: the day's done set, state, lease, part ledger[, the topic's queue].
 #   ARGV: turn id, the done set's TTL, part ids...
 _FINISH_LUA = """
 redis.call('SADD', KEYS[1], ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
 redis.call('DEL', KEYS[2], KEYS[3])
 redis.call('HDEL', KEYS[4], '~' .. ARGV[1], unpack(ARGV, 3))
+if KEYS[5] then redis.call('ZREM', KEYS[5], ARGV[1]) end
 return 1
 """
 
@@ -231,6 +239,9 @@ class TurnState:
     #: An attempt at the turn's end failed with Redis away (its master may have failed
     #: over, losing the turn's last writes): the next attempt checks them first.
     end_failed: bool = False
+    #: The topic this new conversation opened (0: none could be, answered in place);
+    #: ``None``: none was asked for.
+    topic: int | None = None
 
     @classmethod
     def parse(cls, key: str, scope: str, flat: list[Any]) -> TurnState:
@@ -252,6 +263,7 @@ class TurnState:
             calls=int(raw.get("c") or 0),
             failures=int(raw.get("x") or 0),
             lost_track=raw.get("l") == b"1",
+            topic=int(raw["o"]) if "o" in raw else None,
             done=raw.get("d") == b"1",
         )
         k = 1
@@ -473,6 +485,22 @@ class TurnStates:
         found = self._failed(keys=[key, *self._done_keys(inbound)], args=[inbound.turn])
         return int(await guarded(found))
 
+    async def opened_topic(
+        self, inbound: Inbound, state: TurnState, topic: int, *, with_writes: Queued
+    ) -> None:
+        """The topic this turn's new conversation opened (0: none could be). Noted as
+        soon as Telegram created it: a run again answers in it, and creates no other.
+        In the same transaction the turn joins the topic's queue (a message sent into
+        the new topic waits for this answer), with ``with_writes`` (keys of the chat's
+        slot) that go with an opened topic."""
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hset(state.key, "o", topic)
+            if topic:
+                join_topic(pipe, inbound, topic)
+                with_writes(pipe)
+            await guarded(pipe.execute())
+        state.topic = topic
+
     async def lost_track(self, state: TurnState) -> None:
         """The message replied to a bot message no conversation knows (before its node
         is stored: a later run answers it with the notice too)."""
@@ -572,10 +600,11 @@ class TurnStates:
         A done turn keeps only its mark, for redeliveries, until it expires: its
         id in the chat's done set of the day (its hash is deleted; its nodes and
         parts are found through their aliases from then on). ``with_writes`` go on
-        the same round trip, before it (the parts' aliases, the intake's
-        acknowledgement). The turn's own keys change in one script (one slot, the
-        chat's); the other writes are idempotent and may be in other slots, so the
-        round trip is a pipeline, not a transaction.
+        the same round trip, before it (the parts' aliases, the topic's newest answer,
+        the intake's acknowledgement). The turn's own keys change in one script (one
+        slot, the chat's; a topic's turn leaves the topic's queue there too); the other
+        writes are idempotent and may be in other slots, so the round trip is a
+        pipeline, not a transaction.
 
         On a Redis Cluster it returns once a replica of the chat's master holds the
         turn's end (:class:`~bot.data.connection.ReplicaAck`): the answer is on screen
@@ -595,6 +624,8 @@ class TurnStates:
             keys.lease_key(inbound.scope, inbound.turn),
             keys.pending_parts_key(inbound.scope),
         ]
+        if inbound.private_topic is not None:
+            turn_keys.append(keys.topic_queue_key(inbound.scope, inbound.private_topic))
 
         def done(pipe: Pipeline) -> None:
             # EVAL with the text: a pipeline cannot count on the script cache (see
@@ -620,11 +651,14 @@ class TurnStates:
         state.done = True
 
     async def release(self, inbound: Inbound, parts: list[int]) -> None:
-        """Let go of an unfinished turn (it was given up): its parts no longer wait."""
+        """Let go of an unfinished turn (it was given up): its parts, and the later turns
+        of its topic, no longer wait."""
         ledger = keys.pending_parts_key(inbound.scope)
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.delete(keys.lease_key(inbound.scope, inbound.turn))
             pipe.hdel(ledger, _announced(inbound.turn), *map(str, parts))
+            if inbound.private_topic is not None:
+                pipe.zrem(keys.topic_queue_key(inbound.scope, inbound.private_topic), inbound.turn)
             await guarded(pipe.execute())
 
     def _done_keys(self, inbound: Inbound) -> list[str]:
