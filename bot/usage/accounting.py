@@ -243,6 +243,9 @@ class CallRecord:
     #: The view sent: the fold node it started from ("" for the full history).
     view: str = ""
     call_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    #: The call's cost in nano-dollars when it is not priced by its tokens (a speech or
+    #: image call: bot/usage/costs.py); None: by its tokens, at its model's prices.
+    cost: int | None = None
 
     @classmethod
     def of(
@@ -479,12 +482,15 @@ class Accounting:
         now = self.clock()
         day = day_of(now)
         usage = call.usage
-        cost = self.prices_of(call.model).dollars(
-            usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens
-        )
+        cost = call.cost
+        if cost is None:
+            dollars = self.prices_of(call.model).dollars(
+                usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens
+            )
+            cost = round(dollars * NANO)
         recording = _Recording(
             call, day, int(now.timestamp()), self.detail_days * 24 * 3600,
-            cost=round(cost * NANO), per_model=len(self.model_prices) > 1,
+            cost=cost, per_model=len(self.model_prices) > 1,
         )  # fmt: skip
         if self.audit_days > 0:
             user = None if call.user_id == call.chat_id else call.user_id
