@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bot.media_texts import SPOKEN_CODE, SPOKEN_FORMULA, SPOKEN_TABLE
-from bot.model import ModelError
+from bot.model import ModelError, sdk
 from bot.model.speech import (
     MAX_INPUT_CHARS,
     Speaker,
@@ -214,6 +214,16 @@ async def test_a_refused_key_or_model_is_config(
     finally:
         await voice.close()
     assert failed.value.kind == kind and not failed.value.transient
+
+
+async def test_a_part_the_endpoint_finds_too_long_is_a_size_failure(server: FakeOpenAI) -> None:
+    client = openai.AsyncOpenAI(api_key=KEY, base_url=server.base_url, max_retries=0)
+    try:
+        with pytest.raises(ModelError) as failed:
+            await sdk.speak(client, model="tts-test", voice="alloy", text="x" * 5000)
+    finally:
+        await client.close()
+    assert failed.value.kind == "size" and not failed.value.transient
 
 
 async def test_an_endpoint_answering_other_audio_is_rejected(server: FakeOpenAI) -> None:
