@@ -14,13 +14,28 @@ The file is TOML::
     price_output = 0.60           # optional
     default = true                # exactly one model is the default
 
+    [models.voice]
+    kind = "tts"                  # optional: "chat" (default), "tts" or "image"
+    model = "gpt-4o-mini-tts"
+    price_per_1m_chars = 15.0     # optional (tts): USD per million characters read
+
+    [models.painter]
+    kind = "image"
+    model = "gpt-image-1"
+    price_per_image = 0.04        # optional (image): USD per picture
+
     [personas.coder]
     prompt_file = "config/personas/coder.txt"   # or: prompt = "You are ..."
     model = "fast"                # optional: the persona's model
 
 Without a file the catalogue is one model built from OPENAI_BASE_URL, OPENAI_API_KEY,
 OPENAI_MODEL and the PRICE_* settings, named by its model id, so a bot set up with
-those alone behaves as it always did. A bad file is one :class:`CatalogueError` line
+those alone behaves as it always did.
+
+Speech and image models (``kind = "tts"`` / ``"image"``) are kept apart from the chat
+models users pick (:attr:`Catalogue.media_models`); TTS_MODEL and IMAGE_MODEL name the
+one of each kind the bot uses (:func:`choose_media`), or, without a file, a model id on
+the OPENAI_* endpoint. A bad file is one :class:`CatalogueError` line
 naming the file, the table and the key; a key's value is never part of it.
 
 :class:`Models` holds one client per catalogue model (they share one wire cache: a
@@ -33,13 +48,15 @@ import os
 import re
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:  # the settings check reads the file before the client's imports load
     from .model.client import ModelClient
+    from .model.images import ImageMaker
+    from .model.speech import Speaker
 
 #: The kinds of choice a node may carry (bot/turn/branch.py): a model, a persona.
 MODEL, PERSONA = "m", "p"
@@ -50,9 +67,19 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MODEL_KEYS = frozenset(
     {
         "model", "base_url", "api_key_env", "vision", "context_tokens", "price_input",
-        "price_cached_input", "price_output", "default",
+        "price_cached_input", "price_output", "default", "kind", "price_per_1m_chars",
+        "price_per_image",
     }
 )  # fmt: skip
+#: What a model does: chat (the models users pick), speech (text to speech), pictures.
+Kind = Literal["chat", "tts", "image"]
+KINDS: tuple[Kind, ...] = ("chat", "tts", "image")
+#: The keys only a model of one kind may have.
+_KIND_KEYS: dict[str, Kind] = {
+    "vision": "chat", "context_tokens": "chat", "price_input": "chat",
+    "price_cached_input": "chat", "price_output": "chat", "default": "chat",
+    "price_per_1m_chars": "tts", "price_per_image": "image",
+}  # fmt: skip
 _PERSONA_KEYS = frozenset({"prompt", "prompt_file", "model"})
 #: The key variable whose value the settings already hold (it may come from .env).
 OPENAI_KEY_ENV = "OPENAI_API_KEY"
@@ -73,15 +100,21 @@ class CatalogueError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Prices:
-    """USD per million tokens; all zero means no price table."""
+    """USD per million tokens (a speech model: per million characters read; an image
+    model: per picture); all zero means no price table. What a speech or image call
+    costs: :mod:`bot.usage.costs`."""
 
     input: float = 0.0
     cached_input: float = 0.0
     output: float = 0.0
+    per_1m_chars: float = 0.0
+    per_image: float = 0.0
 
     @property
     def configured(self) -> bool:
-        return bool(self.input or self.cached_input or self.output)
+        return bool(
+            self.input or self.cached_input or self.output or self.per_1m_chars or self.per_image
+        )
 
     def dollars(self, prompt: int, cached: int, completion: int) -> float:
         """What a call of these tokens costs (cached prompt tokens at the cached price)."""
@@ -105,6 +138,7 @@ class ModelSpec:
     vision: bool
     context_tokens: int
     prices: Prices
+    kind: Kind = "chat"
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,11 +154,18 @@ class Persona:
 class Catalogue:
     """Every model and persona; ``default`` names the default model."""
 
+    #: The chat models (the ones users pick), by name.
     models: Mapping[str, ModelSpec]
     personas: Mapping[str, Persona]
     default: str
     #: The file read (``None``: the single model of the OPENAI_* settings).
     path: Path | None = None
+    #: The speech and image models of the file (``kind = "tts"`` / ``"image"``), by name.
+    media_models: Mapping[str, ModelSpec] = field(default_factory=dict)
+    #: The speech model the bot reads answers aloud with (TTS_MODEL); None: off.
+    speech: ModelSpec | None = None
+    #: The image model the bot makes and edits pictures with (IMAGE_MODEL); None: off.
+    images: ModelSpec | None = None
 
     def model(self, name: str | None) -> ModelSpec | None:
         """The model called ``name``, if the catalogue has it."""
@@ -133,6 +174,16 @@ class Catalogue:
     @property
     def default_model(self) -> ModelSpec:
         return self.models[self.default]
+
+    @property
+    def prices(self) -> dict[str, Prices]:
+        """The prices of every model the bot calls, by name: the chat models, and the
+        speech and image models in use (accounting's ``model_prices``)."""
+        found = {name: spec.prices for name, spec in self.models.items()}
+        for spec in (self.speech, self.images):
+            if spec is not None:
+                found[spec.name] = spec.prices
+        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,12 +237,15 @@ def load(path: Path, defaults: Defaults, env: Mapping[str, str] | None = None) -
         raise CatalogueError(f"{where}: [models]: needs at least one [models.<name>] table")
     values = os.environ if env is None else env
     models: dict[str, ModelSpec] = {}
+    media: dict[str, ModelSpec] = {}
     defaults_named: list[str] = []
     for name, table in tables.items():
         spec, is_default = _model(where, name, table, defaults, env=values)
-        models[name] = spec
+        (models if spec.kind == "chat" else media)[name] = spec
         if is_default:
             defaults_named.append(name)
+    if not models:
+        raise CatalogueError(f'{where}: [models]: needs at least one chat model (kind = "chat")')
     if len(models) == 1 and not defaults_named:
         defaults_named = list(models)
     if len(defaults_named) != 1:
@@ -203,7 +257,38 @@ def load(path: Path, defaults: Defaults, env: Mapping[str, str] | None = None) -
     if not isinstance(personas, dict):
         raise CatalogueError(f"{where}: [personas]: must be a table of [personas.<name>] tables")
     chosen = {name: _persona(where, name, table, models) for name, table in personas.items()}
-    return Catalogue(models, chosen, defaults_named[0], path)
+    return Catalogue(models, chosen, defaults_named[0], path, media_models=media)
+
+
+def choose_media(
+    catalogue: Catalogue, defaults: Defaults, *, tts: str | None, image: str | None
+) -> Catalogue:
+    """``catalogue`` with its speech model (TTS_MODEL) and image model (IMAGE_MODEL):
+    with a file each names a model of that kind there; without one, a model id on the
+    OPENAI_* endpoint (without prices). :class:`CatalogueError` names what is wrong."""
+    chosen: dict[str, ModelSpec | None] = {}
+    wanted: tuple[tuple[Kind, str | None, str], ...] = (
+        ("tts", tts, "TTS_MODEL"), ("image", image, "IMAGE_MODEL"),
+    )  # fmt: skip
+    for kind, name, setting in wanted:
+        if name is None:
+            chosen[kind] = None
+        elif catalogue.path is None:
+            chosen[kind] = ModelSpec(
+                name=name, model=name, base_url=defaults.base_url,
+                api_key=defaults.api_key or "not-needed", vision=False,
+                context_tokens=defaults.context_tokens, prices=Prices(), kind=kind,
+            )  # fmt: skip
+        else:
+            spec = catalogue.media_models.get(name)
+            if spec is None or spec.kind != kind:
+                names = ", ".join(n for n, s in catalogue.media_models.items() if s.kind == kind)
+                raise CatalogueError(
+                    f"{setting} is invalid: {name} is no [models.<name>] table of kind = "
+                    f'"{kind}" in MODELS_FILE {catalogue.path} ({names or "it has none"})'
+                )
+            chosen[kind] = spec
+    return replace(catalogue, speech=chosen["tts"], images=chosen["image"])
 
 
 def _model(
@@ -215,6 +300,7 @@ def _model(
     if not isinstance(table, dict):
         raise CatalogueError(f"{at}: must be a table")
     _no_unknown(at, table, _MODEL_KEYS)
+    kind = _kind(at, table)
     model = _text(at, table, "model", required=True)
     assert model is not None
     base_url = _text(at, table, "base_url") or defaults.base_url
@@ -238,6 +324,8 @@ def _model(
         _number(at, table, "price_input"),
         _number(at, table, "price_cached_input"),
         _number(at, table, "price_output"),
+        _number(at, table, "price_per_1m_chars", "USD per million characters"),
+        _number(at, table, "price_per_image", "USD per picture"),
     )
     context = table.get("context_tokens", defaults.context_tokens)
     if isinstance(context, bool) or not isinstance(context, int) or context < 256:
@@ -250,8 +338,21 @@ def _model(
         vision=_flag(at, table, "vision", default=True),
         context_tokens=context,
         prices=prices,
+        kind=kind,
     )
     return spec, _flag(at, table, "default", default=False)
+
+
+def _kind(at: str, table: dict[str, Any]) -> Kind:
+    """The model's ``kind``, checked against the keys it has."""
+    kind = table.get("kind", "chat")
+    if kind not in KINDS:
+        raise CatalogueError(f'{at} kind: must be "chat", "tts" or "image"')
+    for key in sorted(table):
+        owner = _KIND_KEYS.get(key)
+        if owner is not None and owner != kind:
+            raise CatalogueError(f'{at} {key}: only a model of kind = "{owner}" has it')
+    return cast(Kind, kind)
 
 
 def _persona(where: str, name: str, table: object, models: Mapping[str, ModelSpec]) -> Persona:
@@ -275,7 +376,7 @@ def _persona(where: str, name: str, table: object, models: Mapping[str, ModelSpe
         raise CatalogueError(f"{at} prompt: is empty")
     model = _text(at, table, "model")
     if model is not None and model not in models:
-        raise CatalogueError(f"{at} model: names no [models.{model}] table")
+        raise CatalogueError(f"{at} model: names no [models.{model}] table of a chat model")
     return Persona(name, prompt, model)
 
 
@@ -297,10 +398,12 @@ def _text(at: str, table: dict[str, Any], key: str, *, required: bool = False) -
     return value.strip()
 
 
-def _number(at: str, table: dict[str, Any], key: str) -> float:
+def _number(
+    at: str, table: dict[str, Any], key: str, unit: str = "USD per million tokens"
+) -> float:
     value = table.get(key, 0.0)
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise CatalogueError(f"{at} {key}: must be a number of at least 0 (USD per million tokens)")
+        raise CatalogueError(f"{at} {key}: must be a number of at least 0 ({unit})")
     return float(value)
 
 
@@ -314,7 +417,10 @@ def _flag(at: str, table: dict[str, Any], key: str, *, default: bool) -> bool:
 class Models:
     """One client per catalogue model, made when first asked for."""
 
-    def __init__(self, catalogue: Catalogue, *, timeout: float, max_retries: int) -> None:
+    def __init__(
+        self, catalogue: Catalogue, *, timeout: float, max_retries: int, voice: str = "alloy"
+    ) -> None:
+        """``voice``: the speech model's (TTS_VOICE)."""
         from .model.wire import WireCache  # noqa: PLC0415 - see the imports above
 
         self.catalogue = catalogue
@@ -322,6 +428,9 @@ class Models:
         self._clients: dict[str, ModelClient] = {}
         #: Shared by every client: a stored message's JSON does not depend on the model.
         self.wire = WireCache()
+        self.voice = voice
+        self._speaker: Speaker | None = None
+        self._image_maker: ImageMaker | None = None
 
     def client(self, name: str) -> ModelClient:
         """The client of catalogue model ``name`` (it must be in the catalogue)."""
@@ -341,6 +450,38 @@ class Models:
     def default(self) -> ModelClient:
         return self.client(self.catalogue.default)
 
+    def speaker(self) -> Speaker | None:
+        """The client of the speech model (TTS_MODEL), in the voice given (TTS_VOICE);
+        None when speech is off."""
+        spec = self.catalogue.speech
+        if spec is None:
+            return None
+        if self._speaker is None:
+            from .model.speech import Speaker  # noqa: PLC0415 - see the imports above
+
+            self._speaker = Speaker(
+                api_key=spec.api_key, base_url=spec.base_url, model=spec.model, voice=self.voice,
+                timeout=self._timeout, max_retries=self._retries, name=spec.name,
+            )  # fmt: skip
+        return self._speaker
+
+    def image_maker(self) -> ImageMaker | None:
+        """The client of the image model (IMAGE_MODEL); None when pictures are off."""
+        spec = self.catalogue.images
+        if spec is None:
+            return None
+        if self._image_maker is None:
+            from .model.images import ImageMaker  # noqa: PLC0415 - see the imports above
+
+            self._image_maker = ImageMaker(
+                api_key=spec.api_key, base_url=spec.base_url, model=spec.model,
+                timeout=self._timeout, max_retries=self._retries, name=spec.name,
+            )  # fmt: skip
+        return self._image_maker
+
     async def close(self) -> None:
         for client in self._clients.values():
             await client.close()
+        for other in (self._speaker, self._image_maker):
+            if other is not None:
+                await other.close()

@@ -112,6 +112,11 @@ SETTINGS_HELP: dict[str, str] = {
     "TRANSCRIBE_MODEL": "speech-to-text model for voice notes and audio (whisper-1)",
     "TRANSCRIBE_BASE_URL": "endpoint for transcription (default: OPENAI_BASE_URL)",
     "AUDIO_MAX_SECONDS": "longest voice note or audio transcribed, seconds (600)",
+    "TTS_MODEL": 'text-to-speech model for voice answers; with MODELS_FILE a kind = "tts" '
+    "entry (unset: off)",
+    "TTS_VOICE": "the voice answers are read in (alloy)",
+    "IMAGE_MODEL": 'image model for pictures made and edited; with MODELS_FILE a kind = "image" '
+    "entry (unset: off)",
     "TEXT_FILE_MAX_BYTES": "largest text file read into the conversation (262144)",
     "ALBUM_WAIT": "seconds an album's photos are collected into one turn (1.0)",
     "SHUTDOWN_TIMEOUT": "seconds in-flight answers get to finish on SIGTERM (25)",
@@ -300,6 +305,14 @@ class Settings(BaseSettings):
     transcribe_base_url: str | None = None
     #: Longest voice note or audio file transcribed (seconds).
     audio_max_seconds: int = Field(600, ge=1)
+    #: Text-to-speech model for voice answers (``/audio/speech``): with a catalogue the
+    #: name of a ``kind = "tts"`` model, else a model id on the OPENAI_* endpoint; unset = off.
+    tts_model: str | None = None
+    #: The voice answers are read in (a voice the speech endpoint knows).
+    tts_voice: str = Field("alloy", pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
+    #: Image model for pictures (``/images/generations``, ``/images/edits``): a catalogue's
+    #: ``kind = "image"`` model, else a model id on the OPENAI_* endpoint; unset = off.
+    image_model: str | None = None
     #: Largest text file (bytes) read into the conversation.
     text_file_max_bytes: int = Field(262144, ge=1024)
     #: Seconds an album's photos (one media_group_id) are collected into one turn.
@@ -585,6 +598,9 @@ class Settings(BaseSettings):
         path = self.catalogue_path()
         try:
             found = catalogue.single(defaults) if path is None else catalogue.load(path, defaults)
+            found = catalogue.choose_media(
+                found, defaults, tts=self.tts_model, image=self.image_model
+            )
         except catalogue.CatalogueError as exc:
             raise SettingsError(f"{exc}; see docs/settings.md, MODELS_FILE") from None
         if self.summary_model is not None and self.summary_model not in found.models:

@@ -182,6 +182,7 @@ _METHODS: Final = (
     "sendMessage",
     "sendPhoto",
     "sendDocument",
+    "sendVoice",
     "editMessageText",
     "sendChatAction",
     "deleteMessage",
@@ -230,6 +231,7 @@ _OBJECT_RESULTS: Final = frozenset(
         "sendMessage",
         "sendPhoto",
         "sendDocument",
+        "sendVoice",
         "editMessageText",
         "sendRichMessage",
     }
@@ -243,6 +245,7 @@ _CHAT_RATE_METHODS: Final = frozenset(
         "sendMessage",
         "sendPhoto",
         "sendDocument",
+        "sendVoice",
         "editMessageText",
         "sendChatAction",
         "sendMessageDraft",
@@ -1475,6 +1478,7 @@ class FakeTelegram:
             "sendMessage": self._send_message,
             "sendPhoto": self._send_photo,
             "sendDocument": self._send_document,
+            "sendVoice": self._send_voice,
             "editMessageText": self._edit_message_text,
             "sendChatAction": self._send_chat_action,
             "deleteMessage": self._delete_message_call,
@@ -2371,7 +2375,7 @@ class FakeTelegram:
             raise _Broken(misbehaving.status, misbehaving.kind, response)
         if method == "editMessageText":
             self._check_edit_flood(params, now)
-        if method in ("sendMessage", "sendPhoto", "sendRichMessage"):
+        if method in ("sendMessage", "sendPhoto", "sendVoice", "sendRichMessage"):
             self._check_send_flood(chat_id, now)
         if method in ("sendMessageDraft", "sendRichMessageDraft"):
             self._check_draft_flood(chat_id, now)
@@ -2988,6 +2992,86 @@ class FakeTelegram:
         )
         message.document = (name, data)
         return copy.deepcopy(message.raw)
+
+    def _send_voice(self, params: JSON) -> JSON:
+        """sendVoice with an uploaded OGG/Opus file (multipart/form-data, directly or via
+        ``attach://name``), or the file_id of a voice message this server holds; an empty
+        upload, one over 50 MB or a file_id it never issued is refused as Telegram refuses
+        it. Stricter than Telegram (which also takes MP3 and M4A, and sends other formats as
+        a document): anything but OGG/Opus is refused. The message is a voice message like a
+        user's: its file is registered, so ``getFile`` and the file server serve its bytes
+        (``file_bytes``); ``duration`` is the one sent, else the file's own."""
+        chat = self._target_chat(params)
+        file_id, data = self._voice_upload(params)
+        caption, entities, mode, raw_caption = self._format(params, caption=True)
+        thread_id, reply = self._placement(chat, params)
+        if file_id is None:
+            stem = f"{abs(chat.id)}x{chat.next_message_id}"
+            file_id = f"AwACAgIAAxkDVO{stem}"
+            self._files[file_id] = (f"AgADVO{stem}", data, len(data))
+            self._file_kinds[file_id] = ("voice", ".oga")
+        duration = _opt_int(params, "duration")
+        voice = {
+            "file_id": file_id,
+            "file_unique_id": self._files[file_id][0],
+            "duration": duration if duration is not None else self._ogg_seconds(data),
+            "mime_type": "audio/ogg",
+            "file_size": len(data),
+        }
+        extra: JSON = {"voice": voice}
+        if caption:
+            extra["caption"] = caption
+            if entities:
+                extra["caption_entities"] = copy.deepcopy(entities)
+        message = self._store(
+            chat,
+            self._bot_user(),
+            is_bot=True,
+            thread_id=thread_id,
+            reply=reply,
+            html=raw_caption or None,
+            parse_mode=mode,
+            reply_markup=_reply_markup(params, chat),
+            extra=extra,
+            caption=caption or None,
+        )
+        return copy.deepcopy(message.raw)
+
+    def _voice_upload(self, params: JSON) -> tuple[str | None, bytes]:
+        """(the file_id of a voice message sent again, else None; the voice's bytes)."""
+        voice = params.get("voice")
+        if isinstance(voice, str) and voice.startswith("attach://"):
+            voice = params.get(voice.removeprefix("attach://"))
+        if isinstance(voice, dict) and isinstance(voice.get("data"), bytes):
+            data: bytes = voice["data"]
+            if not data:
+                raise _ApiError(400, "Bad Request: file must be non-empty")
+            if len(data) > _MAX_UPLOAD_BYTES:
+                raise _ApiError(413, "Request Entity Too Large")
+            if not (data.startswith(b"OggS") and data[28:36] == b"OpusHead"):
+                raise _ApiError(
+                    400, "Bad Request: wrong voice file type (FakeTelegram takes OGG/Opus)"
+                )
+            return None, data
+        if isinstance(voice, str) and voice:
+            if voice.startswith(("http://", "https://")):
+                raise _ApiError(400, "Bad Request: failed to get HTTP URL content")
+            if self._file_kinds.get(voice, ("",))[0] != "voice":
+                raise _ApiError(400, "Bad Request: wrong file identifier/HTTP URL specified")
+            return voice, self._files[voice][1]
+        raise _ApiError(400, "Bad Request: there is no voice in the request")
+
+    @staticmethod
+    def _ogg_seconds(data: bytes) -> int:
+        """An OGG/Opus file's length in whole seconds: its last page's granule position
+        (48 kHz samples) less the header's pre-skip, read page by page."""
+        pos, granule = 0, 0
+        while data.startswith(b"OggS", pos) and pos + 27 <= len(data):
+            granule = int.from_bytes(data[pos + 6 : pos + 14], "little", signed=True)
+            segments = data[pos + 26]
+            pos += 27 + segments + sum(data[pos + 27 : pos + 27 + segments])
+        pre_skip = int.from_bytes(data[38:40], "little")
+        return max(0, round((granule - pre_skip) / 48_000))
 
     def _send_message_draft(self, params: JSON) -> bool:
         chat = self._target_chat(params)

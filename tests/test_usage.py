@@ -197,7 +197,8 @@ async def test_turn_guard_stops_a_loop_of_model_calls(
     tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, redis_server: RedisServer, redis: Redis
 ) -> None:
     """A message whose turn dies mid-call again and again may not call the model again."""
-    env = env_for(tg, llm, redis_server.url, TURN_MAX_MODEL_CALLS="1")
+    # a short takeover: the dead first run's lease is not waited out for 30 s
+    env = env_for(tg, llm, redis_server.url, TURN_MAX_MODEL_CALLS="1", TAKEOVER_SECONDS="4")
     llm.gate = asyncio.Event()
     first = BotProcess(env, tmp_path)
     await first.start()

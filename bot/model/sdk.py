@@ -13,6 +13,10 @@ reads the answers; this module hands them to the SDK and classifies what fails::
     400 context_length_exceeded              -> too_long
     400 "cannot take images"                 -> no_images
     400 about one image                      -> bad_image (with the part it names)
+    speech and image calls (classify_media):
+      a content or safety refusal            -> refused (never retried)
+      a refused size (413, a picture's       -> size
+        bytes or sides, the size parameter)
     401, 403, 404                            -> config
     5xx, anything unforeseen                 -> unavailable
     other statuses                           -> rejected
@@ -25,12 +29,12 @@ import inspect
 import json
 import re
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from typing import Any, cast
 
 import aiohttp
 import openai
-from openai.types import CompletionUsage
+from openai.types import CompletionUsage, ImagesResponse
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
 from .types import ModelError, Usage
@@ -185,6 +189,100 @@ async def transcribe(
     except openai.OpenAIError as exc:
         raise classify(exc) from exc
     return result.text.strip()
+
+
+async def speak(client: openai.AsyncOpenAI, *, model: str, voice: str, text: str) -> bytes:
+    """``text`` read aloud as OGG/Opus (``POST /audio/speech``, ``response_format: opus``)."""
+    try:
+        response = await client.audio.speech.create(
+            model=model, voice=voice, input=text, response_format="opus"
+        )
+        return await response.aread()
+    except openai.OpenAIError as exc:
+        raise classify_media(exc) from exc
+
+
+async def generate_image(
+    client: openai.AsyncOpenAI, *, model: str, prompt: str, b64: bool
+) -> tuple[ImagesResponse, bool]:
+    """One picture for ``prompt`` (``POST /images/generations``), and whether
+    ``response_format: b64_json`` was sent (see :func:`_b64_or_not`)."""
+    return await _b64_or_not(
+        lambda with_b64: client.images.generate(
+            model=model, prompt=prompt, response_format="b64_json" if with_b64 else openai.omit
+        ),
+        b64,
+    )
+
+
+async def edit_image(
+    client: openai.AsyncOpenAI, *, model: str, prompt: str, image: tuple[str, bytes, str], b64: bool
+) -> tuple[ImagesResponse, bool]:
+    """``image`` (name, bytes, type) changed as ``prompt`` says (``POST /images/edits``)."""
+    return await _b64_or_not(
+        lambda with_b64: client.images.edit(
+            model=model, prompt=prompt, image=image,
+            response_format="b64_json" if with_b64 else openai.omit,
+        ),
+        b64,
+    )  # fmt: skip
+
+
+async def _b64_or_not(
+    call: Callable[[bool], Awaitable[ImagesResponse]], b64: bool
+) -> tuple[ImagesResponse, bool]:
+    """``call(b64)``; when the endpoint refuses ``response_format`` (GPT image models
+    always answer base64 and take no such parameter; DALL·E and most compatible servers
+    answer a URL without it), the same call once more without it, at once: it was the
+    request's form, not a failure."""
+    try:
+        return await call(b64), b64
+    except openai.BadRequestError as exc:
+        if not (b64 and str(getattr(exc, "param", "") or "") == "response_format"):
+            raise classify_media(exc) from exc
+    except openai.OpenAIError as exc:
+        raise classify_media(exc) from exc
+    try:
+        return await call(False), False
+    except openai.OpenAIError as exc:
+        raise classify_media(exc) from exc
+
+
+#: How image and speech endpoints say they refuse the content: OpenAI's codes
+#: (``content_policy_violation`` for DALL·E, ``moderation_blocked`` for GPT image models)
+#: and their words ("rejected by the safety system", "…as a result of our safety system",
+#: "content policy").
+_REFUSED_CODES = frozenset(
+    ("content_policy_violation", "moderation_blocked", "image_content_policy_violation")
+)
+_REFUSED = re.compile(r"safety system|content policy|content_policy")
+#: How they say a size is refused: a picture's bytes or sides, the ``size`` parameter.
+_SIZE_CODES = frozenset(
+    ("image_too_large", "image_file_too_large", "image_too_small", "invalid_size",
+     "string_above_max_length")
+)  # fmt: skip
+_SIZE = re.compile(
+    r"too (large|big|small)|file size|exceeds|maximum (size|length)|at most \d+ characters"
+)
+
+
+def classify_media(exc: Exception) -> ModelError:
+    """:func:`classify`, knowing what speech and image endpoints refuse: content
+    (``refused``, never tried again, whatever the response says) and sizes (``size``)."""
+    if isinstance(exc, openai.APIStatusError) and 400 <= exc.status_code < 500:
+        code = str(getattr(exc, "code", "") or "")
+        message = exc.message.lower()
+        if code in _REFUSED_CODES or (exc.status_code == 400 and _REFUSED.search(message)):
+            return ModelError("refused", "the endpoint refused the content")
+        param = str(getattr(exc, "param", "") or "")
+        if (
+            exc.status_code == 413
+            or code in _SIZE_CODES
+            or param == "size"
+            or (exc.status_code == 400 and _SIZE.search(message))
+        ):
+            return ModelError("size", f"the endpoint refused the size ({code or exc.status_code})")
+    return classify(exc)
 
 
 #: How servers say a model cannot take images at all (not: this image is bad).

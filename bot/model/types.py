@@ -17,8 +17,11 @@ from transcript import ChatMessage, ToolCall
 
 ErrorKind = Literal[
     "rate_limited", "unavailable", "timeout", "too_long", "rejected", "config", "no_images",
-    "bad_image",
+    "bad_image", "refused", "size",
 ]  # fmt: skip
+#: ``refused`` (the endpoint refused the content: never retried) and ``size`` (it refused
+#: a picture's or a request's size) come only from the speech and image calls
+#: (bot/model/speech.py, bot/model/images.py).
 #: Image bytes by digest, for the images of the messages sent; ``None``: the model
 #: cannot see images, and each is sent as :data:`IMAGE_PLACEHOLDER` instead. An image
 #: whose digest is left out (the model could not read it) is sent as

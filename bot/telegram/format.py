@@ -1,7 +1,7 @@
 """The model's Markdown -> Telegram HTML, split into message-sized chunks.
 
 Pure functions (no aiogram, no openai).  The Markdown is parsed by markdown-it-py
-(:mod:`bot.telegram.markdown`: CommonMark, strikethrough, tables, formulas; a table is
+(:mod:`bot.markdown`: CommonMark, strikethrough, tables, formulas; a table is
 shown as aligned text in a ``<pre>`` block, a formula's source as code: HTML has neither
 tables nor formulas); its token stream is flattened into
 runs of visible text, each carrying the stack of formatting tags active over it.
@@ -26,7 +26,7 @@ from itertools import accumulate
 
 from markdown_it.token import Token
 
-from .markdown import (
+from ..markdown import (
     BOLD,
     CODE,
     ITALIC,

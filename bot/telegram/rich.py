@@ -1,7 +1,7 @@
 """The model's Markdown -> Telegram rich messages (Bot API 10.1), split at block boundaries.
 
 Pure functions (no aiogram, no openai), the rich counterpart of :mod:`bot.telegram.format`.
-The Markdown is parsed by markdown-it-py (:mod:`bot.telegram.markdown`: CommonMark, GFM
+The Markdown is parsed by markdown-it-py (:mod:`bot.markdown`: CommonMark, GFM
 tables and strikethrough, formulas) into a tree, and the tree is flattened into *leaves*: the blocks
 that hold text (a paragraph, a heading, a code block, a formula, a table row, a list
 item's text), each with the stack of containers it sits in (quotes, lists, list items,
@@ -47,8 +47,8 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ..markdown import MARKDOWN, clean_text, code_language, text_table
 from .format import EMPTY_PLACEHOLDER, Chunk, escape_html, utf16_len
-from .markdown import MARKDOWN, clean_text, code_language, text_table
 from .rich_runs import (
     _Box,
     _cut_runs,

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from markdown_it.token import Token
 
+from ..markdown import BOLD, CODE, ITALIC, STRIKE, Stack, Tag, safe_url
 from .format import escape_html, utf16_len
-from .markdown import BOLD, CODE, ITALIC, STRIKE, Stack, Tag, safe_url
 
 # ------------------------------------------------------------------ the tree
 

@@ -312,12 +312,15 @@ class Accounting(UsageReads):
         now = self.clock()
         day = day_of(now)
         usage = call.usage
-        cost = self.prices_of(call.model).dollars(
-            usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens
-        )
+        cost = call.cost
+        if cost is None:
+            dollars = self.prices_of(call.model).dollars(
+                usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens
+            )
+            cost = round(dollars * NANO)
         recording = _Recording(
             call, day, int(now.timestamp()), self.detail_days * 24 * 3600,
-            cost=round(cost * NANO), per_model=len(self.model_prices) > 1,
+            cost=cost, per_model=len(self.model_prices) > 1,
         )  # fmt: skip
         if self.audit_days > 0:
             user = None if call.user_id == call.chat_id else call.user_id

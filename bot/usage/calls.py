@@ -119,6 +119,9 @@ class CallRecord:
     #: The view sent: the fold node it started from ("" for the full history).
     view: str = ""
     call_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    #: The call's cost in nano-dollars when it is not priced by its tokens (a speech or
+    #: image call: bot/usage/costs.py); None: by its tokens, at its model's prices.
+    cost: int | None = None
 
     @classmethod
     def of(

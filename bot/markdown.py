@@ -1,4 +1,7 @@
-"""The model's Markdown as both renderers read it: the parser, formatting tags, safe links.
+"""The model's Markdown as the bot reads it: the parser, formatting tags, safe links.
+
+Both renderers (bot/telegram/format.py, rich.py) and the speech of an answer
+(bot/model/speech.py) read the model's text with it.
 
 CommonMark with GFM tables and strikethrough, reference definitions left as text (a
 model's footnotes, "[^1]: text", would vanish otherwise), and formulas: ``$…$``,
