@@ -43,8 +43,9 @@ from bot.telegram.out import TelegramOut
 from bot.telegram.rich import render_rich
 from bot.turn.branch import Branches
 from bot.turn.context import ContextWindow
-from bot.turn.engine import Engine, Rules
+from bot.turn.engine import Engine
 from bot.turn.state import TurnStates
+from bot.turn.values import Rules
 from bot.usage.accounting import Accounting
 from bot.usage.calls import Prices, Totals, utc_now
 from tests.stub_model import StubModel
@@ -82,6 +83,7 @@ class InstantTelegram(TelegramOut):
         reply_to: int | None,
         thread_id: int | None,
         markup: InlineKeyboardMarkup | None = None,
+        part: bool = False,
     ) -> int:
         message_id = self.next_id(chat_id)
         depth = chunk.plain.removeprefix("[depth:").partition("]")[0]

@@ -21,8 +21,9 @@ from bot.data.connection import connect
 from bot.model import ModelClient
 from bot.retry import Outage
 from bot.turn.context import ContextWindow
-from bot.turn.engine import Engine, Rules
+from bot.turn.engine import Engine
 from bot.turn.state import TurnStates
+from bot.turn.values import Rules
 from bot.usage.accounting import Accounting
 from bot.usage.calls import utc_now
 from tests.fake_openai import FakeOpenAI

@@ -82,7 +82,10 @@ def _tool_engine(redis: Redis, telegram: InstantTelegram) -> tuple[Engine, ToolM
     model = ToolModel()
     engine.model = model
     engine.context.model = model
-    engine.tools = ToolLoop(InstantTools(), model, engine.store, engine.states, max_rounds=10)
+    engine.asking.tools = ToolLoop(
+        InstantTools(), model, engine.store, engine.states, max_rounds=10
+    )
+    engine.limits.tool_rounds = engine.asking.tools.max_rounds
     engine.context.shape = stub_old_results
     return engine, model
 

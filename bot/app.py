@@ -68,10 +68,11 @@ from .tools.config import load_config
 from .tools.retention import stub_old_results
 from .turn.branch import Branches
 from .turn.context import ContextWindow
-from .turn.engine import Engine, Rules
+from .turn.engine import Engine
 from .turn.media import MediaLimits, MediaReader
 from .turn.state import TurnStates
 from .turn.topics import TopicThreads, TopicTitles
+from .turn.values import Rules
 from .usage.accounting import Accounting
 from .usage.calls import Clock, utc_now
 from .usage.spend import SpendAlert
@@ -152,7 +153,7 @@ class App:
             timeout=settings.openai_timeout,
             max_retries=settings.openai_max_retries,
         )
-        self.out = TelegramOut(self.bot, rich=settings.rich_messages != "off")
+        self.out = TelegramOut(self.bot, rich=settings.rich_messages != "off", floods=floods)
         self.notifier = Notifier(self.out, lambda chat, ids: self.store.unthreaded(str(chat), ids))
         self.intake = Intake(
             self.redis, settings.bot_instance, shards=settings.intake_shards,
@@ -238,11 +239,14 @@ class App:
             ),
             albums=self.albums,
             branches=self._models_and_money(settings),
+            topics=self.topics,
+            threads=(
+                TopicThreads(self.redis, out=self.out, titles=self.topics)
+                if settings.topic_threads
+                else None
+            ),
+            tools=tool_loop,
         )
-        self.engine.topics = self.topics
-        if settings.topic_threads:
-            self.engine.threads = TopicThreads(self.redis, out=self.out, titles=self.topics)
-        self.engine.tools = tool_loop
         telegram_outage = Outage(
             "Telegram", "Answers being written are kept and finished when it is back."
         )

@@ -17,7 +17,7 @@ from bot.app import App
 from bot.chat.routers import REFUSAL_TEXT
 from bot.i18n import I18N, _
 from bot.telegram import guest
-from bot.turn.state import PartLedger
+from bot.turn.parts import PartLedger
 from transcript import TranscriptStore
 
 from .fake_openai import FakeOpenAI

@@ -192,7 +192,9 @@ async def test_a_kill_before_the_newest_answer_is_noted_loses_neither_topic_nor_
     llm.chunk_chars, llm.chunk_delay = 10, 0.02  # it streams: the final text is an edit
     tg.private_topics(USER)
     tg.unsupported_methods.add("sendMessageDraft")  # (drafts send the final text anew)
-    env = env_for(tg, llm, redis_server.url)
+    # a short takeover: the next message waits for the dead run's turn, taken over once
+    # its lease lapses (30 s by default)
+    env = env_for(tg, llm, redis_server.url, TAKEOVER_SECONDS="4")
     first = BotProcess(env, tmp_path)
 
     async def kill_on_final_edit(call: Call) -> None:

@@ -29,8 +29,11 @@ from bot.telegram.out import TelegramOut
 from bot.telegram.writer import AnswerWriter, ChatBudget
 from bot.turn import notices
 from bot.turn.context import ContextWindow
-from bot.turn.engine import Engine, Rules, Turn
-from bot.turn.state import TurnState, TurnStates
+from bot.turn.engine import Engine
+from bot.turn.parts import AnswerParts
+from bot.turn.record import TurnState
+from bot.turn.state import TurnStates
+from bot.turn.values import Rules, Turn
 from bot.usage.accounting import Accounting
 from bot.usage.calls import day_of, utc_now
 from transcript import ChatMessage, Node, StaleCacheError, StoreUnavailableError, TranscriptStore
@@ -62,6 +65,7 @@ class RecordingTelegram(TelegramOut):
         reply_to: int | None,
         thread_id: int | None,
         markup: InlineKeyboardMarkup | None = None,
+        part: bool = False,
     ) -> int:
         self.next_id += 1
         self.sends += 1
@@ -138,9 +142,11 @@ async def store_user_node(rig: Rig, message: Inbound, state: TurnState | None = 
     """Run the first step alone, as a run that then died would have."""
     state = state or await rig.states.begin(message)
     assert state is not None
+    journal = rig.engine.parts.journal(message, state)
     writer = AnswerWriter(rig.telegram, chat_id=CHAT, reply_to=None, thread_id=None,
-                          edit_interval=1.0)  # fmt: skip
-    return await rig.engine._store_user_node(Turn(message, state, writer, lambda _pipe: None))
+                          edit_interval=1.0, journal=journal)  # fmt: skip
+    turn = Turn(message, state, writer, journal, lambda _pipe: None)
+    return await rig.engine.attach.user_node(turn)
 
 
 async def store_answer(rig: Rig, state: TurnState, user: Node, text: str) -> None:
@@ -181,8 +187,8 @@ async def test_a_finished_turn_is_freed_at_once_not_by_the_garbage_collector(
     writers: list[weakref.ref[object]] = []
     build = rig.engine._writer
 
-    def writer(message: Inbound, state: TurnState, mine: UserPrefs) -> object:
-        made = build(message, state, mine)
+    def writer(message: Inbound, state: TurnState, mine: UserPrefs, journal: AnswerParts) -> object:
+        made = build(message, state, mine, journal)
         writers.append(weakref.ref(made))
         return made
 

@@ -168,8 +168,10 @@ class GuestWriter:
     """The answer writer of a guest turn: the same steps as
     :class:`~bot.telegram.writer.AnswerWriter`, one message posted once at the end."""
 
-    def __init__(self, out: TelegramOut, *, query_id: str, message_id: int,
-                 existing: Sequence[int] = ()) -> None:  # fmt: skip
+    def __init__(
+        self, out: TelegramOut, *, query_id: str, message_id: int,
+        existing: Sequence[int] = (), journal: PartJournal | None = None,
+    ) -> None:  # fmt: skip
         self._out = out
         self._query = query_id
         self._name = message_id
@@ -178,7 +180,7 @@ class GuestWriter:
         #: The part an earlier run recorded (posted: never posted again).
         self.existing = tuple(existing)
         self.message_ids: list[int] = list(existing)
-        self.journal: PartJournal = _NoJournal()
+        self.journal: PartJournal = journal or _NoJournal()
         self.first_shown_at: float | None = None
         self._latest = ""
 

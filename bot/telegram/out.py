@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -67,7 +68,7 @@ from .errors import (
     UnknownMethodError,
 )
 from .format import Chunk
-from .session import BadResponseError, UnreadableResultError
+from .session import BadResponseError, CallerWaits, FloodControl, UnreadableResultError
 
 log = logging.getLogger("replychain.telegram")
 
@@ -134,6 +135,14 @@ class _EditMessageText(EditMessageText):
     __returning__ = SentMessage | bool
 
 
+class _SendPart(_SendMessage, CallerWaits):
+    """A new answer part: its caller waits out flood windows (:meth:`TelegramOut.send_part`)."""
+
+
+class _SendRichPart(_SendRichMessage, CallerWaits):
+    """A new answer part as a rich message (as :class:`_SendPart`)."""
+
+
 def _calling(bot: Bot, method: type[TelegramMethod[Any]]) -> Callable[..., Awaitable[Any]]:
     """``bot``'s call of ``method`` built from keyword fields (as ``Bot.send_message`` is)."""
 
@@ -197,11 +206,17 @@ class TelegramOut:
     #: knows none turns it off for the life of the process.
     rich = True
 
-    def __init__(self, bot: Bot, *, rich: bool = True) -> None:
-        """``rich``: answers go out as rich messages (RICH_MESSAGES=auto) until the
-        first Bot API server that knows none turns them off for the life of the process."""
+    #: The session's flood control, which :meth:`send_part` waits on (None: a 429 is
+    #: waited out as it asks).
+    floods: FloodControl | None = None
+
+    def __init__(self, bot: Bot, *, rich: bool = True, floods: FloodControl | None = None) -> None:
+        """``rich``: answers may go out as rich messages (RICH_MESSAGES is not ``off``)
+        until the first Bot API server that knows none turns them off for the life of
+        the process. ``floods``: the session's flood control (see :meth:`send_part`)."""
         self.bot = bot
         self.rich = rich
+        self.floods = floods
 
     async def send(
         self,
@@ -211,13 +226,18 @@ class TelegramOut:
         reply_to: int | None,
         thread_id: int | None,
         markup: InlineKeyboardMarkup | None = None,
+        part: bool = False,
     ) -> int:
-        """Send one part as a reply (kept even if the replied message is gone)."""
+        """Send one part as a reply (kept even if the replied message is gone).
+
+        ``part``: a new answer part whose caller waits out flood windows itself
+        (:meth:`send_part`): a window raises ``TelegramRetryAfter`` instead of waiting.
+        """
         try:
             message = await self._formatted(
-                _calling(self.bot, _SendMessage),
+                _calling(self.bot, _SendPart if part else _SendMessage),
                 chunk,
-                rich=_calling(self.bot, _SendRichMessage),
+                rich=_calling(self.bot, _SendRichPart if part else _SendRichMessage),
                 chat_id=chat_id,
                 reply_parameters=_reply(reply_to),
                 message_thread_id=thread_id,
@@ -228,7 +248,9 @@ class TelegramOut:
                 raise AnswerRejectedError(exc.message) from exc
             # the forum topic was deleted meanwhile: answer in the chat instead
             log.info("topic %s of chat %s is gone; answering outside it", thread_id, chat_id)
-            return await self.send(chat_id, chunk, reply_to=None, thread_id=None, markup=markup)
+            return await self.send(
+                chat_id, chunk, reply_to=None, thread_id=None, markup=markup, part=part
+            )
         except TelegramBadRequest as exc:
             raise AnswerRejectedError(exc.message) from exc
         except UnreadableResultError as exc:
@@ -241,6 +263,40 @@ class TelegramOut:
             # {"ok": true, "result": null}: sent or not, nobody can tell; try again later
             raise TelegramUnavailableError("sendMessage succeeded without the message")
         return message.message_id
+
+    async def send_part(
+        self,
+        chat_id: int,
+        chunk: Chunk,
+        *,
+        reply_to: int | None,
+        thread_id: int | None,
+        ready: Callable[[bool], Awaitable[None]],
+    ) -> int:
+        """Send a new answer part, ``ready(again)`` awaited just before each try: a part
+        is noted (the part ledger) right before it leaves, never flood seconds before.
+
+        A flood window (open before the call or opened by its 429) is waited out here,
+        then the part is noted again (``again``) and sent; for at most the flood
+        control's ``max_wait`` in all, then it counts as an outage.
+        """
+        floods = self.floods
+        deadline = time.monotonic() + (floods.max_wait if floods is not None else 600.0)
+        again = False
+        while True:
+            if floods is not None:
+                await floods.clear(chat_id)
+            await ready(again)
+            try:
+                return await self.send(
+                    chat_id, chunk, reply_to=reply_to, thread_id=thread_id, part=True
+                )
+            except TelegramRetryAfter as exc:
+                if time.monotonic() >= deadline:
+                    raise TelegramUnavailableError(exc.message) from exc
+                if floods is None:
+                    await asyncio.sleep(exc.retry_after)  # a rate Telegram set, not a retry
+                again = True
 
     async def edit(self, chat_id: int, message_id: int, chunk: Chunk) -> None:
         """Replace a part's text; "not modified" counts as done.
@@ -531,13 +587,17 @@ class TelegramOut:
     async def _call(request: Any) -> Any:
         try:
             return await request
+        except TelegramRetryAfter as exc:
+            if isinstance(exc.method, CallerWaits):
+                raise  # its caller waits and calls again (send_part)
+            raise TelegramUnavailableError(exc.message) from exc
         except TelegramForbiddenError as exc:
             raise ChatUnavailableError(exc.message) from exc
         except (TelegramBadRequest, UnreadableResultError, UnknownMethodError):
             raise  # the caller decides
         except (TelegramServerError, BadResponseError) as exc:
             raise TelegramUnavailableError(exc.message, server=True) from exc
-        except (TelegramNetworkError, TelegramRetryAfter) as exc:
+        except TelegramNetworkError as exc:
             raise TelegramUnavailableError(exc.message) from exc
         except TelegramAPIError as exc:
             # any other status (404, 409, an error without a description): not ours to fix

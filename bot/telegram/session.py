@@ -26,11 +26,11 @@ of meanwhile, bot/bus/relay.py, extends the wait); a 429 is waited out as
 Telegram asks, for up to ``max_wait`` seconds in all (then it counts as an
 outage); a 5xx is tried again a few times, under the one outage policy
 (:data:`bot.retry.WHILE_AWAY`). That is the Telegram edge's one retry loop: after
-it gives up, the unit of work (a turn) waits out the outage. A caller that noted a
-call before making it
-(a part about to be sent) sets :data:`AFTER_FLOOD_WAIT` around it: after any
-such wait the hook runs again before the call goes out, so the note is fresh
-when it leaves, not several flood seconds old.
+it gives up, the unit of work (a turn) waits out the outage. A request marked
+:class:`CallerWaits` (a new answer part, noted in the part ledger just before it
+goes out) is neither held nor retried here: a window raises ``TelegramRetryAfter``
+to its caller, which waits (:meth:`FloodControl.clear`), notes the part again and
+calls again, so the note is fresh when the part leaves, never flood seconds old.
 """
 
 from __future__ import annotations
@@ -39,11 +39,11 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import random
 import time
 import weakref
-from collections.abc import Awaitable, Callable
-from contextvars import ContextVar
+from collections.abc import Callable
 from typing import Any, cast
 
 from aiogram import Bot
@@ -69,10 +69,6 @@ from ..metrics import Metrics
 from ..retry import retrying
 from .errors import UnknownMethodError, classify, lacks_method
 
-#: Runs before a call that flood control held back goes out (see the module text).
-AFTER_FLOOD_WAIT: ContextVar[Callable[[], Awaitable[None]] | None] = ContextVar(
-    "AFTER_FLOOD_WAIT", default=None
-)
 log = logging.getLogger("replychain.telegram")
 
 #: Added to every ``retry_after`` so a retry never lands a hair too early.
@@ -84,6 +80,11 @@ FLOOD_SPREAD = 0.3
 _PRUNE_AT = 10_000
 #: Tries of a call Telegram answered with a 5xx (it did not do it: safe to repeat).
 SERVER_ERROR_ATTEMPTS = 3
+
+
+class CallerWaits:
+    """Marks a request whose flood windows its caller waits out itself (see the module
+    text): :class:`FloodControl` raises ``TelegramRetryAfter`` instead of waiting."""
 
 
 class BadResponseError(TelegramAPIError):
@@ -304,6 +305,16 @@ class FloodControl(BaseRequestMiddleware):
     def _wait_for(self, chat: object) -> float:
         return self._not_before.get(chat, 0.0) - time.monotonic()
 
+    def _wait_any(self, chat: object) -> float:
+        """Seconds until neither the chat's window nor the bot's (``None``) is open."""
+        return max(self._wait_for(chat), self._wait_for(None))
+
+    async def clear(self, chat: int) -> None:
+        """Wait until no flood window of ``chat`` is open (one another process tells of
+        meanwhile included): what a :class:`CallerWaits` request's caller waits for."""
+        while (delay := self._wait_any(chat)) > 0:  # noqa: ASYNC110 - a window is a time
+            await asyncio.sleep(delay)
+
     async def __call__(
         self,
         make_request: NextRequestMiddlewareType[TelegramType],
@@ -312,15 +323,19 @@ class FloodControl(BaseRequestMiddleware):
     ) -> Response[TelegramType]:
         chat = getattr(method, "chat_id", None)
         name = type(method).__name__
+        caller_waits = isinstance(method, CallerWaits)
 
         async def attempt() -> Response[TelegramType]:
             async with self._one_at_a_time(chat):
                 # asked again after each wait: another process may have met the next
                 # 429 meanwhile and told this one (the relay), extending the window
-                while (delay := max(self._wait_for(chat), self._wait_for(None))) > 0:
+                while (delay := self._wait_any(chat)) > 0:
+                    if caller_waits:
+                        raise TelegramRetryAfter(
+                            method=method, message="a flood window is open",
+                            retry_after=math.ceil(delay),
+                        )  # fmt: skip
                     await asyncio.sleep(delay)
-                    if (renote := AFTER_FLOOD_WAIT.get()) is not None:
-                        await renote()
                 try:
                     return await make_request(bot, method)
                 except TelegramRetryAfter as exc:
@@ -346,11 +361,12 @@ class FloodControl(BaseRequestMiddleware):
             log.warning("Telegram server error on %s (%s); retrying", name, exc)
 
         def count(exc: BaseException) -> bool:
-            """A 429 within ``max_wait`` (the next attempt waits out its window), or a 5xx
-            while it has tries left (after the outage policy's backoff)."""
+            """A 429 within ``max_wait`` (the next attempt waits out its window) unless its
+            caller waits itself, or a 5xx while it has tries left (after the outage
+            policy's backoff)."""
             if isinstance(exc, TelegramServerError):
                 return server_errors + 1 < SERVER_ERROR_ATTEMPTS
-            return True
+            return not caller_waits
 
         return await retrying(
             attempt,

@@ -51,7 +51,6 @@ from .out import (
     TelegramOut,
 )
 from .rich import needs_rich, render_rich
-from .session import AFTER_FLOOD_WAIT
 
 log = logging.getLogger("replychain.answer")
 
@@ -156,7 +155,7 @@ class ChatBudget:
 class AnswerWriter:
     """One answer's Telegram messages, from the first token to the final text."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - the answer's place and how it streams, each by name
         self,
         out: TelegramOut,
         *,
@@ -168,12 +167,14 @@ class AnswerWriter:
         draft_of: int | None = None,
         budget: ChatBudget | None = None,
         style: Style = "always",
+        journal: PartJournal | None = None,
     ) -> None:
         """``draft_of``: stream drafts named after this message (the question; private
         chats only) instead of editing messages, unless parts are already on screen.
         ``budget``: the group's message budget (groups only), which the final text
         waits for instead of the streaming interval. ``style``: when the answer is
-        rendered as rich messages (:func:`answer_style`)."""
+        rendered as rich messages (:func:`answer_style`). ``journal``: where its new
+        parts are announced and recorded (none by default)."""
         self._out = out
         self._budget = budget
         self._chat_id = chat_id
@@ -185,8 +186,8 @@ class AnswerWriter:
         #: Parts an earlier run of this turn already sent are edited, never re-sent.
         self.existing = tuple(existing)
         self.parts: list[Part] = [Part(m, None) for m in existing]
-        #: Where new parts are announced and recorded (none by default).
-        self.journal: PartJournal = _NoJournal()
+        #: Where new parts are announced and recorded.
+        self.journal: PartJournal = journal or _NoJournal()
         self._draft_of = draft_of if not self.existing else None
         #: The draft on screen: None for "Thinking…"; _NO_DRAFT before the first one.
         self._drafted: Chunk | object | None = _NO_DRAFT
@@ -602,19 +603,13 @@ class AnswerWriter:
         "not now"; the final text waits until it can.
         """
 
-        await self.journal.sending(number, wait=self._closing)
+        async def note(again: bool) -> None:  # again: after a flood wait, which made it stale
+            await self.journal.sending(number, wait=self._closing, again=again)
 
-        async def note() -> None:
-            await self.journal.sending(number, wait=self._closing, again=True)
-
-        renote = AFTER_FLOOD_WAIT.set(note)  # a flood wait makes the note stale
-        try:
-            self._spend()
-            message_id = await self._out.send(
-                self._chat_id, chunk, reply_to=self._reply_to, thread_id=self._thread_id
-            )
-        finally:
-            AFTER_FLOOD_WAIT.reset(renote)
+        self._spend()
+        message_id = await self._out.send_part(
+            self._chat_id, chunk, reply_to=self._reply_to, thread_id=self._thread_id, ready=note
+        )
         if number <= len(self.parts):  # a replacement: record it before anything else
             self.parts[number - 1].message_id = message_id
             await self.journal.sent(self.message_ids)

@@ -33,7 +33,7 @@ from ..model.vision import Vision
 from ..usage.accounting import Accounting
 from ..usage.calls import SUMMARY_VIEW, CallRecord
 from .branch import Branch
-from .state import TurnState
+from .record import TurnState
 
 #: System messages to insert after nodes (the personas chosen at them), by node.
 Inserts = Mapping[NodeId, tuple[ChatMessage, ...]]

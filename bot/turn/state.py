@@ -34,8 +34,9 @@ shapes in :mod:`bot.data.keys`):
   once Telegram gave its id (``<id>`` -> turn), until the final write aliases it;
   a reply to a part still being written finds it here. An announcement a run
   never replaced means a part may be on screen unrecorded (:attr:`TurnState.sending`);
-* **lost-part ranges** ``rc:{S}:orphans``: where such a part's id may lie, noted by
-  the run that finished the turn, so a reply to it is adopted into its thread;
+* **lost-part ranges** ``rc:{S}:orphans``: where such a part's id may lie, noted with
+  the final write of the run that finished the turn (bot/turn/parts.py, which reads
+  the ledger and the ranges);
 * **the topic's queue** ``rc:{S}:queue:<t>`` (TOPIC_THREADS, bot/turn/topics.py): a turn
   of a private chat's topic leaves it when it is done (or given up).
 
@@ -47,9 +48,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 import msgpack
 from redis.asyncio import Redis
@@ -63,14 +63,15 @@ from transcript import (
     StoreUnavailableError,
     TranscriptStore,
 )
-from transcript.codec import decode_message, encode_message
+from transcript.codec import encode_message
 
 from ..bus.inbound import Inbound
 from ..bus.intake import join_topic
 from ..data import keys
 from ..data.connection import Queued, guarded, replica_ack, run_kept, run_together
-from ..telegram.format import tagged_depth
 from ..usage.calls import Clock, day_of, utc_now
+from . import record as lua
+from .record import ClaimReads, TurnState
 
 #: A finished turn is recognised as done at least this long (Telegram keeps an update
 #: 24 hours). Its mark is in the done set of its UTC day, read on that day and the
@@ -78,210 +79,9 @@ from ..usage.calls import Clock, day_of, utc_now
 DONE_TTL_SECONDS = 2 * 24 * 3600
 #: The days whose done sets are read: today and the two before.
 DONE_DAYS = DONE_TTL_SECONDS // (24 * 3600) + 1
-#: How long a possibly lost part can still be adopted by a reply to it.
-ORPHAN_TTL_SECONDS = 30 * 24 * 3600
 #: A worker's claim on a turn, by default; its heartbeat renews it while the turn
 #: runs (:meth:`TurnStates.renew`), so it only lapses when the worker is gone.
 LEASE_MS = 24 * 1000
-
-# Whether the turn is done: its id in one of the done sets KEYS[from..].
-# The turn's fields, plus the number of the part it announced in the chat's part
-# ledger and has not named yet, as field 's'. Shared by the scripts below.
-_COMMON_LUA = """
-local function done(from, turn)
-  for i = from, #KEYS do
-    if redis.call('SISMEMBER', KEYS[i], turn) == 1 then return true end
-  end
-  return false
-end
-local function fields(state, ledger, turn)
-  local flat = redis.call('HGETALL', state)
-  local announced = redis.call('HGET', ledger, '~' .. turn)
-  if announced then
-    flat[#flat + 1] = 's'
-    flat[#flat + 1] = string.match(announced, '^%d+')
-  end
-  return flat
-end
-"""
-
-# Reads the turn's state; unless it is done, claims the turn for ARGV[1] (an owner
-# may re-take its own claim after a crash) and counts one more model call while an
-# answer may still be asked for. Returns false when another worker holds the claim.
-#   KEYS: lease, state, part ledger, done sets (today first).
-#   ARGV: owner, lease ms, turn id.
-_BEGIN_LUA = (
-    _COMMON_LUA
-    + """
-if done(4, ARGV[3]) then return {'d', '1'} end
-local holder = redis.call('GET', KEYS[1])
-if holder and holder ~= ARGV[1] then return false end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-if not redis.call('HGET', KEYS[2], 'a') then redis.call('HINCRBY', KEYS[2], 'c', 1) end
-return fields(KEYS[2], KEYS[3], ARGV[3])
-"""
-)
-
-# The turn's state as it is, without claiming it.
-#   KEYS: state, part ledger, done sets.  ARGV: turn id.
-_READ_LUA = (
-    _COMMON_LUA
-    + """
-if done(3, ARGV[1]) then return {'d', '1'} end
-return fields(KEYS[1], KEYS[2], ARGV[1])
-"""
-)
-
-# Heartbeat of one running turn: extends the claim of ARGV[1]; 0 when another
-# worker holds it (this one lost it: it was away longer than the lease).
-#   KEYS: lease.  ARGV: owner, lease ms.
-_RENEW_LUA = """
-local holder = redis.call('GET', KEYS[1])
-if not holder then return 1 end
-if holder ~= ARGV[1] then return 0 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1
-"""
-
-# Marks the turn done in the day's set, drops its state and its claim, and takes
-# its parts and its announcement out of the chat's part ledger, and the turn out of
-# its topic's queue: at once (a redelivery finds it done, or finds it unfinished).
-# The parts' aliases (and the topic's newest answer) are written before this runs
-# (see TurnStates.finish), so a reader that no longer finds a part in the ledger
-# finds its alias, and the topic's next turn finds the answer.
-#   KEYS: the day's done set, state, lease, part ledger[, the topic's queue].
-#   ARGV: turn id, the done set's TTL, part ids...
-_FINISH_LUA = """
-redis.call('SADD', KEYS[1], ARGV[1])
-redis.call('EXPIRE', KEYS[1], ARGV[2])
-redis.call('DEL', KEYS[2], KEYS[3])
-redis.call('HDEL', KEYS[4], '~' .. ARGV[1], unpack(ARGV, 3))
-if KEYS[5] then redis.call('ZREM', KEYS[5], ARGV[1]) end
-return 1
-"""
-
-# A part sent: the turn's list of parts, and the ledger names it in place of the
-# turn's announcement.
-#   KEYS: state, ledger.  ARGV: the parts ("a,b,c"), the new part, turn id, announcement.
-_ADD_PART_LUA = """
-redis.call('HSET', KEYS[1], 'p', ARGV[1])
-redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
-redis.call('HDEL', KEYS[2], ARGV[4])
-return 1
-"""
-
-# One more unexpected failure of an unfinished turn (a finished one has no hash to
-# count in: 0, and nothing is written).
-#   KEYS: state, done sets.  ARGV: turn id.
-_FAILED_LUA = (
-    _COMMON_LUA
-    + """
-if done(2, ARGV[1]) then return 0 end
-return redis.call('HINCRBY', KEYS[1], 'x', 1)
-"""
-)
-
-
-@dataclass(frozen=True, slots=True)
-class LostPart:
-    """A part an earlier run of a turn announced and never recorded: its number in the
-    answer, and the answer's depth (``0``: not known)."""
-
-    part: int
-    depth: int
-
-    def shown_as(self, head: str) -> bool:
-        """Whether a message whose text starts with ``head`` can be this part: the first
-        part starts with the answer's ``[depth:N]`` tag; a later one shows text, untagged.
-        """
-        tagged = tagged_depth(head)
-        if self.part == 1:
-            return tagged is not None and tagged == self.depth
-        return bool(head) and tagged is None
-
-
-class ClaimReads(Protocol):
-    """Reads of other modules that go on the claim's round trip."""
-
-    def queue(self, pipe: Pipeline) -> None: ...
-
-    def read(self, replies: list[Any]) -> None: ...
-
-
-@dataclass(slots=True)
-class TurnState:
-    """How far the turn answering one message got (read with the claim)."""
-
-    key: str
-    scope: str
-    root: NodeId | None = None
-    user: NodeId | None = None
-    answer: NodeId | None = None
-    #: Answer (or notice) parts Telegram accepted, in order.
-    parts: list[int] = field(default_factory=list)
-    #: The part this turn announced in the chat's part ledger and has not named (0:
-    #: none): it may be on screen unrecorded, if an earlier run died after sending it.
-    sending: int = 0
-    #: Model calls counted for this turn, the one about to be made included.
-    calls: int = 0
-    #: Unexpected failures so far.
-    failures: int = 0
-    #: The message replied to a bot message no conversation knows: it was stored as a
-    #: new conversation, to be answered with a notice, not by the model.
-    lost_track: bool = False
-    done: bool = False
-    #: Refs of the tool rounds' step nodes, round 1 first.
-    tool_steps: list[NodeId] = field(default_factory=list)
-    #: The tool round noted before its calls ran: (k, assistant message), if any.
-    noted_round: tuple[int, ChatMessage] | None = None
-    #: Results of that round's calls noted so far, by call index.
-    noted_results: dict[int, ChatMessage] = field(default_factory=dict)
-    #: An attempt at the turn's end failed with Redis away (its master may have failed
-    #: over, losing the turn's last writes): the next attempt checks them first.
-    end_failed: bool = False
-    #: The topic this new conversation opened (0: none could be, answered in place);
-    #: ``None``: none was asked for.
-    topic: int | None = None
-
-    @classmethod
-    def parse(cls, key: str, scope: str, flat: list[Any]) -> TurnState:
-        raw = {bytes(flat[i]).decode(): flat[i + 1] for i in range(0, len(flat), 2)}
-
-        def node(name: str) -> NodeId | None:
-            value = raw.get(name)
-            return NodeId.parse(scope, value) if value else None
-
-        parts = raw.get("p")
-        state = cls(
-            key,
-            scope,
-            root=node("r"),
-            user=node("u"),
-            answer=node("a"),
-            parts=[int(p) for p in parts.split(b",")] if parts else [],
-            sending=int(raw.get("s") or 0),
-            calls=int(raw.get("c") or 0),
-            failures=int(raw.get("x") or 0),
-            lost_track=raw.get("l") == b"1",
-            topic=int(raw["o"]) if "o" in raw else None,
-            done=raw.get("d") == b"1",
-        )
-        k = 1
-        while (step := node(f"t{k}")) is not None:
-            state.tool_steps.append(step)
-            k += 1
-        noted = raw.get("q")
-        if noted is not None:
-            k, message = msgpack.unpackb(noted, raw=False)
-            state.noted_round = (k, decode_message(f"{key}/q", message))
-            for name, value in raw.items():
-                prefix = f"q{k}."
-                if name.startswith(prefix):
-                    result = msgpack.unpackb(value, raw=False)
-                    state.noted_results[int(name[len(prefix) :])] = decode_message(
-                        f"{key}/{name}", result
-                    )
-        return state
 
 
 class TurnStates:
@@ -297,14 +97,16 @@ class TurnStates:
         clock: Clock = utc_now,
     ) -> None:
         self._redis = redis
+        #: (bot/turn/parts.py reads the chat's part ledger and ranges through it)
+        self.redis = redis
         self.store = store
         self.owner = owner
         self.lease_ms = lease_ms
         #: Whose UTC day a finished turn's mark is filed under.
         self.clock = clock
-        self._renew = redis.register_script(_RENEW_LUA)
-        self._failed = redis.register_script(_FAILED_LUA)
-        self._read = redis.register_script(_READ_LUA)
+        self._renew = redis.register_script(lua.RENEW_LUA)
+        self._failed = redis.register_script(lua.FAILED_LUA)
+        self._read = redis.register_script(lua.READ_LUA)
         #: Replica acknowledgement of its parts' records and its end (Redis Cluster only).
         self.replicas = replica_ack(redis)
 
@@ -348,7 +150,7 @@ class TurnStates:
 
         def claim(pipe: Pipeline) -> None:
             # EVAL with the text: a pipeline cannot count on the script cache
-            pipe.eval(_BEGIN_LUA, len(found), *found, *args)
+            pipe.eval(lua.BEGIN_LUA, len(found), *found, *args)
 
         queues: list[Queued] = [claim]
         if user is not None:
@@ -539,50 +341,11 @@ class TurnStates:
 
         def record(pipe: Pipeline) -> None:
             # EVAL with the text: a pipeline cannot count on the script cache
-            pipe.eval(_ADD_PART_LUA, 2, state.key, ledger, listed, new, turn, _announced(turn))
+            pipe.eval(lua.ADD_PART_LUA, 2, state.key, ledger, listed, new, turn, _announced(turn))
 
         await run_kept(self._redis, self.replicas, state.key, record)
         state.parts = list(parts)
         state.sending = 0
-
-    async def ledger(self, scope: str) -> PartLedger:
-        """The chat's part ledger: parts of turns still running, and announced parts."""
-        raw = await guarded(self._redis.hgetall(keys.pending_parts_key(scope)))
-        return PartLedger.parse(raw)
-
-    @staticmethod
-    def queue_orphans(
-        pipe: Pipeline, inbound: Inbound, node: NodeId, *, low: int, high: int, lost: LostPart
-    ) -> None:
-        """Part ``lost.part`` of this turn's answer may be on screen, unrecorded, between
-        the ids."""
-        key = keys.orphans_key(inbound.scope)
-        pipe.hset(key, inbound.turn, f"{low}:{high}:{node.ref}:{lost.part}:{lost.depth}")
-        pipe.expire(key, ORPHAN_TTL_SECONDS)
-
-    async def orphan_home(self, scope: str, message_id: int, head: str) -> NodeId | None:
-        """The node a lost part with this id belongs to: it falls in a noted range, and
-        the start of its text, ``head``, can be that part's.
-
-        The ids of a range are not the turn's alone: other turns of the chat send
-        parts meanwhile, and a failover that loses acknowledged writes can lose their
-        records too. So the text decides (an answer's first part starts with its
-        ``[depth:N]`` tag, a later part with none), and a message it cannot place is
-        nobody's: its reply gets the lost-track notice, never another thread.
-        """
-        ranges = await guarded(self._redis.hvals(keys.orphans_key(scope)))
-        best: tuple[int, str] | None = None  # the narrowest range holding the id
-        for value in ranges:
-            text = value.decode() if isinstance(value, bytes) else value
-            low, high, tree, rest = text.split(":", 3)
-            seg, *noted = rest.split(":")
-            width = int(high) - int(low)
-            if not int(low) < message_id < int(high) or (best is not None and width >= best[0]):
-                continue
-            if noted and not LostPart(int(noted[0]), int(noted[1])).shown_as(head):
-                continue
-            best = (width, f"{tree}:{seg}")
-        return None if best is None else NodeId.parse(scope, best[1])
 
     # ------------------------------------------------------------ the end
 
@@ -631,7 +394,7 @@ class TurnStates:
             # EVAL with the text: a pipeline cannot count on the script cache (see
             # bot/data/connection.run_together)
             pipe.eval(
-                _FINISH_LUA,
+                lua.FINISH_LUA,
                 len(turn_keys),
                 *turn_keys,
                 inbound.turn,
@@ -671,48 +434,3 @@ class TurnStates:
 def _announced(turn: str) -> str:
     """The ledger's field announcing the next part of ``turn``."""
     return "~" + turn
-
-
-def message_of(turn: str) -> int:
-    """The message whose turn ``turn`` is (an edit's turn is ``<m>:e<digest>``)."""
-    return int(turn.partition(":")[0])
-
-
-@dataclass(frozen=True, slots=True)
-class PartLedger:
-    """What a chat's part ledger (``rc:{S}:part``) says right now.
-
-    Every new answer part is announced here before it is sent, and named here
-    once Telegram gave its id, until its turn's final write aliases it. So a bot
-    message of a running turn is always findable: by its id, or (before its id is
-    known) as an announcement of that turn.
-    """
-
-    #: Sent parts of turns still running: part message id -> turn id.
-    parts: dict[int, str]
-    #: Turns about to send a part whose id is not known yet: turn id -> the id the
-    #: part's will be above (the newest id of the chat the turn knew).
-    announced: dict[str, int]
-
-    @classmethod
-    def parse(cls, raw: dict[Any, Any]) -> PartLedger:
-        parts: dict[int, str] = {}
-        announced: dict[str, int] = {}
-        for key, value in raw.items():
-            name = key.decode() if isinstance(key, bytes) else str(key)
-            text = value.decode() if isinstance(value, bytes) else str(value)
-            if name.startswith("~"):
-                announced[name[1:]] = int(text.partition(":")[2] or 0)
-            else:
-                parts[int(name)] = text
-        return cls(parts, announced)
-
-    def may_be_sending(self, message_id: int) -> bool:
-        """Whether a turn announced a part whose id may turn out to be ``message_id``.
-
-        A guest answer's id is known before it is posted (part ``-m`` of the turn
-        answering message ``m``, bot/telegram/guest.py): it is that turn's announcement.
-        """
-        if message_id < 0:
-            return str(-message_id) in self.announced
-        return any(after < message_id for after in self.announced.values())

@@ -30,7 +30,8 @@ from ..bus.inbound import Inbound
 from ..i18n import _
 from ..model import Answer, Media
 from ..tools.hub import ToolHub, ToolResult
-from .state import TurnState, TurnStates
+from .record import TurnState
+from .state import TurnStates
 
 log = logging.getLogger("replychain.tools")
 

@@ -1,0 +1,67 @@
+"""What one turn and one user may cost: checked before every model call.
+
+The per-turn guard (model calls and tokens of one message, tool rounds included), the
+user's daily tokens and daily money budget. Past one of them the turn ends with a
+notice before any model call; a limit of 0 is no limit.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from transcript import Node, TranscriptStore
+
+from .. import choice_texts
+from ..i18n import _, clock_time, dollars, number
+from ..usage.accounting import Accounting
+from ..usage.calls import next_reset
+from . import notices
+from .values import Reply, Rules, Turn, TurnEnded
+
+log = logging.getLogger("replychain.engine")
+
+
+class Limits:
+    """Checks a turn against the operator's rules (one per bot)."""
+
+    def __init__(
+        self, rules: Rules, *, store: TranscriptStore, accounting: Accounting, tool_rounds: int = 0
+    ) -> None:
+        self.rules, self.store, self.accounting = rules, store, accounting
+        #: Tool rounds a turn may make besides its model calls (the tool loop's).
+        self.tool_rounds = tool_rounds
+
+    async def check_input(self, turn: Turn, user: Node) -> None:
+        """The message is not too long (else a notice: replying to it goes on without it)."""
+        inbound, limit = turn.inbound, self.rules.max_input_chars
+        if len(inbound.text) > limit:
+            # kept, but replying to the notice continues without the over-long message
+            parent = (await self.store.path(user.id))[-2]
+            text = _(notices.TOO_LONG).format(length=number(len(inbound.text)), limit=number(limit))
+            raise TurnEnded(Reply(text, parent.id, notice=True))
+
+    async def check(self, turn: Turn, user: Node) -> None:
+        """The per-turn guard and the user's daily limit: no model call past them."""
+        inbound, state, rules = turn.inbound, turn.state, self.rules
+        spent = 0
+        if rules.max_tokens_per_turn:
+            spent = (await self.accounting.turn(inbound.scope, inbound.message_id)).tokens
+        max_calls = rules.max_calls_per_turn + (self.tool_rounds)
+        if state.calls > max_calls or (
+            rules.max_tokens_per_turn and spent >= rules.max_tokens_per_turn
+        ):
+            log.warning(
+                "turn for message %s in chat %s stopped: %d model calls, %d tokens",
+                inbound.message_id, inbound.chat_id, state.calls - 1, spent,
+            )  # fmt: skip
+            raise TurnEnded(Reply(_(notices.TURN_GUARD), user.id, notice=True))
+        daily, budget = rules.user_daily_tokens, rules.user_daily_dollars
+        if daily or budget:
+            today = await self.accounting.user_today(inbound.user_id)
+            if daily and today.tokens >= daily:
+                text = notices.daily_limit(daily, self.accounting.clock())
+                raise TurnEnded(Reply(text, user.id, notice=True, personal=True))
+            if budget and today.dollars >= budget:
+                reset = clock_time(next_reset(self.accounting.clock()))  # as the token limit's
+                text = _(choice_texts.BUDGET_REACHED).format(budget=dollars(budget, 2), reset=reset)
+                raise TurnEnded(Reply(text, user.id, notice=True, personal=True))

@@ -1,0 +1,97 @@
+"""What a turn is made of: its rules, the reply it ends with, and one run of it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from transcript import NodeId
+
+from ..bus.inbound import Inbound
+from ..bus.runner import Ack
+from ..model import Model
+from ..telegram.guest import GuestWriter
+from ..telegram.writer import AnswerWriter
+from .branch import Branch, Prefs
+from .parts import AnswerParts
+from .record import TurnState
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """The operator's rules for every turn: the root prompt, and what one message and
+    one user may cost (0 = unlimited where it applies)."""
+
+    system_prompt: str
+    max_input_chars: int = 16000
+    user_daily_tokens: int = 0
+    max_calls_per_turn: int = 3
+    max_tokens_per_turn: int = 0
+    #: Show a reasoning model's thoughts, collapsed, in the final message (SHOW_REASONING).
+    show_reasoning: bool = False
+    #: Dollars one user may spend per UTC day (USER_DAILY_BUDGET_USD; 0: no budget).
+    user_daily_dollars: float = 0.0
+    #: When answers are rich messages (RICH_MESSAGES: auto, always, off); each user's
+    #: /format choice overrides it (:func:`~bot.telegram.writer.answer_style`).
+    rich: str = "auto"
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What the user is shown, and the node a reply to it continues from.
+
+    A notice is shown after any partial answer already on screen; ``node`` is
+    ``None`` when replying to it should start a new conversation.
+    """
+
+    text: str
+    node: NodeId | None
+    notice: bool = False
+    #: Thoughts shown collapsed with the answer (only with SHOW_REASONING).
+    reasoning: str = ""
+    #: A notice for the asker alone: in a group, an ephemeral message (Bot API 10.2).
+    personal: bool = False
+
+
+class TurnEnded(Exception):
+    """A step ends the turn with a notice instead of an answer."""
+
+    def __init__(self, reply: Reply) -> None:
+        super().__init__(reply.text)
+        self.reply = reply
+
+
+@dataclass(slots=True)
+class Turn:
+    """One run of a turn: the message, its persisted state, and its answer's writer."""
+
+    inbound: Inbound
+    state: TurnState
+    writer: Writer
+    #: Where the answer's parts are announced and recorded (the writer's journal).
+    journal: AnswerParts
+    #: Queues the bus's acknowledgement on the turn's final write.
+    ack: Ack
+    #: An earlier run may have left a part on screen unrecorded: it announced this part
+    #: (its number; 0: none) in the chat's part ledger and never recorded it (read with
+    #: the claim).
+    lost_part: int = 0
+    #: The answer's depth, its first part's ``[depth:N]`` (0 until the user's node is known).
+    depth: int = 0
+    #: The message ids of an album's photos (the user's node is aliased to each).
+    album: tuple[int, ...] = ()
+    #: The user's defaults (read with the claim).
+    prefs: Prefs = field(default_factory=Prefs)
+    #: The model and personas answering (resolved once the user's node is known).
+    branch: Branch | None = None
+    #: A message replying to nothing in a private chat's topic goes on from here: the
+    #: topic's newest answer (``None``: it starts a new conversation).
+    follows: NodeId | None = None
+
+    @property
+    def model(self) -> Model:
+        assert self.branch is not None
+        return self.branch.model
+
+
+#: An answer's writer: streaming into a chat of the bot's, or one guest answer.
+Writer = AnswerWriter | GuestWriter
