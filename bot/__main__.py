@@ -123,6 +123,38 @@ def _add_operator_commands(commands: argparse._SubParsersAction[argparse.Argumen
         read.add_argument(
             "message_id", type=int, metavar="MESSAGE_ID", help="a message id in that chat"
         )
+    _add_payment_commands(commands)
+
+
+def _add_payment_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``payments``, ``refund``: Telegram Stars payments and credit (bot/ops/payments.py)."""
+    payments = commands.add_parser(
+        "payments",
+        prog="python -m bot payments",
+        help="list the Stars payments, or one user's payments and credit",
+        description="Print the Stars received and refunded and the last payments (time, "
+        "charge id, user, Stars, the credit added, a refund); with --user, that user's "
+        "credit (credited, refunded, spent, written off), today's free allowance left and "
+        "their last payments.",
+    )
+    payments.add_argument("--user", type=int, metavar="USER_ID", help="one Telegram user id")
+    refund = commands.add_parser(
+        "refund",
+        prog="python -m bot refund",
+        help="refund a Stars payment and take back the credit it added",
+        description="Give the Stars of a payment back (refundStarPayment) and take the credit "
+        "it added back from the user's credit, never below zero. A payment whose credit was "
+        "spent is refused unless --force. Running it again is safe: a refund done is "
+        "reported, one interrupted goes on. Exit 1 when nothing was refunded.",
+    )
+    refund.add_argument(
+        "charge_id", metavar="CHARGE_ID", help="the payment's telegram_payment_charge_id"
+    )
+    refund.add_argument(
+        "--force",
+        action="store_true",
+        help="refund even when the credit it added was spent (the credit goes to zero)",
+    )
 
 
 def _load() -> Settings | None:
@@ -238,6 +270,24 @@ def cmd_read(args: argparse.Namespace) -> int:
     return read_thread(args.command, settings, args.chat_id, args.message_id)
 
 
+def cmd_payments(args: argparse.Namespace) -> int:
+    settings = _load()
+    if settings is None:
+        return EXIT_SETTINGS
+    from .ops.payments import list_payments  # noqa: PLC0415
+
+    return list_payments(settings, args.user)
+
+
+def cmd_refund(args: argparse.Namespace) -> int:
+    settings = _load()
+    if settings is None:
+        return EXIT_SETTINGS
+    from .ops.payments import refund  # noqa: PLC0415
+
+    return refund(settings, args.charge_id, force=args.force)
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": cmd_run,
     "check-config": cmd_check_config,
@@ -246,6 +296,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "export": cmd_read,
     "tree": cmd_read,
     "why": cmd_read,
+    "payments": cmd_payments,
+    "refund": cmd_refund,
 }
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
+from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -37,6 +38,10 @@ DEFAULT_SYSTEM_PROMPT_FILE = PROJECT_ROOT / "config" / "system_prompt.txt"
 #: MODELS_FILE when it is not set, if it exists.
 DEFAULT_MODELS_FILE = PROJECT_ROOT / "config" / "models.toml"
 FALLBACK_SYSTEM_PROMPT = "You are a helpful assistant chatting in Telegram."
+#: The most packs STAR_PACKS may name (/buy sends one invoice each), and the most
+#: Stars one pack may be.
+MAX_STAR_PACKS = 6
+MAX_PACK_STARS = 100_000
 #: Where `make run` starts its local redis-server (config/redis.conf).
 LOCAL_REDIS_URL = "redis://127.0.0.1:6390/0"
 
@@ -102,6 +107,10 @@ SETTINGS_HELP: dict[str, str] = {
     "branch's model)",
     "USER_DAILY_BUDGET_USD": "dollars one user may spend per UTC day (0: unlimited)",
     "DAILY_SPEND_ALERT_USD": "tell the owners once when a day's spend passes this (0: off)",
+    "STARS_USD": "dollars of model spend one Telegram Star buys, e.g. 0.01 (unset: no payments)",
+    "STAR_PACKS": "comma-separated packs of Stars that /buy offers (50,250,1000)",
+    "FREE_DAILY_USD": "with STARS_USD, dollars a user spends per UTC day before their credit "
+    "(default USER_DAILY_BUDGET_USD if set, else 0)",
     "MAX_INPUT_CHARS": "longest user message sent to the model (16000)",
     "TOPIC_TITLES": "title private-chat topics whose name Telegram made up, or the bot "
     "opened (true)",
@@ -289,6 +298,14 @@ class Settings(BaseSettings):
     user_daily_budget_usd: float = Field(0.0, ge=0)
     #: The owners are told once a day when the day's total spend passes this (0 = off).
     daily_spend_alert_usd: float = Field(0.0, ge=0)
+    #: Dollars of model spend one Telegram Star buys (bot/payments/); unset = no payments.
+    stars_usd: Decimal | None = Field(None, gt=0)
+    #: The packs of Stars /buy offers, one invoice each.
+    star_packs: Annotated[tuple[int, ...], NoDecode] = (50, 250, 1000)
+    #: With STARS_USD: dollars a user may spend per UTC day before their paid credit is
+    #: drawn on; unset = USER_DAILY_BUDGET_USD when set, else 0. Without STARS_USD
+    #: nothing is drawn on, so it is not used.
+    free_daily_usd: Decimal | None = Field(None, ge=0)
     #: Longest user message (characters) sent to the model.
     max_input_chars: int = Field(16000, ge=100)
     #: Rename a private-chat topic whose name Telegram made up after its first answer.
@@ -375,6 +392,30 @@ class Settings(BaseSettings):
     @classmethod
     def _split_ids(cls, value: object) -> object:
         return _parse_ids(value)
+
+    @field_validator("star_packs", mode="before")
+    @classmethod
+    def _split_packs(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [p.strip() for p in value.replace(";", ",").split(",") if p.strip()]
+        return value
+
+    @field_validator("star_packs")
+    @classmethod
+    def _check_packs(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if not 1 <= len(value) <= MAX_STAR_PACKS or len(set(value)) < len(value):
+            raise ValueError(f"name 1 to {MAX_STAR_PACKS} different packs, e.g. 50,250,1000")
+        if not all(1 <= stars <= MAX_PACK_STARS for stars in value):
+            raise ValueError(f"each pack is a whole number of Stars from 1 to {MAX_PACK_STARS}")
+        return value
+
+    @field_validator("stars_usd", "free_daily_usd")
+    @classmethod
+    def _check_nano(cls, value: Decimal | None) -> Decimal | None:
+        """Money is counted in whole nano-dollars: an amount must be one."""
+        if value is not None and (value * 10**9) % 1:
+            raise ValueError("use at most 9 decimals (money is counted in nano-dollars)")
+        return value
 
     @field_validator("allowed_tools", mode="before")
     @classmethod
@@ -629,7 +670,13 @@ def load_settings(env_file: str | None = ".env") -> Settings:
     except ValidationError as exc:
         raise SettingsError(_describe(exc)) from None
     settings.resolved_system_prompt()  # fail at start-up, not at the first message
-    settings.catalogue()
+    models = settings.catalogue().models.values()
+    if settings.stars_usd is not None and not any(m.prices.configured for m in models):
+        raise SettingsError(
+            "STARS_USD is invalid: no model has prices, so no answer would ever draw on the "
+            "credit Stars buy; set PRICE_INPUT_PER_MTOK and PRICE_OUTPUT_PER_MTOK (or prices "
+            "in MODELS_FILE)"
+        )
     if settings.mcp_config is not None:
         try:
             load_config(settings.mcp_config)
@@ -668,6 +715,8 @@ def describe_value(value: Any) -> str:
         return "<set>"
     if isinstance(value, frozenset):
         return ",".join(str(v) for v in sorted(value)) or "(empty)"
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
     if value is None:
         return "(unset)"
     text = str(value)

@@ -155,6 +155,35 @@ crc32(user id) % USAGE_BUCKETS, so no slot takes every call's write:
                                      8 bytes a call): calls whose totals are written
                                      (the second step is a no-op when repeated);
                                      expires after two days
+
+Payments (bot/payments/: Telegram Stars buy credit, in nano-dollars). A user's payments
+and credit live in the user's totals bucket, beside the day totals their spend is drawn
+from, so crediting a payment, a refund's step and settling a day's spend are each one
+script in one slot. A payment is found by its charge id alone by reading the 16 buckets'
+records (one pipelined read). Nothing here expires: payments outlive everything.
+
+    rc:{usage:<k>}:pay             hash "<telegram_payment_charge_id>" -> "user stars
+                                     credit at": the payment (credit in nano-dollars
+                                     added, at in unix seconds); written once (HSETNX),
+                                     never changed: the credit is added only by the
+                                     script call that wrote it
+    rc:{usage:<k>}:refund          hash "<charge id>" -> "at taken forced": the refund of
+                                     that payment (taken: nano-dollars taken from the
+                                     credit; forced 1: the credit was spent, refunded
+                                     all the same), written once; "?<charge id>" -> at:
+                                     a refund begun (Telegram may have refunded the
+                                     Stars), removed by the script that writes the refund
+    rc:{usage:<k>}:credit:<user>   hash of a user's credit: b (the balance, never below
+                                     0), in (credited), back (taken by refunds), used
+                                     (drawn by spend), lost (spend past the credit,
+                                     written off); b = in - back - used. w: "<day>:<n>
+                                     ..." the spend of today and yesterday over the
+                                     free allowance already drawn (n nano-dollars), so
+                                     settling a day again draws nothing twice
+    rc:{usage:<k>}:pays:<user>     list of the user's charge ids, newest first
+    rc:{usage:<k>}:pays            list of the bucket's charge ids, newest first
+    rc:{usage:<k>}:stars           hash: in (Stars credited), n (payments), out (Stars
+                                     refunded), r (refunds): /stats sums the buckets
 """
 
 from __future__ import annotations
@@ -276,3 +305,33 @@ def chat_usage_key(chat: int | str, *parts: object) -> str:
 def user_prefs_key(user_id: int) -> str:
     """The hash holding a user's own settings (one per bucket of users)."""
     return f"{NAMESPACE}:{{user:{usage_bucket(user_id)}}}:prefs"
+
+
+def payments_key(bucket: int) -> str:
+    """The payment records of a bucket (charge id -> "user stars credit at")."""
+    return usage_total_key(bucket, "pay")
+
+
+def refunds_key(bucket: int) -> str:
+    """The refund records (and refunds begun) of a bucket's payments."""
+    return usage_total_key(bucket, "refund")
+
+
+def credit_key(user_id: int) -> str:
+    """A user's credit hash (in the user's bucket)."""
+    return usage_total_key(usage_bucket(user_id), "credit", user_id)
+
+
+def user_payments_key(user_id: int) -> str:
+    """A user's charge ids, newest first."""
+    return usage_total_key(usage_bucket(user_id), "pays", user_id)
+
+
+def bucket_payments_key(bucket: int) -> str:
+    """A bucket's charge ids, newest first."""
+    return usage_total_key(bucket, "pays")
+
+
+def stars_key(bucket: int) -> str:
+    """A bucket's Stars received and refunded."""
+    return usage_total_key(bucket, "stars")

@@ -1,11 +1,13 @@
-"""The operator's commands: ``python -m bot doctor | export | tree | why``.
+"""The operator's commands: ``python -m bot doctor | export | tree | why | payments |
+refund``.
 
 They read the same settings as the bot and never start polling. Each prints
 what it found on stdout and, when it cannot, one line on stderr with a
 non-zero exit code: never a traceback, never a secret. ``doctor`` checks a
 set-up (:mod:`bot.ops.doctor`); ``export``, ``tree`` and ``why`` read stored
 threads and audit records (:mod:`bot.ops.conversations`, :mod:`bot.ops.why`), from
-a Redis whose key layout this bot knows (:mod:`bot.data.layout`).
+a Redis whose key layout this bot knows (:mod:`bot.data.layout`); ``payments`` and
+``refund`` list and refund Telegram Stars payments (:mod:`bot.ops.payments`).
 
 This package is imported lazily by :mod:`bot.__main__` (it pulls in redis,
 aiogram and openai).

@@ -15,6 +15,7 @@ Telegram tells most of its 400s apart only by the text of ``description``.
     ├── ThreadGoneError          "message thread not found" (the topic was deleted)
     ├── QueryClosedError         "query is too old …", "QUERY_ID_INVALID" (answered already,
     │                            or too old: a guest message's or a button's query)
+    ├── ChargeRefundedError      "CHARGE_ALREADY_REFUNDED" (refundStarPayment: done before)
     └── OversizeFileError        "file is too big" (getFile: the server will not serve it)
     TelegramNotFound (aiogram: 404)
     └── UnknownMethodError       the server lacks the method, however it says so: a 404
@@ -57,6 +58,10 @@ class ThreadGoneError(TelegramBadRequest):
 class QueryClosedError(TelegramBadRequest):
     """The query can no longer be answered: answered already, too old, or unknown
     (Telegram tells these apart in no way)."""
+
+
+class ChargeRefundedError(TelegramBadRequest):
+    """The Stars payment was refunded already (by an earlier refundStarPayment)."""
 
 
 class OversizeFileError(TelegramBadRequest):
@@ -102,6 +107,7 @@ _BY_DESCRIPTION: tuple[tuple[tuple[str, ...], type[TelegramAPIError]], ...] = (
     (("message thread not found",), ThreadGoneError),
     (("query is too old", "query_id_invalid"), QueryClosedError),
     (("file is too big",), OversizeFileError),
+    (("charge_already_refunded",), ChargeRefundedError),
 )
 
 
