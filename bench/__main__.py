@@ -33,6 +33,7 @@ BENCHES = {
     "viewer": "bench.viewer_bench",
     "process": "bench.process_bench",
     "rich": "bench.rich_bench",
+    "reading": "bench.reading_bench",
 }
 #: Run only when named (``python -m bench scale``): real processes, minutes.
 NAMED_ONLY = {"scale"}
