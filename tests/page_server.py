@@ -111,7 +111,7 @@ class PageServer:
         return web.Response(status=404, text="no such page")
 
     async def _away(self, request: web.Request) -> web.Response:
-        raise web.HTTPFound(self.away)
+        return web.Response(status=302, headers={"Location": self.away})  # as it is, bad or not
 
     async def _hop(self, request: web.Request) -> web.Response:
         n = int(request.match_info["n"])

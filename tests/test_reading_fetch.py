@@ -169,7 +169,9 @@ async def test_redirects_are_checked_again(server: PageServer) -> None:
             await refused(allowed, origin.url("/away"))
         origin.away = "file:///etc/passwd"
         assert "only http and https" in await refused(allowed, origin.url("/away"), "bad_url")
-        assert origin.hits("/away") == 4
+        origin.away = "http://[::1"
+        assert "invalid URL" in await refused(allowed, origin.url("/away"), "bad_url")
+        assert origin.hits("/away") == 5
         fetched = await allowed.fetch(origin.url("/hop/2"))  # three redirects: read
         assert fetched.url == origin.url("/article")
         await refused(allowed, origin.url("/hop/3"), kind="redirects")

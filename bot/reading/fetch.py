@@ -213,7 +213,7 @@ class Fetcher:
                 pinned.pins[host] = await self.check(host, current.port or 0)
                 async with session.get(current, allow_redirects=False) as response:
                     if response.status in _REDIRECTS and "Location" in response.headers:
-                        current = _parse(str(current.join(URL(response.headers["Location"]))))
+                        current = _parse(_joined(current, response.headers["Location"]))
                         continue
                     if not 200 <= response.status < 300:
                         raise FetchError("status", f"the server answered HTTP {response.status}")
@@ -257,6 +257,14 @@ def _parse(url: str) -> URL:
     if not parsed.raw_host:
         raise FetchError("bad_url", "it names no host")
     return parsed.with_user(None).with_fragment(None)
+
+
+def _joined(base: URL, location: str) -> str:
+    """A redirect's target, relative to the URL it came from."""
+    try:
+        return str(base.join(URL(location)))
+    except (ValueError, TypeError):
+        raise FetchError("bad_url", "it redirects to an invalid URL") from None
 
 
 async def _read(response: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:

@@ -177,7 +177,8 @@ class ReadingTools:
         if name not in NAMES:
             return ToolResult(f"there is no tool named {name!r}", error=True)
         if not isinstance(value, str) or not value.strip():
-            return ToolResult(f'the arguments must be a JSON object with a "{key}" string', True)
+            why = f'the arguments must be a JSON object with a "{key}" string'
+            return ToolResult(why, error=True)
         if name == READ_URL:
             page = await read_page(self.fetcher, value.strip(), max_tokens=self.max_tokens)
             if page.unread is not None:
