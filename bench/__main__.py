@@ -34,6 +34,7 @@ BENCHES = {
     "process": "bench.process_bench",
     "rich": "bench.rich_bench",
     "speech": "bench.speech_bench",
+    "reading": "bench.reading_bench",
 }
 #: Run only when named (``python -m bench scale``): real processes, minutes.
 NAMED_ONLY = {"scale"}

@@ -127,6 +127,16 @@ SETTINGS_HELP: dict[str, str] = {
     "IMAGE_MODEL": 'image model for pictures made and edited; with MODELS_FILE a kind = "image" '
     "entry (unset: off)",
     "TEXT_FILE_MAX_BYTES": "largest text file read into the conversation (262144)",
+    "DOCUMENT_MAX_TOKENS": "most tokens of a document or page given to the model; the rest "
+    "is not read (30000)",
+    "MAX_DOCUMENT_BYTES": "largest document (PDF, .docx, text) read, bytes (20971520)",
+    "READ_LINKS": "read the http(s) links in a user's message (true)",
+    "LINKS_PER_MESSAGE": "most links of one message read (3)",
+    "URL_FETCH_ALLOW": "comma-separated CIDRs a fetch may reach although private or loopback "
+    "(empty: none)",
+    "URL_FETCH_MAX_BYTES": "most bytes read of one fetched page (2097152)",
+    "SEARCH_URL": "a SearXNG base URL: the built-in web_search and read_url tools (unset: off)",
+    "SEARCH_RESULTS": "results of one web search given to the model (5)",
     "ALBUM_WAIT": "seconds an album's photos are collected into one turn (1.0)",
     "SHUTDOWN_TIMEOUT": "seconds in-flight answers get to finish on SIGTERM (25)",
     "SHOW_REASONING": "show a reasoning model's thoughts collapsed under the answer (false)",
@@ -332,6 +342,20 @@ class Settings(BaseSettings):
     image_model: str | None = None
     #: Largest text file (bytes) read into the conversation.
     text_file_max_bytes: int = Field(262144, ge=1024)
+    #: Most tokens of one document or page given to the model (its first part).
+    document_max_tokens: int = Field(30000, ge=100)
+    #: Largest document read (bytes); checked before it is parsed.
+    max_document_bytes: int = Field(20 * 1024 * 1024, ge=1024)
+    #: Read the http(s) links in a user's message, at most LINKS_PER_MESSAGE of them.
+    read_links: bool = True
+    links_per_message: int = Field(3, ge=0, le=20)
+    #: Networks (CIDRs, normalised) a fetch may reach although not public; empty = none.
+    url_fetch_allow: Annotated[frozenset[str], NoDecode] = frozenset()
+    #: Most bytes read of one fetched page.
+    url_fetch_max_bytes: int = Field(2 * 1024 * 1024, ge=1024)
+    #: A SearXNG instance's base URL: offers the built-in web_search and read_url tools.
+    search_url: str | None = None
+    search_results: int = Field(5, ge=1, le=20)
     #: Seconds an album's photos (one media_group_id) are collected into one turn.
     album_wait: float = Field(1.0, gt=0, le=30)
     #: Seconds in-flight answers get to finish on SIGTERM.
@@ -432,7 +456,27 @@ class Settings(BaseSettings):
             raise ValueError("does not look like a bot token (digits:letters)")
         return SecretStr(token)
 
-    @field_validator("telegram_api_url", "openai_base_url", "transcribe_base_url", "redis_url")
+    @field_validator("url_fetch_allow", mode="before")
+    @classmethod
+    def _split_networks(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        networks = []
+        for part in (p.strip() for p in value.split(",")):
+            if not part:
+                continue
+            try:
+                networks.append(str(ipaddress.ip_network(part, strict=False)))
+            except ValueError:
+                raise ValueError(
+                    f"{part} is not a network; use comma-separated CIDRs, e.g. "
+                    "127.0.0.1/32,10.0.0.0/8"
+                ) from None
+        return networks
+
+    @field_validator(
+        "telegram_api_url", "openai_base_url", "transcribe_base_url", "redis_url", "search_url"
+    )
     @classmethod
     def _check_url(cls, value: str | None) -> str | None:
         if value is not None:
@@ -529,6 +573,11 @@ class Settings(BaseSettings):
                 "without ?query or #fragment, e.g. https://bot.example.org/viewer/"
             )
         return value
+
+    @property
+    def url_fetch_networks(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+        """URL_FETCH_ALLOW as networks (for :class:`bot.reading.fetch.FetchPolicy`)."""
+        return tuple(ipaddress.ip_network(n) for n in sorted(self.url_fetch_allow))
 
     @property
     def webhook_listen_address(self) -> tuple[str, int]:
