@@ -22,7 +22,8 @@ from redis.asyncio import Redis
 from bot.bus.inbound import Inbound
 from bot.data.connection import connect
 from bot.model import Answer, Media, Usage, WireCache
-from bot.tools.hub import Tool, ToolHub, ToolResult
+from bot.tools.box import Toolbox, ToolResult
+from bot.tools.hub import Tool, ToolHub
 from bot.tools.retention import stub_old_results
 from bot.turn.engine import Engine
 from bot.turn.tools import ToolLoop
@@ -46,7 +47,6 @@ class InstantTools(ToolHub):
         super().__init__([])
         tool = Tool("bench__lookup", "bench", "lookup", "Looks a thing up.", {}, True)
         self.tools = {tool.name: tool}
-        self.spec_bytes = b'[{"type":"function","function":{"name":"bench__lookup"}}]'
 
     async def call(self, name: str, arguments: str) -> ToolResult:
         return ToolResult(("result " * (RESULT_CHARS // 7 + 1))[:RESULT_CHARS])
@@ -82,10 +82,10 @@ def _tool_engine(redis: Redis, telegram: InstantTelegram) -> tuple[Engine, ToolM
     model = ToolModel()
     engine.model = model
     engine.context.model = model
-    engine.asking.tools = ToolLoop(
-        InstantTools(), model, engine.store, engine.states, max_rounds=10
-    )
-    engine.limits.tool_rounds = engine.asking.tools.max_rounds
+    box = Toolbox(InstantTools())
+    box.spec_bytes = b'[{"type":"function","function":{"name":"bench__lookup"}}]'
+    loop = ToolLoop(box, model, engine.store, engine.states, max_rounds=10)
+    engine.asking.tools, engine.limits.tool_rounds = loop, loop.max_rounds
     engine.context.shape = stub_old_results
     return engine, model
 

@@ -44,6 +44,7 @@ from .bus.intake import Intake
 from .bus.leader import Lease
 from .bus.relay import Relay
 from .bus.runner import LEASE_SHARE, InFlight, TurnRunner
+from .capabilities import capabilities
 from .catalogue import Catalogue, Models
 from .chat.menu import sync_menu
 from .chat.polling import Poller
@@ -64,13 +65,14 @@ from .telegram.errors import UnknownMethodError
 from .telegram.files import Files
 from .telegram.out import Notifier, TelegramOut, TelegramUnavailableError
 from .telegram.session import BadResponseError, BotApiSession, FloodControl, UnreadableResultError
+from .tools.box import Toolbox
 from .tools.config import load_config
 from .tools.retention import stub_old_results
 from .turn.branch import Branches
 from .turn.context import ContextWindow
 from .turn.engine import Engine
-from .turn.media import MediaLimits, MediaReader
 from .turn.state import TurnStates
+from .turn.tools import ToolLoop
 from .turn.topics import TopicThreads, TopicTitles
 from .turn.values import Rules
 from .usage.accounting import Accounting
@@ -80,8 +82,6 @@ from .usage.spend import SpendAlert
 if TYPE_CHECKING:
     from .chat.webhook import WebhookServer
     from .prometheus import MetricsServer
-    from .tools.hub import ToolHub
-    from .turn.tools import ToolLoop
     from .webapp.server import ViewerServer
 
 #: The commands Telegram lists in its menu.
@@ -188,18 +188,24 @@ class App:
             self.redis, self.store, settings.bot_instance, lease_ms=lease_ms(settings),
             clock=clock,
         )  # fmt: skip
-        self.tools: ToolHub | None = None
-        tool_loop: ToolLoop | None = None
+        able = capabilities(
+            settings, store=self.store, redis=self.redis, transcriber=self.transcriber,
+            files=Files(self.bot, local_files=settings.telegram_local_files),
+        )  # fmt: skip
+        hub = None
         if settings.mcp_config is not None:  # checked by load_settings
             # the mcp SDK takes a while to import: only when tools are configured
             from .tools.hub import ToolHub  # noqa: PLC0415
-            from .turn.tools import ToolLoop  # noqa: PLC0415
 
-            self.tools = ToolHub(
+            hub = ToolHub(
                 load_config(settings.mcp_config),
                 allowed=settings.allowed_tools,
                 call_timeout=settings.tool_timeout,
             )
+        #: The tools offered to the model: MCP_CONFIG's servers and the built-in ones.
+        self.tools = Toolbox(hub, able.tools) if hub is not None or able.tools else None
+        tool_loop: ToolLoop | None = None
+        if self.tools is not None:
             tool_loop = ToolLoop(
                 self.tools,
                 self.model,
@@ -230,13 +236,8 @@ class App:
                 user_daily_dollars=settings.user_daily_budget_usd,
                 rich=settings.rich_messages,
             ),
-            media=MediaReader(
-                self.store,
-                files=Files(self.bot, local_files=settings.telegram_local_files),
-                transcriber=self.transcriber,
-                redis=self.redis,
-                limits=MediaLimits(settings.audio_max_seconds, settings.text_file_max_bytes),
-            ),
+            inputs=able.inputs,
+            voice=able.voice,
             albums=self.albums,
             branches=self._models_and_money(settings),
             topics=self.topics,

@@ -26,7 +26,8 @@ from bot.reading.search import (
     next_number,
     sources,
 )
-from bot.tools.hub import Tool, ToolResult
+from bot.tools.box import ToolResult
+from bot.tools.hub import Tool
 from transcript import ChatMessage, ToolCall
 
 from .page_server import ARTICLE_TEXT, PageServer

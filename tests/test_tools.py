@@ -21,8 +21,9 @@ from redis.asyncio import Redis
 from bot.data import keys
 from bot.ops.doctor import doctor
 from bot.settings import SettingsError, load_settings
+from bot.tools.box import ToolResult
 from bot.tools.config import parse_config
-from bot.tools.hub import ToolHub, ToolResult
+from bot.tools.hub import ToolHub
 from bot.turn.notices import TOOL_ROUNDS, TURN_GUARD
 from bot.turn.tools import ERROR_MARK, INTERRUPTED
 from transcript import TranscriptStore

@@ -35,7 +35,7 @@ from .pages import read_page
 from .texts import SOURCES
 
 if TYPE_CHECKING:
-    from ..tools.hub import ToolResult
+    from ..tools.box import ToolResult
 
 WEB_SEARCH = "web_search"
 READ_URL = "read_url"
@@ -139,7 +139,7 @@ class SearXNG:
 
 class ReadingTools:
     """The built-in tools ``web_search`` and ``read_url``, shaped like MCP tools
-    (:meth:`bot.tools.hub.Tool.spec`, :class:`bot.tools.hub.ToolResult`)."""
+    (:meth:`bot.tools.hub.Tool.spec`, :class:`bot.tools.box.ToolResult`)."""
 
     def __init__(self, search: SearXNG, fetcher: Fetcher, *, max_tokens: int) -> None:
         self.search = search
@@ -166,7 +166,7 @@ class ReadingTools:
 
     async def call(self, name: str, arguments: str, *, first: int) -> ToolResult:
         """Run one call; every failure is a result marked ``error`` for the model."""
-        from ..tools.hub import ToolResult  # noqa: PLC0415 - hub imports the mcp SDK
+        from ..tools.box import ToolResult  # noqa: PLC0415
 
         try:
             args = json.loads(arguments) if arguments.strip() else {}

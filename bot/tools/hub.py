@@ -30,6 +30,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.types import PaginatedRequestParams
 
+from .box import ToolResult
 from .config import ServerConfig, allowed_by, offered_name
 
 log = logging.getLogger("replychain.tools")
@@ -63,12 +64,6 @@ class Tool:
                 "parameters": self.parameters,
             },
         }
-
-
-@dataclass(frozen=True, slots=True)
-class ToolResult:
-    text: str
-    error: bool = False
 
 
 class _Server:

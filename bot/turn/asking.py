@@ -125,8 +125,9 @@ class Asking:
             text = _(notices.TOOL_ROUNDS).format(rounds=self.tools.max_rounds)
             raise TurnEnded(Reply(text, leaf.id, notice=True))
         leaf = await self.tools.round(
-            state, leaf=leaf, answer=answer, progress=turn.writer.update, durably=self._durably
-        )
+            state, leaf=leaf, answer=answer, progress=turn.writer.update, durably=self._durably,
+            inbound=turn.inbound,
+        )  # fmt: skip
         await self.tools.count_call(state)
         await self.limits.check(turn, user)
         return leaf

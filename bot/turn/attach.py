@@ -33,7 +33,8 @@ from ..i18n import _
 from ..retry import retrying
 from . import notices
 from .branch import Prefs
-from .media import MediaError, MediaReader
+from .inputs import Inputs, MediaError, Reading
+from .media import VoiceReader
 from .parts import Durably, Parts, message_of
 from .record import TurnState
 from .state import TurnStates
@@ -71,16 +72,18 @@ PART_WAIT = 120.0
 class Attach:
     """Routes messages and stores their user nodes (one per bot)."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - the lookups a route may need, each by name
         self, *, store: TranscriptStore, states: TurnStates, parts: Parts, in_flight: InFlight,
         durably: Durably, system_prompt: str, root_prompt: Callable[[Prefs], str],
-        media: MediaReader | None = None, threads: TopicThreads | None = None,
+        inputs: Inputs | None = None, voice: VoiceReader | None = None,
+        threads: TopicThreads | None = None,
     ) -> None:  # fmt: skip
         self.store, self.states, self.parts = store, states, parts
         self.in_flight, self._durably = in_flight, durably
         #: A new conversation's system prompt without a persona, and with the user's.
         self.system_prompt, self.root_prompt = system_prompt, root_prompt
-        self.media = media
+        #: The input readers (bot/capabilities.py); the voice reader keeps unheard notes.
+        self.inputs, self.voice = inputs, voice
         #: Private chats' topics as threads (TOPIC_THREADS), else ``None``.
         self.threads = threads
 
@@ -159,7 +162,7 @@ class Attach:
         (``follows``). It is written only if the claim is this run's, and only once
         (:meth:`user_node` finds it in the state).
         """
-        if inbound.kind != MESSAGE or inbound.media:
+        if inbound.kind != MESSAGE or (self.inputs is not None and self.inputs.wants(inbound)):
             return None
         try:
             parent = follows
@@ -167,7 +170,7 @@ class Attach:
                 parent = await self.store.resolve(inbound.scope, inbound.reply_to)
             if parent is None:  # routing it may wait, or adopt a part: after the claim
                 return None
-            message = await self.message(inbound, parent)  # text only: nothing to read
+            message = ChatMessage("user", inbound.text)  # text only: nothing to read
             return Early(parent, await self.states.early_user(inbound, parent, message))
         except RecordError:
             return None  # the steps meet it again, and answer with their notice
@@ -194,7 +197,9 @@ class Attach:
             )  # fmt: skip
             await self._durably(lambda: self.states.lost_track(state))
             parent = None
-        message = await self.message(inbound, parent)
+        reading = await self.message(inbound, parent)
+        turn.notes = reading.notes
+        message = reading.message
         aliases = [inbound.message_id, *(m for m in turn.album if m != inbound.message_id)]
         return await self.states.store_user(
             state, parent, message, system=self.root_prompt(turn.prefs),
@@ -235,36 +240,36 @@ class Attach:
             raise NothingToDo
         return nodes[-2].id
 
-    async def message(self, inbound: Inbound, parent: NodeId | None) -> ChatMessage:
-        """The message with its files read; what cannot be read ends the turn with a
-        notice, and replying to that continues from ``parent``."""
-        if self.media is None or not inbound.media:
-            return ChatMessage("user", inbound.text)
+    async def message(self, inbound: Inbound, parent: NodeId | None) -> Reading:
+        """The message as the input readers read it; what cannot be read ends the turn
+        with a notice, and replying to that continues from ``parent``."""
+        if self.inputs is None or not self.inputs.wants(inbound):
+            return Reading(ChatMessage("user", inbound.text))
         try:
-            return await self.media.message(inbound)
+            return await self.inputs.read(inbound)
         except MediaError as exc:
             raise TurnEnded(Reply(exc.text, parent, notice=True)) from None
 
     async def _unheard(self, inbound: Inbound) -> NodeId | None:
         """A reply to a voice message that could not be transcribed: that message's
         node, stored now (replying to it retries), or ``None`` if it is not one."""
-        if self.media is None or inbound.reply_to is None:
+        if self.voice is None or inbound.reply_to is None:
             return None
-        earlier = await self.media.unheard(inbound.scope, inbound.reply_to)
+        earlier = await self.voice.unheard(inbound.scope, inbound.reply_to)
         if earlier is None:
             return None
         try:
             parent = await self.route(earlier)
         except _LostTrack:
             parent = None
-        message = await self.message(earlier, parent)
+        message = (await self.message(earlier, parent)).message
         if parent is None:
             root = await self.store.start(
                 earlier.scope, [ChatMessage("system", self.system_prompt)]
             )
             parent = root.id
         node = await self.store.append(parent, [message], aliases=[earlier.message_id])
-        await self.media.heard(earlier.scope, earlier.message_id)
+        await self.voice.heard(earlier.scope, earlier.message_id)
         return await self.store.resolve(earlier.scope, earlier.message_id) or node.id
 
     async def route(self, inbound: Inbound) -> NodeId | None:

@@ -62,8 +62,9 @@ from .asking import Asking
 from .attach import Attach, NothingToDo
 from .branch import Branch, Branches, Prefs
 from .context import ContextWindow
+from .inputs import Inputs
 from .limits import Limits
-from .media import MediaReader, voice_quote
+from .media import VoiceReader, voice_quote
 from .parts import AnswerParts, Parts
 from .record import ClaimReads, TurnState
 from .state import TurnStates
@@ -96,7 +97,8 @@ class Engine:
         in_flight: InFlight,
         redis_outage: Outage,
         rules: Rules,
-        media: MediaReader | None = None,
+        inputs: Inputs | None = None,
+        voice: VoiceReader | None = None,
         albums: Albums | None = None,
         branches: Branches | None = None,
         topics: TopicTitles | None = None,
@@ -137,7 +139,7 @@ class Engine:
         self.attach = Attach(
             store=store, states=states, parts=self.parts, in_flight=in_flight,
             durably=self._durably, system_prompt=rules.system_prompt,
-            root_prompt=self._root_prompt, media=media, threads=threads,
+            root_prompt=self._root_prompt, inputs=inputs, voice=voice, threads=threads,
         )  # fmt: skip
         #: Answers being generated now, for Telegram's stop button.
         self.stops = StopButtons()
@@ -237,7 +239,8 @@ class Engine:
     async def _steps(self, turn: Turn) -> Reply:
         user = await self.attach.user_node(turn)
         turn.depth = user.depth + 1
-        turn.writer.prefix = depth_tag(turn.depth) + voice_quote(turn.inbound, user)
+        notes = "".join(f"{note}\n" for note in turn.notes)
+        turn.writer.prefix = depth_tag(turn.depth) + voice_quote(turn.inbound, user) + notes
         if turn.state.lost_track:  # replying to the notice goes on from the message
             raise TurnEnded(Reply(_(notices.LOST_TRACK), user.id, notice=True))
         if turn.state.answer is not None:  # an earlier run stored it: show it
@@ -256,7 +259,9 @@ class Engine:
             if loop is not None:
                 tools = loop.offered(turn.inbound)
                 leaf = await loop.leaf(turn.state, user)
-                leaf = await loop.resume(turn.state, leaf, turn.writer.update, self._durably)
+                leaf = await loop.resume(
+                    turn.state, leaf, turn.writer.update, self._durably, inbound=turn.inbound
+                )
             while True:
                 window = await self.asking.window(turn, leaf)
                 answer = await self.asking.ask(turn, leaf, window, tools, stop=stop)

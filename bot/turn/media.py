@@ -1,26 +1,23 @@
-"""A message's files become the content of the user's node.
+"""The files a message carries, read: photos, voice notes and audio, text files.
 
-Photos are downloaded once (``getFile``), stored content-addressed in the
-chat's scope (:meth:`transcript.TranscriptStore.put_blob`) and referenced from
-the node as :class:`transcript.Image`; voice notes and audio are transcribed
-and the transcript is the message; a text file's text, with its name and the
-caption, is the message. What cannot be read ends the turn with a clear notice
-(:class:`MediaError`), and nothing of the user's is lost: a message whose
-voice could not be transcribed is kept (:meth:`MediaReader.keep_unheard`), and
-replying to it tries again.
+Each kind is a *file reader* (:class:`~bot.turn.inputs.FileReader`), registered in
+bot/capabilities.py. Photos are downloaded once (``getFile``), stored content-addressed
+in the chat's scope (:meth:`transcript.TranscriptStore.put_blob`) and referenced from
+the node as :class:`transcript.Image`; voice notes and audio are transcribed and the
+transcript is the message; a text file's text, with its name, is added to it. What
+cannot be read ends the turn with a clear notice (:class:`MediaError`), and nothing of
+the user's is lost: a voice message that could not be transcribed is kept
+(:meth:`VoiceReader.keep_unheard`), and replying to it tries again.
 """
 
 from __future__ import annotations
 
-import codecs
 import logging
-from dataclasses import dataclass
-from pathlib import PurePosixPath
 
 from babel.numbers import format_decimal
 from redis.asyncio import Redis
 
-from transcript import ChatMessage, Image, Node, TranscriptStore
+from transcript import Image, Node, TranscriptStore
 
 from ..bus.inbound import Inbound, MediaRef
 from ..data.connection import guarded
@@ -28,91 +25,12 @@ from ..data.keys import unheard_key
 from ..i18n import N_, _, current, number
 from ..model import ModelError
 from ..model.transcribe import Transcriber
+from ..reading.text import decode_text, is_text, suffix
 from ..telegram.files import BOT_API_DOWNLOAD_LIMIT, Files, FileTooBigError, FileUnreadableError
+from .inputs import MediaError, Read
 
 log = logging.getLogger("replychain.media")
 
-#: Extensions read as text whatever MIME type the client gave.
-TEXT_EXTENSIONS = frozenset(
-    [
-        ".txt",
-        ".md",
-        ".markdown",
-        ".rst",
-        ".py",
-        ".pyi",
-        ".js",
-        ".mjs",
-        ".ts",
-        ".tsx",
-        ".jsx",
-        ".json",
-        ".jsonl",
-        ".csv",
-        ".tsv",
-        ".yaml",
-        ".yml",
-        ".toml",
-        ".ini",
-        ".cfg",
-        ".conf",
-        ".log",
-        ".xml",
-        ".html",
-        ".htm",
-        ".css",
-        ".scss",
-        ".sql",
-        ".sh",
-        ".bash",
-        ".zsh",
-        ".ps1",
-        ".bat",
-        ".c",
-        ".h",
-        ".cc",
-        ".cpp",
-        ".hpp",
-        ".cs",
-        ".java",
-        ".kt",
-        ".go",
-        ".rs",
-        ".rb",
-        ".php",
-        ".pl",
-        ".lua",
-        ".r",
-        ".swift",
-        ".m",
-        ".scala",
-        ".hs",
-        ".ex",
-        ".exs",
-        ".erl",
-        ".clj",
-        ".dart",
-        ".vue",
-        ".svelte",
-        ".tex",
-        ".srt",
-        ".vtt",
-        ".env",
-        ".properties",
-        ".gradle",
-        ".dockerfile",
-        ".makefile",
-        ".diff",
-        ".patch",
-    ]
-)
-TEXT_MIME_TYPES = frozenset(
-    (
-        "application/json", "application/xml", "application/x-yaml", "application/yaml",
-        "application/toml", "application/javascript", "application/x-sh", "application/sql",
-        "application/x-python", "application/x-ndjson",
-    )
-)  # fmt: skip
 #: Largest photo read: Telegram's photos are far smaller (they are sent at most 10 MB).
 PHOTO_MAX_BYTES = BOT_API_DOWNLOAD_LIMIT
 #: Bytes read per second of AUDIO_MAX_SECONDS: uncompressed 48 kHz 16-bit stereo, more
@@ -167,63 +85,15 @@ _SPEECH_FAILURES = {
 _SPEECH_REJECTED = N_("the speech service rejected it")
 
 
-class MediaError(Exception):
-    """The message's files cannot be read: ``text`` tells the user why."""
+class Download:
+    """A file's bytes from Telegram, within a limit (the operator's, and the server's)."""
 
-    def __init__(self, text: str) -> None:
-        super().__init__(text)
-        self.text = text
-
-
-@dataclass(frozen=True, slots=True)
-class MediaLimits:
-    audio_max_seconds: int = 600
-    text_file_max_bytes: int = 262144
-
-
-class MediaReader:
-    """Turns an :class:`Inbound`'s files into the user's :class:`ChatMessage`."""
-
-    def __init__(
-        self,
-        store: TranscriptStore,
-        *,
-        files: Files,
-        transcriber: Transcriber | None,
-        redis: Redis,
-        limits: MediaLimits = MediaLimits(),
-    ) -> None:
-        self.store = store
+    def __init__(self, files: Files) -> None:
         self.files = files
-        self.transcriber = transcriber
-        self.redis = redis
-        self.limits = limits
 
-    async def message(self, inbound: Inbound) -> ChatMessage:
-        """The user's message: text, images, a transcript or a file's text."""
-        if not inbound.media:
-            return ChatMessage("user", inbound.text)
-        images: list[Image] = []
-        texts: list[str] = []
-        for ref in inbound.media:  # several for an album (of photos, files or audio)
-            if ref.kind == "photo":
-                images.append(await self._image(inbound, ref))
-            elif ref.kind in ("voice", "audio"):
-                texts.append(await self._heard(inbound, ref))
-            else:
-                texts.append(await self._text_file(ref))
-        if not texts:
-            return ChatMessage("user", inbound.text, images=tuple(images))
-        caption = inbound.text.strip()
-        content = "\n\n".join([caption, *texts] if caption else texts)
-        return ChatMessage("user", content, images=tuple(images))
-
-    async def _fetch(self, ref: MediaRef, limit: int) -> bytes:
-        """The file's bytes, within ``limit`` (the operator's) and the server's own limit.
-
-        A size Telegram gave that is over either is refused before getFile, which a
-        local Bot API server answers only once it has downloaded the whole file.
-        """
+    async def __call__(self, ref: MediaRef, limit: int) -> bytes:
+        """A size Telegram gave that is over either limit is refused before getFile,
+        which a local Bot API server answers only once it has downloaded the whole file."""
         server = self.files.server_limit
         if server is not None and server < limit and ref.size > server:
             raise MediaError(_too_big(ref.size, server))
@@ -239,18 +109,43 @@ class MediaReader:
         except FileUnreadableError as exc:
             raise MediaError(_(UNREADABLE_FILE).format(reason=str(exc) or "refused")) from None
 
-    async def _image(self, inbound: Inbound, ref: MediaRef) -> Image:
-        data = await self._fetch(ref, PHOTO_MAX_BYTES)
-        digest = await self.store.put_blob(inbound.scope, data)
-        return Image(digest, _image_mime(data), ref.width, ref.height)
 
-    async def _heard(self, inbound: Inbound, ref: MediaRef) -> str:
-        limit = self.limits.audio_max_seconds
+class PhotoReader:
+    """A photo: stored once as a blob of the chat, an image of the user's node."""
+
+    def __init__(self, store: TranscriptStore, download: Download) -> None:
+        self.store, self.download = store, download
+
+    def takes(self, ref: MediaRef) -> bool:
+        return ref.kind == "photo"
+
+    async def read(self, inbound: Inbound, ref: MediaRef) -> Read:
+        data = await self.download(ref, PHOTO_MAX_BYTES)
+        digest = await self.store.put_blob(inbound.scope, data)
+        return Read(image=Image(digest, _image_mime(data), ref.width, ref.height))
+
+
+class VoiceReader:
+    """A voice note or audio: its transcript. One that could not be transcribed is kept,
+    and a reply to it tries again (bot/turn/attach.py)."""
+
+    def __init__(
+        self, download: Download, transcriber: Transcriber | None, redis: Redis, *,
+        max_seconds: int = 600,
+    ) -> None:  # fmt: skip
+        self.download, self.transcriber, self.redis = download, transcriber, redis
+        self.max_seconds = max_seconds
+
+    def takes(self, ref: MediaRef) -> bool:
+        return ref.kind in ("voice", "audio")
+
+    async def read(self, inbound: Inbound, ref: MediaRef) -> Read:
+        limit = self.max_seconds
         if ref.duration > limit:
             raise MediaError(
                 _(AUDIO_TOO_LONG).format(duration=number(ref.duration), limit=number(limit))
             )
-        data = await self._fetch(ref, limit * AUDIO_BYTES_PER_SECOND)
+        data = await self.download(ref, limit * AUDIO_BYTES_PER_SECOND)
         if self.transcriber is None:
             raise MediaError(_(UNHEARD).format(reason=_("no transcription is set up")))
         name = ref.name or ("voice.ogg" if ref.kind == "voice" else "audio.mp3")
@@ -264,25 +159,7 @@ class MediaReader:
         if not text:
             await self.keep_unheard(inbound)
             raise MediaError(_(UNHEARD).format(reason=_("no speech was heard")))
-        return text
-
-    async def _text_file(self, ref: MediaRef) -> str:
-        name = ref.name or "file"
-        suffix = PurePosixPath(name.lower()).suffix
-        if ref.mime == "application/pdf" or suffix == ".pdf":
-            raise MediaError(_(PDF))
-        if ref.mime.startswith("image/"):
-            raise MediaError(_(IMAGE_FILE))
-        if not (ref.mime.startswith("text/") or ref.mime in TEXT_MIME_TYPES) and (
-            suffix not in TEXT_EXTENSIONS
-        ):
-            raise MediaError(_(NOT_TEXT).format(name=name))
-        text = _decode_text(await self._fetch(ref, self.limits.text_file_max_bytes))
-        if text is None:
-            raise MediaError(_(UNREADABLE_TEXT).format(name=name))
-        return f"File {name}:\n{text}"
-
-    # ---------------------------------------------------------- voice kept for a retry
+        return Read(text=text)
 
     async def keep_unheard(self, inbound: Inbound) -> None:
         """Keep a voice message that could not be transcribed: a reply to it retries."""
@@ -296,6 +173,38 @@ class MediaReader:
 
     async def heard(self, scope: str, message_id: int) -> None:
         await guarded(self.redis.delete(unheard_key(scope, message_id)))
+
+
+class TextFileReader:
+    """A text file (.txt, .md, .py, .json, .csv …): its text, with its name."""
+
+    def __init__(self, download: Download, *, max_bytes: int = 262144) -> None:
+        self.download, self.max_bytes = download, max_bytes
+
+    def takes(self, ref: MediaRef) -> bool:
+        return ref.kind == "document" and is_text(ref.name or "file", ref.mime)
+
+    async def read(self, inbound: Inbound, ref: MediaRef) -> Read:
+        name = ref.name or "file"
+        text = decode_text(await self.download(ref, self.max_bytes))
+        if text is None:
+            raise MediaError(_(UNREADABLE_TEXT).format(name=name))
+        return Read(text=f"File {name}:\n{text}")
+
+
+class NotReadable:
+    """Every file no other reader takes: one clear line (registered last)."""
+
+    def takes(self, ref: MediaRef) -> bool:
+        return True
+
+    async def read(self, inbound: Inbound, ref: MediaRef) -> Read:
+        name = ref.name or "file"
+        if ref.mime == "application/pdf" or suffix(name) == ".pdf":
+            raise MediaError(_(PDF))
+        if ref.mime.startswith("image/"):
+            raise MediaError(_(IMAGE_FILE))
+        raise MediaError(_(NOT_TEXT).format(name=name))
 
 
 def voice_quote(inbound: Inbound, user: Node) -> str:
@@ -346,18 +255,3 @@ def _image_mime(data: bytes) -> str:
     if data.startswith((b"GIF87a", b"GIF89a")):
         return "image/gif"
     return "image/jpeg"
-
-
-def _decode_text(data: bytes) -> str | None:
-    """UTF-8 (a BOM allowed) or UTF-16 with a BOM; ``None`` for anything else or binary."""
-    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        encoding = "utf-16"
-    else:
-        encoding = "utf-8-sig"
-    try:
-        text = data.decode(encoding)
-    except UnicodeDecodeError:
-        return None
-    if "\x00" in text:
-        return None
-    return text

@@ -29,7 +29,7 @@ from transcript import ChatMessage, Node, ToolCall, TranscriptStore
 from ..bus.inbound import Inbound
 from ..i18n import _
 from ..model import Answer, Media
-from ..tools.hub import ToolHub, ToolResult
+from ..tools.box import Toolbox, ToolCallContext, ToolResult
 from .record import TurnState
 from .state import TurnStates
 
@@ -61,7 +61,7 @@ class ToolLoop:
 
     def __init__(
         self,
-        hub: ToolHub,
+        box: Toolbox,
         model: ToolModel,
         store: TranscriptStore,
         states: TurnStates,
@@ -70,7 +70,7 @@ class ToolLoop:
         in_groups: bool = False,
         max_result_chars: int = 100_000,
     ) -> None:
-        self.hub = hub
+        self.box = box
         self.model = model
         self.store = store
         self.states = states
@@ -82,7 +82,7 @@ class ToolLoop:
         """The ``tools`` array for this turn's calls, or ``None`` (no tools here)."""
         if inbound.is_group and not self.in_groups:
             return None
-        return self.hub.spec_bytes
+        return self.box.spec_bytes
 
     async def ask(
         self,
@@ -113,6 +113,8 @@ class ToolLoop:
         leaf: Node,
         progress: Callable[[str], None],
         durably: Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]],
+        *,
+        inbound: Inbound,
     ) -> Node:
         """Finish a round an earlier run noted but did not store; the new leaf."""
         if state.noted_round is None:
@@ -125,13 +127,15 @@ class ToolLoop:
             result = state.noted_results.get(i)
             if result is not None:
                 done[i] = result
-            elif not self.hub.idempotent(call.name):
+            elif not self.box.idempotent(call.name):
                 log.info("tool call %s of an interrupted turn is not run again", call.name)
                 done[i] = ChatMessage("tool", INTERRUPTED, tool_call_id=call.id)
         log.info("resuming tool round %d of a turn: %d call(s) settled", k, len(done))
+        context = ToolCallContext(inbound, leaf)
         results = await self._run(
-            state, k, assistant.tool_calls, done=done, progress=progress, durably=durably
-        )
+            state, k, assistant.tool_calls, done=done, progress=progress, durably=durably,
+            context=context,
+        )  # fmt: skip
         return await self._store(state, leaf, (k, assistant, results), durably)
 
     async def round(
@@ -142,14 +146,16 @@ class ToolLoop:
         answer: Answer,
         progress: Callable[[str], None],
         durably: Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]],
+        inbound: Inbound,
     ) -> Node:
         """Run the calls of ``answer`` and store the step; the new leaf."""
         k = self.rounds(state) + 1
         assistant = ChatMessage("assistant", answer.text or None, answer.tool_calls)
         await durably(lambda: self.states.note_tool_round(state, k, assistant))
         results = await self._run(
-            state, k, answer.tool_calls, done={}, progress=progress, durably=durably
-        )
+            state, k, answer.tool_calls, done={}, progress=progress, durably=durably,
+            context=ToolCallContext(inbound, leaf),
+        )  # fmt: skip
         return await self._store(state, leaf, (k, assistant, results), durably)
 
     async def count_call(self, state: TurnState) -> None:
@@ -165,6 +171,7 @@ class ToolLoop:
         done: dict[int, ChatMessage],
         progress: Callable[[str], None],
         durably: Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]],
+        context: ToolCallContext,
     ) -> list[ChatMessage]:
         todo = [i for i in range(len(calls)) if i not in done]
         if todo:
@@ -173,7 +180,7 @@ class ToolLoop:
 
         async def one(i: int) -> None:
             call = calls[i]
-            result = await self.hub.call(call.name, call.arguments)
+            result = await self.box.call(call.name, call.arguments, context)
             message = self._message(call, result, share=len(calls))
             await durably(lambda: self.states.note_tool_result(state, k, i, message))
             done[i] = message
@@ -182,8 +189,7 @@ class ToolLoop:
         return [done[i] for i in range(len(calls))]
 
     def _label(self, name: str) -> str:
-        tool = self.hub.tools.get(name)
-        return tool.remote if tool is not None else name
+        return self.box.label(name)
 
     def _message(self, call: ToolCall, result: ToolResult, *, share: int) -> ChatMessage:
         """The ``tool`` message of a result; a round's results together stay within

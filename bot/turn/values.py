@@ -86,6 +86,9 @@ class Turn:
     #: A message replying to nothing in a private chat's topic goes on from here: the
     #: topic's newest answer (``None``: it starts a new conversation).
     follows: NodeId | None = None
+    #: Lines for the user above the answer from reading the message ("read pages 1–42
+    #: of 130"; only on the run that read it).
+    notes: tuple[str, ...] = ()
 
     @property
     def model(self) -> Model:
