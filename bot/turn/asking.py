@@ -21,12 +21,13 @@ from ..model import Answer, ModelError
 from ..usage.accounting import Accounting
 from ..usage.calls import CallRecord
 from . import notices
-from .context import ContextWindow, MessageTooLargeError, Window
+from .context import ContextWindow, MessageTooLargeError
 from .limits import Limits
 from .parts import Durably
 from .state import TurnStates
 from .tools import ToolLoop
 from .values import Reply, Turn, TurnEnded
+from .window import Window
 
 log = logging.getLogger("replychain.engine")
 

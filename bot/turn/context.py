@@ -15,12 +15,10 @@ summarising fails, the oldest whole nodes are left out of this call instead.
 
 from __future__ import annotations
 
-import bisect
 import copy
 import logging
-import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from cachetools import LRUCache
 
@@ -28,12 +26,21 @@ from transcript import ChatMessage, Fold, Node, NodeId, TranscriptStore
 
 from ..bus.inbound import Inbound
 from ..data.connection import Queued
-from ..model import MESSAGE_OVERHEAD, Media, Model, ModelError, Usage, estimate_messages
+from ..model import Model, ModelError, Usage
 from ..model.vision import Vision
 from ..usage.accounting import Accounting
 from ..usage.calls import SUMMARY_VIEW, CallRecord
 from .branch import Branch
 from .record import TurnState
+from .window import (
+    Estimator,
+    Window,
+    after,
+    line,
+    previous_user,
+    starts_with_user,
+    view_of,
+)
 
 #: System messages to insert after nodes (the personas chosen at them), by node.
 Inserts = Mapping[NodeId, tuple[ChatMessage, ...]]
@@ -54,53 +61,6 @@ NEAR = 0.8
 
 class MessageTooLargeError(Exception):
     """The user's message alone does not fit into the budget."""
-
-
-@dataclass(frozen=True, slots=True)
-class Window:
-    """What to send: the messages, the fold they start from, their estimated size.
-
-    ``view`` names where the verbatim part starts (the fold, and how many of
-    the oldest nodes after it were left out), so two calls sent the same view
-    differ only by what was appended.
-    """
-
-    messages: tuple[ChatMessage, ...]
-    fold: Fold | None
-    tokens: int
-    dropped: int = 0
-    #: The bytes of the messages' images (``None``: the model gets placeholders).
-    media: Media = None
-
-    @property
-    def view(self) -> str:
-        return view_of(self.fold, self.dropped)
-
-
-def view_of(fold: Fold | None, dropped: int) -> str:
-    return f"{fold.at.ref if fold else ''}+{dropped}" if dropped else (fold.at.ref if fold else "")
-
-
-class Estimator:
-    """Characters/4 per message, scaled by what the provider reported for earlier calls."""
-
-    def __init__(self) -> None:
-        self.ratio = 1.0
-
-    def tokens(self, messages: Sequence[ChatMessage]) -> int:
-        return math.ceil(estimate_messages(messages) * self.ratio)
-
-    def sized(self, messages: int, chars: int) -> int:
-        """The estimate from totals (``TranscriptStore.size``), without the messages."""
-        return math.ceil((chars / 4 + MESSAGE_OVERHEAD * messages) * self.ratio)
-
-    def learn(self, messages: Sequence[ChatMessage], usage: Usage) -> None:
-        """Move the ratio toward reported/estimated for a call of known size."""
-        raw = estimate_messages(messages)
-        if usage.estimated or raw < 50 or usage.prompt_tokens <= 0:
-            return
-        observed = min(4.0, max(0.25, usage.prompt_tokens / raw))
-        self.ratio = 0.8 * self.ratio + 0.2 * observed
 
 
 class ContextWindow:
@@ -322,7 +282,7 @@ class ContextWindow:
         """Root, summary, then the nodes after the fold (less the ``drop`` oldest), each
         followed by the system messages inserted after it; those of the nodes left out
         follow the summary (a persona chosen above the fold still speaks)."""
-        start = _after(nodes, fold) + drop
+        start = after(nodes, fold) + drop
         summary = fold.messages if fold else ()
         if not inserts:
             return (*nodes[0].messages, *summary, *(m for n in nodes[start:] for m in n.messages))
@@ -345,7 +305,7 @@ class ContextWindow:
         inserts: Inserts = _NONE,
     ) -> int:
         """Reported size of the previous call on this chain plus the new tail, if known."""
-        previous = _previous_user(nodes)
+        previous = previous_user(nodes)
         if previous is not None:
             known = await self.accounting.last_call(inbound.scope, nodes[previous].id)
             if known is not None and known[2] == view_of(fold, dropped):
@@ -361,7 +321,7 @@ class ContextWindow:
         self, inbound: Inbound, nodes: list[Node], fold: Fold | None, model: Model
     ) -> Fold | None:
         """Fold the older part, leaving about ``keep_recent`` tokens verbatim."""
-        start = _after(nodes, fold)
+        start = after(nodes, fold)
         keep_from = self._keep_from(nodes, start)
         if keep_from is None:
             return fold
@@ -386,9 +346,9 @@ class ContextWindow:
                 break
             kept += self.estimator.tokens(nodes[index].messages)
             index -= 1
-        while index < len(nodes) - 1 and not _starts_with_user(nodes[index]):
+        while index < len(nodes) - 1 and not starts_with_user(nodes[index]):
             index += 1
-        return index if index > start and _starts_with_user(nodes[index]) else None
+        return index if index > start and starts_with_user(nodes[index]) else None
 
     def _chunk_end(self, nodes: list[Node], pos: int, stop: int, fold: Fold | None) -> int:
         """Last node of one summary call's input: it must fit in about 60 % of the budget."""
@@ -401,7 +361,7 @@ class ContextWindow:
             end += 1
         end -= 1
         # a fold must be followed by a user's message, so a view never starts mid-exchange
-        while end + 1 < stop and not _starts_with_user(nodes[end + 1]):
+        while end + 1 < stop and not starts_with_user(nodes[end + 1]):
             end += 1
         return max(end, pos) if end + 1 <= stop else stop - 1
 
@@ -410,7 +370,7 @@ class ContextWindow:
     ) -> ChatMessage:
         words = max(50, self.summary_tokens * 3 // 4)
         previous = fold.messages[-1].content if fold else ""
-        lines = [_line(m) for n in part for m in n.messages]
+        lines = [line(m) for n in part for m in n.messages]
         prompt = (
             f"Summary so far:\n{(previous or '(none)').removeprefix(SUMMARY_PREFIX)}\n\n"
             "New part of the conversation:\n" + "\n".join(lines)
@@ -449,10 +409,10 @@ class ContextWindow:
         """Leave out the oldest whole nodes while the view is over the budget."""
         drop = 0
         messages, tokens = window.messages, window.tokens
-        start = _after(nodes, window.fold)
+        start = after(nodes, window.fold)
         while tokens > self.limit and start + drop < len(nodes) - 1:
             drop += 1
-            while start + drop < len(nodes) - 1 and not _starts_with_user(nodes[start + drop]):
+            while start + drop < len(nodes) - 1 and not starts_with_user(nodes[start + drop]):
                 drop += 1
             messages = self._compose(nodes, window.fold, drop, inserts)
             tokens = await self._size(
@@ -466,49 +426,3 @@ class ContextWindow:
         if tokens > self.limit:
             raise MessageTooLargeError
         return Window(messages, window.fold, tokens, drop)
-
-
-def _after(nodes: list[Node], fold: Fold | None) -> int:
-    """Index of the first node after the fold (after the root without one)."""
-    if fold is None:
-        return 1
-    # depths grow along a path: look the fold's node up by its depth
-    i = bisect.bisect_left(nodes, fold.depth, key=lambda n: n.depth)
-    if i < len(nodes) and nodes[i].id.seg == fold.at.seg and nodes[i].id.idx == fold.at.idx:
-        return i + 1
-    seg, idx = fold.at.seg, fold.at.idx
-    for i in range(len(nodes) - 1, 0, -1):  # (a node without messages shares a depth)
-        if nodes[i].id.seg == seg and nodes[i].id.idx == idx:
-            return i + 1
-    return 1
-
-
-def _line(message: ChatMessage) -> str:
-    """A message as the summariser reads it (tool calls and results named, results cut)."""
-    if message.tool_calls:
-        calls = ", ".join(f"{c.name}({c.arguments[:200]})" for c in message.tool_calls)
-        return f"Assistant called tools: {calls}"
-    if message.role == "tool":
-        return f"Tool result: {(message.content or '')[:500]}"
-    return f"{message.role.capitalize()}: {_summary_text(message)}"
-
-
-def _summary_text(message: ChatMessage) -> str:
-    """A message for the summariser: each image as ``[image: its caption]``."""
-    if not message.images:
-        return message.content or ""
-    caption = (message.content or "").strip()
-    first = f"[image: {caption}]" if caption else "[image]"
-    return " ".join([first, *["[image]"] * (len(message.images) - 1)])
-
-
-def _starts_with_user(node: Node) -> bool:
-    return bool(node.messages) and node.messages[0].role == "user"
-
-
-def _previous_user(nodes: list[Node]) -> int | None:
-    """Index of the user node of the previous exchange (followed by its answer)."""
-    for i in range(len(nodes) - 3, 0, -1):
-        if _starts_with_user(nodes[i]) and nodes[i + 1].messages[0].role == "assistant":
-            return i
-    return None
