@@ -17,10 +17,6 @@ PERSONA_NONE = N_("none")
 PERSONA_NONE_BUTTON = N_("No persona")
 NO_PERSONAS = N_("No personas are configured on this bot (MODELS_FILE: [personas.NAME] tables).")
 ONE_MODEL = N_("This bot offers one model: {name}.")
-NOT_A_THREAD = N_(
-    "That message belongs to no conversation I have stored: reply to one of my "
-    "answers or to a message I answered."
-)
 NOT_YOURS = N_("Only the person who opened this menu can choose here.")
 MENU_EXPIRED = N_("This menu has expired; send the command again.")
 GONE = N_("That choice is no longer offered; send the command again.")

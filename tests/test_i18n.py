@@ -27,6 +27,7 @@ from bot import choice_texts, i18n
 from bot.chat import menu, steering
 from bot.chat.choices import COMMANDS as CHOICE_COMMANDS
 from bot.chat.menu import sync_menu
+from bot.chat.messages import NOT_A_THREAD
 from bot.chat.routers import COMMANDS, HELP_TEXT, UNSUPPORTED_TEXT
 from bot.chat.style import COMMANDS as STYLE_COMMANDS
 from bot.i18n import I18N, _
@@ -58,7 +59,7 @@ _PAGE_ONLY = {*PAGE.values(), *ERRORS.values()}
 _QUERY_ANSWERS = {
     steering.FORGET_CANCELLED, steering.FORGET_NOT_YOURS, steering.FORGET_EXPIRED,
     steering.FORGET_FAILED, "Erased.", guest.HOW_TO_CONTINUE, choice_texts.MENU_EXPIRED,
-    choice_texts.NOT_YOURS, choice_texts.GONE, choice_texts.NOT_A_THREAD,
+    choice_texts.NOT_YOURS, choice_texts.GONE, NOT_A_THREAD,
     choice_texts.CHOICE_FAILED, choice_texts.MODEL_CHOSEN, choice_texts.MODEL_DEFAULT_CHOSEN,
     choice_texts.PERSONA_CHOSEN, choice_texts.PERSONA_DEFAULT_CHOSEN,
 }  # fmt: skip

@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 
 from bot.bus.inbound import EDIT, RETRY, Inbound
 from bot.bus.intake import Intake
+from bot.chat.messages import NOT_A_THREAD
 from bot.chat.routers import HELP_TEXT
 from bot.chat.steering import (
     EXPORT_HINT,
@@ -21,7 +22,6 @@ from bot.chat.steering import (
     FORGET_CANCELLED,
     FORGET_NOT_YOURS,
     FORGET_OWNERS_ONLY,
-    NOT_A_THREAD,
     RETRY_USAGE,
     TREE_HINT,
 )

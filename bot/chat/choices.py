@@ -32,7 +32,7 @@ from ..catalogue import MODEL, PERSONA, Catalogue
 from ..i18n import N_, _
 from ..telegram.format import Chunk, escape_html
 from ..telegram.out import Notifier
-from .messages import Checked, notice, replied_id, thread_of
+from .messages import NOT_A_THREAD, Checked, notice, replied_id, thread_of
 
 if TYPE_CHECKING:  # (the turn's, passed in by the dispatcher: this edge sits below it)
     from ..turn.branch import Branches
@@ -98,7 +98,7 @@ async def _menu(message: Message, kind: str, notifier: Notifier, branches: Branc
             log.warning("chat %s: the choices could not be read: %s", chat, type(exc).__name__)
             current = None
         if current is None:
-            notice(notifier, message, _(texts.NOT_A_THREAD))
+            notice(notifier, message, _(NOT_A_THREAD))
             return None
         catalogue = branches.catalogue
         names = list(catalogue.models if kind == MODEL else catalogue.personas)
@@ -184,7 +184,7 @@ async def on_pick(query: CallbackQuery, *, notifier: Notifier, branches: Branche
         else:
             node = await branches.store.resolve(scope, int(target))
             if node is None:
-                await query.answer(_(texts.NOT_A_THREAD), show_alert=True)
+                await query.answer(_(NOT_A_THREAD), show_alert=True)
                 return
             await branches.choose(node, kind, name)
     except StoreUnavailableError:

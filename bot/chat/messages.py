@@ -15,9 +15,16 @@ from aiogram.types import Message, TelegramObject
 from aiogram.utils.magic_filter import MagicFilter
 
 from ..bus.inbound import REPLY_HEAD_CHARS, Inbound, MediaRef
+from ..i18n import N_
 from ..telegram import guest
 from ..telegram.format import Chunk, escape_html
 from ..telegram.out import Notifier
+
+#: A command sent as a reply to a message no conversation holds (/tree, /model …).
+NOT_A_THREAD = N_(
+    "That message belongs to no conversation I have stored: reply to one of my "
+    "answers or to a message I answered."
+)
 
 
 class Checked(Filter):

@@ -39,7 +39,7 @@ from ..settings import Settings
 from ..telegram.format import TELEGRAM_LIMIT, Chunk, escape_html
 from ..telegram.out import Notifier
 from .choices import retry_model
-from .messages import Checked, inbound_of, notice, replied_id, thread_of
+from .messages import NOT_A_THREAD, Checked, inbound_of, notice, replied_id, thread_of
 from .viewer import open_tree_markup
 
 log = logging.getLogger("replychain.handlers")
@@ -47,10 +47,6 @@ log = logging.getLogger("replychain.handlers")
 RETRY_USAGE = N_("Send /retry as a reply to one of my answers to get another answer to it.")
 TREE_HINT = N_("Send /tree as a reply to a message of a conversation to see its tree.")
 EXPORT_HINT = N_("Send /export as a reply to a message of a conversation to get it as a file.")
-NOT_A_THREAD = N_(
-    "That message belongs to no conversation I have stored: reply to one of my "
-    "answers or to a message I answered."
-)
 UNREADABLE = N_("That conversation cannot be read right now; try again in a moment.")
 FORGET_ASK = N_(
     "Erase everything I stored about this chat: every conversation and its messages, "
