@@ -296,6 +296,8 @@ class TelegramOut:
                     raise TelegramUnavailableError(exc.message) from exc
                 if floods is None:
                     await asyncio.sleep(exc.retry_after)  # a rate Telegram set, not a retry
+                else:
+                    floods.metrics.telegram_retry("flood_control")  # as its own retries count
                 again = True
 
     async def edit(self, chat_id: int, message_id: int, chunk: Chunk) -> None:
