@@ -162,7 +162,9 @@ class Intake:
         """Heartbeat: reset the idle time of the entries this consumer still holds.
 
         An entry another consumer has claimed meanwhile is left alone. Returns
-        how many were kept.
+        how many were kept. On a Redis Cluster it returns once a replica holds the
+        renewal, as the append does (a failover must not lose it, or another process
+        would take the entries over while this one still runs their turns).
         """
         by_stream: dict[str, list[bytes]] = {}
         for entry in entries:
@@ -170,7 +172,17 @@ class Intake:
         kept = 0
         for stream, ids in by_stream.items():
             args: list[str | bytes] = [keys.INTAKE_GROUP, self.consumer, *ids]
-            kept += int(await guarded(self._keep(keys=[stream], args=args)))
+            if self.replicas is None:
+                kept += int(await guarded(self._keep(keys=[stream], args=args)))
+                continue
+
+            def renewal(
+                pipe: Pipeline, stream: str = stream, args: list[str | bytes] = args
+            ) -> None:
+                pipe.eval(_KEEP_LUA, 1, stream, *args)
+
+            [reply] = await guarded(self.replicas.write(stream, renewal))
+            kept += int(reply)
         return kept
 
     async def claim_idle(self, min_idle_ms: int, count: int) -> list[Entry]:

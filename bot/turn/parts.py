@@ -109,6 +109,13 @@ class PartLedger:
                 parts[int(name)] = text
         return cls(parts, announced)
 
+    def others_in(self, turn: str, low: int, high: int) -> bool:
+        """Whether a turn other than ``turn`` has a part between the ids, or announced
+        one that may land there."""
+        if any(low < part < high and owner != turn for part, owner in self.parts.items()):
+            return True
+        return any(after < high and other != turn for other, after in self.announced.items())
+
     def may_be_sending(self, message_id: int) -> bool:
         """Whether a turn announced a part whose id may turn out to be ``message_id``.
 
@@ -199,18 +206,21 @@ class Parts:
 
     async def adopt(self, scope: str, message_id: int, head: str) -> NodeId | None:
         """The node a lost part with this id belongs to, aliased to it now; ``None``
-        unless it falls in a noted range and the start of its text, ``head``, can be
-        that part's.
+        unless it falls in a noted range, the start of its text, ``head``, can be that
+        part's, and no other turn of the chat is sending parts there.
 
         The ids of a range are not the turn's alone: other turns of the chat send
         parts meanwhile, and a failover that loses acknowledged writes can lose their
         records too. So the text decides (an answer's first part starts with its
-        ``[depth:N]`` tag, a later part with none), and a message it cannot place is
-        nobody's: its reply gets the lost-track notice, never another thread.
+        ``[depth:N]`` tag, a later part with none), and the chat's part ledger must
+        name no other turn's part inside the range nor another turn's announcement
+        that may land there: a message it cannot place is nobody's, and its reply gets
+        the lost-track notice, never another thread.
         """
-        ranges = await guarded(self._redis.hvals(keys.orphans_key(scope)))
-        best: tuple[int, str] | None = None  # the narrowest range holding the id
-        for value in ranges:
+        ranges = await guarded(self._redis.hgetall(keys.orphans_key(scope)))
+        best: tuple[int, str, int, int, str] | None = None  # the narrowest range
+        for field, value in ranges.items():
+            owner = field.decode() if isinstance(field, bytes) else str(field)
             text = value.decode() if isinstance(value, bytes) else value
             low, high, tree, rest = text.split(":", 3)
             seg, *noted = rest.split(":")
@@ -219,10 +229,16 @@ class Parts:
                 continue
             if noted and not LostPart(int(noted[0]), int(noted[1])).shown_as(head):
                 continue
-            best = (width, f"{tree}:{seg}")
+            best = (width, f"{tree}:{seg}", int(low), int(high), owner)
         if best is None:
             return None
-        home = NodeId.parse(scope, best[1])
+        _, ref, start, end, owner = best
+        if (await self.ledger(scope)).others_in(owner, start, end):
+            log.info(
+                "message %s of chat %s may be another turn's part: not adopted", message_id, scope
+            )
+            return None
+        home = NodeId.parse(scope, ref)
         log.info("adopted message %s of chat %s into its thread", message_id, scope)
         await self.store.alias(scope, [message_id], home)
         return home

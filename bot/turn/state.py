@@ -47,6 +47,7 @@ docs/architecture.md.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -82,6 +83,15 @@ DONE_DAYS = DONE_TTL_SECONDS // (24 * 3600) + 1
 #: A worker's claim on a turn, by default; its heartbeat renews it while the turn
 #: runs (:meth:`TurnStates.renew`), so it only lapses when the worker is gone.
 LEASE_MS = 24 * 1000
+#: A claim not confirmed within this share of the lease sends nothing new (see
+#: :meth:`TurnStates.holds`).
+HOLD_SHARE = 0.5
+_CONFIRMED_KEPT = 10_000
+
+
+class ClaimUnconfirmedError(StoreUnavailableError):
+    """This worker's claim on a turn was not confirmed lately: it sends nothing new until
+    a renewal comes back (a wait, like any while Redis is away)."""
 
 
 class TurnStates:
@@ -107,8 +117,12 @@ class TurnStates:
         self._renew = redis.register_script(lua.RENEW_LUA)
         self._failed = redis.register_script(lua.FAILED_LUA)
         self._read = redis.register_script(lua.READ_LUA)
-        #: Replica acknowledgement of its parts' records and its end (Redis Cluster only).
+        #: Replica acknowledgement of its parts' records, its end and the renewals of its
+        #: claims (Redis Cluster only).
         self.replicas = replica_ack(redis)
+        #: When each running turn's claim was last confirmed (the claim, or a renewal
+        #: that returned), by (scope, turn): see :meth:`holds`.
+        self._confirmed: dict[tuple[str, str], float] = {}
 
     # ------------------------------------------------------------ the claim
 
@@ -161,6 +175,8 @@ class TurnStates:
         for read, replies in zip(reads, more, strict=True):
             read.read(replies)
         state = None if flat is None else TurnState.parse(key, scope, flat)
+        if state is not None and not state.done:
+            self._confirm((scope, turn))
         if user is not None and state is not None and not state.done and state.user is None:
             state.user = (await self.store.placed(user, placed)).id  # placed just now
         return state
@@ -170,20 +186,42 @@ class TurnStates:
 
         ``False`` for a turn whose claim another worker holds now (this process
         was away longer than the lease, and the turn was taken over); a turn not
-        claimed yet, or finished, counts as kept.
+        claimed yet, or finished, counts as kept. On a Redis Cluster each renewal
+        returns once a replica holds it (a failover that loses it is a renewal that
+        never returned); a renewal that returned confirms the claim (:meth:`holds`).
         """
-        replies = await guarded(
-            asyncio.gather(
-                *(
-                    self._renew(
-                        keys=[keys.lease_key(inbound.scope, inbound.turn)],
-                        args=[self.owner, self.lease_ms],
-                    )
-                    for inbound in running
-                )
+
+        async def one(inbound: Inbound) -> bool:
+            key = keys.lease_key(inbound.scope, inbound.turn)
+            args: list[str | int] = [self.owner, self.lease_ms]
+            if self.replicas is None:
+                return bool(await self._renew(keys=[key], args=args))
+            [reply] = await self.replicas.write(
+                key, lambda pipe: pipe.eval(lua.RENEW_LUA, 1, key, *args)
             )
-        )
-        return [bool(reply) for reply in replies]
+            return bool(reply)
+
+        kept = await guarded(asyncio.gather(*(one(inbound) for inbound in running)))
+        for inbound, ok in zip(running, kept, strict=True):
+            if ok:
+                self._confirm((inbound.scope, inbound.turn))
+        return kept
+
+    def holds(self, inbound: Inbound) -> bool:
+        """Whether this worker's claim on the turn was confirmed recently: within
+        :data:`HOLD_SHARE` of the lease. A holder whose renewals do not come back (Redis
+        away, a failover that lost them) may have lost the turn to another worker that
+        took it over: it sends nothing new until a renewal comes back (the heartbeat's,
+        every sixth of the takeover time) or it learns the turn was taken."""
+        confirmed = self._confirmed.get((inbound.scope, inbound.turn))
+        return confirmed is None or time.monotonic() - confirmed < self.lease_ms * HOLD_SHARE / 1000
+
+    def _confirm(self, turn: tuple[str, str]) -> None:
+        now = time.monotonic()
+        self._confirmed[turn] = now
+        if len(self._confirmed) > _CONFIRMED_KEPT:  # turns long over (finished elsewhere)
+            stale = now - self.lease_ms * 4 / 1000
+            self._confirmed = {k: v for k, v in self._confirmed.items() if v > stale}
 
     async def read(self, inbound: Inbound) -> TurnState:
         """The state as it is, without claiming the turn."""
@@ -317,8 +355,14 @@ class TurnStates:
         The announcement is in the chat's part ledger, where a reply to that part
         finds it before its id is known (Telegram may deliver the reply before it
         answers the send), and where a later run of this turn finds that a part may
-        be on screen unrecorded.
+        be on screen unrecorded. Nothing is announced, so nothing is sent, while this
+        worker's claim is not confirmed (:meth:`holds`: :class:`ClaimUnconfirmedError`).
         """
+        if not self.holds(inbound):
+            raise ClaimUnconfirmedError(
+                f"the claim on message {inbound.message_id} of chat {inbound.chat_id} was "
+                "not confirmed lately (Redis did not answer the renewals)"
+            )
         async with self._redis.pipeline(transaction=False) as pipe:
             self.queue_sending(pipe, inbound, state, count)
             await guarded(pipe.execute())
@@ -412,10 +456,12 @@ class TurnStates:
             state.end_failed = True
             raise
         state.done = True
+        self._confirmed.pop((inbound.scope, inbound.turn), None)
 
     async def release(self, inbound: Inbound, parts: list[int]) -> None:
         """Let go of an unfinished turn (it was given up): its parts, and the later turns
         of its topic, no longer wait."""
+        self._confirmed.pop((inbound.scope, inbound.turn), None)
         ledger = keys.pending_parts_key(inbound.scope)
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.delete(keys.lease_key(inbound.scope, inbound.turn))
