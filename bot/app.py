@@ -633,11 +633,10 @@ class App:
 def _settle() -> None:
     """Import the model SDK, then keep what start-up built out of the collector's sight.
 
-    The imports leave about 250,000 objects the collector tracks, which live as long as
-    the process; every full collection walked them all (about 0.2 s of CPU each, one
-    every few hundred turns: near a tenth of the CPU per turn in ``python -m bench
-    process``). ``gc.freeze`` moves them to a generation the collector skips; objects
-    made later are collected as before.
+    The imports leave hundreds of thousands of objects the collector tracks, which live
+    as long as the process; every full collection walked them all (``python -m bench
+    process`` shows the cost per turn). ``gc.freeze`` moves them to a generation the
+    collector skips; objects made later are collected as before.
     """
     load_sdk()
     gc.freeze()

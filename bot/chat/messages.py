@@ -30,7 +30,7 @@ NOT_A_THREAD = N_(
 class Checked(Filter):
     """A magic filter (``F.text | F.caption``) checked in the event loop: aiogram runs
     a plain one through ``asyncio.to_thread`` for every update it looks at, a thread
-    hop each (the process bench measured them at up to 1 ms a turn)."""
+    hop each (``python -m bench process`` counts them)."""
 
     def __init__(self, check: MagicFilter) -> None:
         self._resolve = check.resolve

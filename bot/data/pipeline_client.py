@@ -2,7 +2,7 @@
 
 A turn waits for Redis three times (the claim, the answer, the final write), each a
 pipeline of a few commands queued by :func:`bot.data.connection.run_together`.
-redis-py spends ~100 us of CPU per round trip before and after the wire: its
+redis-py spends CPU per round trip before and after the wire: its
 pool's condition, a timeout per reply read, the retry wrapper, the command
 packer's per-argument encoder, its observability hooks. That was most of the bot's
 own cost per turn (``python -m bench bot``). The pipeline client sends the same queued

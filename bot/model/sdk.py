@@ -45,8 +45,8 @@ def openai_client(*, api_key: str, base_url: str | None, timeout: float) -> open
 
     It runs on the SDK's aiohttp transport (``openai[aiohttp]``; aiohttp is aiogram's
     HTTP client already) instead of httpx's own (httpcore on anyio): the SDK's timeouts
-    and typed errors stay, at about a fifth less of the bot's CPU per turn
-    (``python -m bench process``). Its retries are off: the edge retries once, in
+    and typed errors stay, at less of the bot's CPU per turn (``python -m bench
+    process`` measures it). Its retries are off: the edge retries once, in
     :meth:`bot.model.client.Endpoint.call`."""
     return openai.AsyncOpenAI(
         api_key=api_key,

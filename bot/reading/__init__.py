@@ -22,6 +22,6 @@ Failures are typed, each with a ``kind``::
                     connect, tls, timeout, redirects, status
     SearchError     the search service failed
 
-The parsers (pypdf, python-docx, trafilatura) are imported when first used: together
-they take about 0.3 s to import, which start-up should not pay.
+The parsers (pypdf, python-docx, trafilatura) are imported when first used: their
+import time is not start-up's to pay.
 """

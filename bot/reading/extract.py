@@ -7,7 +7,7 @@ read from the tree trafilatura parsed, because its own metadata pass (dates, aut
 costs three times the extraction. A page where trafilatura finds no main text gives
 its whole visible text (trafilatura's ``html2txt``) rather than nothing.
 
-CPU work (about 0.2 s for a 1 MB page): call it in a thread.
+CPU work (``python -m bench reading`` measures it): call it in a thread.
 """
 
 from __future__ import annotations

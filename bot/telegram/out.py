@@ -114,8 +114,8 @@ class SentMessage(TelegramObject):
     """What the writer reads of a message it sent or edited: its id.
 
     aiogram validates the whole :class:`~aiogram.types.Message` a call returns, the
-    message it replies to included (about 50 us of CPU per answer part); the writer
-    needs only the id. The methods below are aiogram's own, with this as their result.
+    message it replies to included, for every answer part; the writer needs only the
+    id. The methods below are aiogram's own, with this as their result.
     """
 
     model_config = ConfigDict(extra="ignore")

@@ -112,8 +112,8 @@ def describe_body(content: object) -> str:
 #: ``Response[T]`` for every result type T seen, held here for the process's life.
 #: aiogram's ``check_response`` parametrizes ``Response[method.__returning__]`` on every
 #: call, and pydantic keeps parametrized models only weakly: once garbage collection
-#: freed one, the next call built it again (its whole schema, about 9 ms of CPU; most
-#: calls of a turn did). There are a few dozen result types, so this stays small.
+#: freed one, the next call built it again (its whole schema, several milliseconds of
+#: CPU; most calls of a turn did). There are a few dozen result types: this stays small.
 _RESPONSE_TYPES: dict[object, type[Response[Any]]] = {}
 
 

@@ -253,7 +253,7 @@ class TurnStates:
 
     async def _placed(self, placement: Placement) -> Node:
         """One node, placed on the round trip :func:`run_together` sends (the store's own
-        goes through redis-py's single-command path, about 40 us of CPU more)."""
+        goes through redis-py's single-command path, which costs more CPU)."""
         [[reply]] = await run_together(
             self._redis, lambda pipe: self.store.queue_place(pipe, placement)
         )
