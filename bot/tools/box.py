@@ -11,7 +11,7 @@ MCP_CONFIG.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from transcript import Node
 
     from ..bus.inbound import Inbound
-    from .hub import ToolHub
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,10 +55,34 @@ class BuiltinTool(Protocol):
         """Run one call; every failure is a result marked ``error``."""
 
 
+class RemoteTool(Protocol):
+    """A tool of an MCP server, as offered (:class:`bot.tools.hub.Tool`)."""
+
+    @property
+    def remote(self) -> str: ...
+
+    def spec(self) -> dict[str, Any]: ...
+
+
+class Remote(Protocol):
+    """The owner's MCP servers (:class:`bot.tools.hub.ToolHub`)."""
+
+    @property
+    def tools(self) -> Mapping[str, RemoteTool]: ...
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    def idempotent(self, name: str) -> bool: ...
+
+    async def call(self, name: str, arguments: str) -> ToolResult: ...
+
+
 class Toolbox:
     """Every tool offered: the MCP hub's (if any) and the built-in ones."""
 
-    def __init__(self, hub: ToolHub | None = None, builtins: Sequence[BuiltinTool] = ()) -> None:
+    def __init__(self, hub: Remote | None = None, builtins: Sequence[BuiltinTool] = ()) -> None:
         self.hub = hub
         self.builtins = {tool.name: tool for tool in builtins}
         #: The request's ``tools`` array, encoded once (byte-stable across calls); set

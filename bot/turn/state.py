@@ -47,9 +47,9 @@ docs/architecture.md.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from time import monotonic
 from typing import Any
 
 import msgpack
@@ -214,10 +214,10 @@ class TurnStates:
         took it over: it sends nothing new until a renewal comes back (the heartbeat's,
         every sixth of the takeover time) or it learns the turn was taken."""
         confirmed = self._confirmed.get((inbound.scope, inbound.turn))
-        return confirmed is None or time.monotonic() - confirmed < self.lease_ms * HOLD_SHARE / 1000
+        return confirmed is None or monotonic() - confirmed < self.lease_ms * HOLD_SHARE / 1000
 
     def _confirm(self, turn: tuple[str, str]) -> None:
-        now = time.monotonic()
+        now = monotonic()
         self._confirmed[turn] = now
         if len(self._confirmed) > _CONFIRMED_KEPT:  # turns long over (finished elsewhere)
             stale = now - self.lease_ms * 4 / 1000
