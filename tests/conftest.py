@@ -17,7 +17,7 @@ from transcript import TranscriptStore
 
 from .fake_openai import FakeOpenAI
 from .fake_telegram import FakeTelegram
-from .harness import OTHER_USER, USER, BotFactory, running_bot, settings_for
+from .harness import OTHER_USER, USER, BotFactory, BotProcess, running_bot, settings_for
 from .redis_server import RedisServer
 
 
@@ -27,6 +27,12 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture(autouse=True)
+async def no_bot_process_outlives_its_test() -> AsyncIterator[None]:
+    yield
+    await BotProcess.kill_leftovers()
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from redis.asyncio import Redis
 
@@ -92,7 +92,11 @@ async def running_bot(settings: Settings, clock: Clock = utc_now) -> AsyncIterat
 
 
 class BotProcess:
-    """``python -m bot`` as a subprocess, with its output kept for assertions."""
+    """``python -m bot`` as a subprocess, with its output kept for assertions. Every one
+    started is remembered until it exits, so a failed test leaves none running
+    (``kill_leftovers``, called after every test)."""
+
+    running: ClassVar[set[asyncio.subprocess.Process]] = set()
 
     def __init__(self, env: dict[str, str], cwd: Path) -> None:
         self.env = env
@@ -106,11 +110,13 @@ class BotProcess:
             cwd=self.cwd, env={**self.env, "PYTHONPATH": str(ROOT)},
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         )  # fmt: skip
+        BotProcess.running.add(self.proc)
 
     async def wait(self, timeout: float = 30.0) -> int:  # noqa: ASYNC109
         assert self.proc is not None
         out, _ = await asyncio.wait_for(self.proc.communicate(), timeout)
         self.output += out
+        BotProcess.running.discard(self.proc)
         return self.proc.returncode if self.proc.returncode is not None else -1
 
     async def terminate(self, timeout: float = 30.0) -> int:  # noqa: ASYNC109
@@ -137,6 +143,16 @@ class BotProcess:
     @property
     def text(self) -> str:
         return self.output.decode(errors="replace")
+
+    @classmethod
+    async def kill_leftovers(cls) -> None:
+        """Kill the processes a test started and did not see exit (it failed first)."""
+        for proc in list(cls.running):
+            if proc.returncode is None:
+                proc.kill()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(proc.wait(), 10)
+        cls.running.clear()
 
 
 def answers_to(tg: FakeTelegram, chat_id: int, message_id: int) -> list[StoredMessage]:
