@@ -35,9 +35,10 @@ BENCHES = {
     "rich": "bench.rich_bench",
     "speech": "bench.speech_bench",
     "reading": "bench.reading_bench",
+    "pipelines": "bench.pipelines_bench",
 }
 #: Run only when named (``python -m bench scale``): real processes, minutes.
-NAMED_ONLY = {"scale"}
+NAMED_ONLY = {"scale", "pipelines"}
 
 #: Smaller sizes for the quick run, by bench: module constant -> quick value. A bench
 #: may instead read ``common.FULL`` / ``common.sized`` itself; a constant it no longer

@@ -267,17 +267,24 @@ def _add_chats(tg: FakeTelegram) -> None:
 
 @contextlib.asynccontextmanager
 async def _children(
-    llm: FakeOpenAI, redis_url: str, logs: Path, **extra: str
+    llm: FakeOpenAI,
+    redis_url: str,
+    logs: Path,
+    which: Sequence[tuple[str, str]] = CHILDREN,
+    **extra: str,
 ) -> AsyncIterator[list[Child]]:
-    """The bot and the floors (in :data:`CHILDREN`' order), each with its own Bot API
-    server, all polling."""
+    """The bot and the floors (``which``: :data:`CHILDREN`, in its order), each with its
+    own Bot API server and its own Redis database (two bots would share an intake),
+    all polling."""
     children: list[Child] = []
+    server = redis_url.rsplit("/", 1)[0]
     async with contextlib.AsyncExitStack() as stack:
-        for name, module in CHILDREN:
+        for database, (name, module) in enumerate(which):
             tg = TimedTelegram()
             await stack.enter_async_context(tg)
             _add_chats(tg)
-            env = env_for(tg, llm, redis_url, LOG_LEVEL="WARNING", **extra)
+            url = f"{server}/{database}"
+            env = env_for(tg, llm, url, LOG_LEVEL="WARNING", **extra)
             children.append(Child(name, module, tg, env, logs / f"{module}.log"))
         try:
             for child in children:
@@ -294,10 +301,13 @@ def _model() -> FakeOpenAI:
     return llm
 
 
-async def cpu_per_turn(redis_url: str, logs: Path) -> str:
-    runs, rounds = sized(3, RUNS), sized(3, ROUNDS)
-    rows: list[list[object]] = []
-    async with _model() as llm, _children(llm, redis_url, logs) as children:
+async def workloads(
+    redis_url: str, logs: Path, which: Sequence[tuple[str, str]], *, runs: int, rounds: int
+) -> list[tuple[str, list[float]]]:
+    """(workload, the median CPU seconds per answered turn of each child of ``which``) for
+    each of :data:`WORKLOADS`, the children's samples interleaved."""
+    results = []
+    async with _model() as llm, _children(llm, redis_url, logs, which) as children:
         for child in children:
             for kind in ("private", "group"):
                 progress(f"process: {child.name} grows a {CHAIN}-message {kind} chain")
@@ -311,11 +321,20 @@ async def cpu_per_turn(redis_url: str, logs: Path) -> str:
                 for child in children:
                     sample = _sample(child, kind, chain, rounds=rounds, start=1 + run * rounds)
                     spent[child.name].append(await sample)
-            bot, floor, sdk = (median(spent[child.name]) for child in children)
-            ratios = [f"{a / b:.1f}x" for a, b in ((bot, floor), (bot, sdk), (sdk, floor))]
-            rows.append(
-                [label, bot * 1e3, floor * 1e3, sdk * 1e3, *ratios, 1 / bot, 1 / floor, 1 / sdk]
-            )
+            results.append((label, [median(spent[child.name]) for child in children]))
+    return results
+
+
+async def cpu_per_turn(redis_url: str, logs: Path) -> str:
+    runs, rounds = sized(3, RUNS), sized(3, ROUNDS)
+    rows: list[list[object]] = []
+    for label, (bot, floor, sdk) in await workloads(
+        redis_url, logs, CHILDREN, runs=runs, rounds=rounds
+    ):
+        ratios = [f"{a / b:.1f}x" for a, b in ((bot, floor), (bot, sdk), (sdk, floor))]
+        rows.append(
+            [label, bot * 1e3, floor * 1e3, sdk * 1e3, *ratios, 1 / bot, 1 / floor, 1 / sdk]
+        )
     return table(
         f"CPU per answered turn, python -m bot beside the floor and the SDK floor (instant "
         f"model; bursts of {BURST}, {rounds} bursts a sample, median of {runs} interleaved "
