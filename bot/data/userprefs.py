@@ -14,8 +14,9 @@ from typing import Any, Literal
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
+from transcript.outage import guarded
+
 from . import keys
-from .connection import guarded
 
 Format = Literal["rich", "plain"]
 FORMATS: tuple[Format, ...] = ("rich", "plain")

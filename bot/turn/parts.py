@@ -31,10 +31,11 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from transcript import NodeId, StoreUnavailableError, TranscriptStore
+from transcript.outage import guarded
 
 from ..bus.inbound import Inbound
 from ..data import keys
-from ..data.connection import Queued, guarded
+from ..data.connection import Queued
 from ..retry import Outage
 from ..telegram.format import tagged_depth
 from ..telegram.writer import JournalUnavailableError

@@ -65,11 +65,12 @@ from transcript import (
     TranscriptStore,
 )
 from transcript.codec import encode_message
+from transcript.outage import guarded
 
 from ..bus.inbound import Inbound
 from ..bus.intake import join_topic
 from ..data import keys
-from ..data.connection import Queued, guarded, replica_ack, run_kept, run_together
+from ..data.connection import Queued, replica_ack, run_kept, run_together
 from ..usage.calls import Clock, day_of, utc_now
 from . import record as lua
 from .record import ClaimReads, TurnState
