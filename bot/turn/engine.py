@@ -57,7 +57,7 @@ from ..telegram.format import Chunk, depth_tag, escape_html
 from ..telegram.guest import GuestWriter, part_of
 from ..telegram.guest import post as post_guest
 from ..telegram.out import AnswerRejectedError, Attachment, ChatUnavailableError, TelegramOut
-from ..telegram.writer import AnswerWriter, ChatBudget, answer_style
+from ..telegram.writer import TYPING_EVERY, AnswerWriter, ChatBudget, answer_style
 from ..usage.accounting import Accounting
 from . import notices
 from .asking import Asking
@@ -263,7 +263,9 @@ class Engine:
             )
         if self.pictures is not None and asks_for_picture(turn.inbound, user):
             await self.limits.guard(turn, user)
-            return await self.pictures.answer(turn, user, self.states)
+            inbound = turn.inbound  # a picture takes a while: "typing…" meanwhile
+            async with self.out.typing(inbound.chat_id, inbound.thread_id, TYPING_EVERY):
+                return await self.pictures.answer(turn, user, self.states)
         turn.branch = await self._branch(turn, user)
         turn.writer.prefix += turn.branch.note
         await self.limits.check_input(turn, user)
