@@ -83,13 +83,20 @@ def drawn(path: Sequence[Node]) -> tuple[Drawn, ...]:
         if not node.messages or node.messages[0].role in ("user", "system"):
             break
         prompts = _prompts(node.messages)
-        shown = [
-            Drawn(i, prompts.get(m.tool_call_id or "", m.content or "") if m.role == "tool" else
-                  m.content or "")
-            for m in node.messages for i in m.images
-        ]  # fmt: skip
-        found[:0] = shown
+        found[:0] = [
+            Drawn(image, _caption(message, prompts))
+            for message in node.messages
+            for image in message.images
+        ]
     return tuple(found)
+
+
+def _caption(message: ChatMessage, prompts: dict[str, str]) -> str:
+    """A picture's caption: an ``/image`` answer's text (its prompt), or the prompt of
+    the ``generate_image`` call a tool result answers."""
+    if message.role == "tool":
+        return prompts.get(message.tool_call_id or "", "")
+    return message.content or ""
 
 
 def _prompts(messages: Sequence[ChatMessage]) -> dict[str, str]:
