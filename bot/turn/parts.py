@@ -172,8 +172,10 @@ class AnswerParts:
         self, count: int, *, wait: bool, again: bool = False, attached: bool = False
     ) -> None:
         states, inbound, state = self.states, self.inbound, self.state
-        if count == (state.attaching if attached else state.sending) and not again:
+        announced = count == (state.attaching if attached else state.sending)
+        if announced and not again and states.holds(inbound):
             return  # announced already (with the answer): a persisted fact, not a clock
+        # (a claim not confirmed lately announces again: that waits for a confirmation)
         if wait:
             await self._durably(lambda: states.sending(inbound, state, count, attached=attached))
             return
