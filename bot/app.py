@@ -145,6 +145,7 @@ class App:
             settings.catalogue(),
             timeout=settings.openai_timeout,
             max_retries=settings.openai_max_retries,
+            voice=settings.tts_voice,
         )
         self.transcriber = Transcriber(
             api_key=settings.api_key(),
@@ -166,7 +167,7 @@ class App:
             audit_days=settings.model_audit_days,
             detail_days=settings.usage_detail_days,
             prices=self.catalogue.default_model.prices,
-            model_prices={name: spec.prices for name, spec in self.catalogue.models.items()},
+            model_prices=self.catalogue.prices,  # the speech and image models' too
             metrics=self.metrics,
         )
         self.context = ContextWindow.for_budget(
@@ -191,6 +192,7 @@ class App:
         able = capabilities(
             settings, store=self.store, redis=self.redis, transcriber=self.transcriber,
             files=Files(self.bot, local_files=settings.telegram_local_files),
+            models=self.models, accounting=self.accounting,
         )  # fmt: skip
         hub = None
         if settings.mcp_config is not None:  # checked by load_settings
@@ -247,6 +249,8 @@ class App:
                 else None
             ),
             tools=tool_loop,
+            speech=able.speech,
+            pictures=able.pictures,
         )
         telegram_outage = Outage(
             "Telegram", "Answers being written are kept and finished when it is back."

@@ -55,9 +55,16 @@ from .messages import (
     strip_mention,
     thread_of,
 )
+from .pictures import COMMANDS as PICTURE_COMMANDS
+from .pictures import pictures_router
 from .steering import RETRY_USAGE, steering_router, topic_router
 from .style import COMMANDS as STYLE_COMMANDS
 from .style import style_router
+from .voice import COMMANDS as VOICE_COMMANDS
+from .voice import voice_router
+
+#: /voice and /image (their modules' menu entries).
+OUTPUT_COMMANDS = (*VOICE_COMMANDS, *PICTURE_COMMANDS)
 
 log = logging.getLogger("replychain.handlers")
 
@@ -77,7 +84,7 @@ def command_menu() -> list[BotCommand]:
     """The command menu in the current language."""
     return [
         BotCommand(command=name, description=_(text))
-        for name, text in (*COMMANDS, *CHOICE_COMMANDS, *STYLE_COMMANDS)
+        for name, text in (*COMMANDS, *CHOICE_COMMANDS, *STYLE_COMMANDS, *OUTPUT_COMMANDS)
     ]
 
 
@@ -229,6 +236,8 @@ def build_router(allowed_user_ids: frozenset[int]) -> Router:
         steering_router(),
         choices_router(),
         style_router(),
+        voice_router(),
+        pictures_router(),
         _conversation_router(),
         _guest_router(),
     ):
