@@ -245,7 +245,8 @@ class Engine:
             raise TurnEnded(Reply(_(notices.LOST_TRACK), user.id, notice=True))
         if turn.state.answer is not None:  # an earlier run stored it: show it
             stored = await self.store.current(turn.state.answer)
-            return Reply(stored.messages[-1].content or "", stored.id)
+            text = stored.messages[-1].content or ""
+            return Reply(text + await self._footer(turn, stored.id, text), stored.id)
         turn.branch = await self._branch(turn, user)
         turn.writer.prefix += turn.branch.note
         await self.limits.check_input(turn, user)
@@ -257,7 +258,7 @@ class Engine:
             leaf, tools = user, None
             loop = self.asking.tools
             if loop is not None:
-                tools = loop.offered(turn.inbound)
+                tools = loop.offered(turn.inbound, turn.branch)
                 leaf = await loop.leaf(turn.state, user)
                 leaf = await loop.resume(
                     turn.state, leaf, turn.writer.update, self._durably, inbound=turn.inbound
@@ -269,7 +270,8 @@ class Engine:
                     break
                 leaf = await self.asking.tool_round(turn, user, leaf, (window, answer))
         turn.writer.ended()
-        shown = f"{answer.text}\n\n{_(notices.STOPPED)}" if answer.stopped else answer.text
+        shown = answer.text + await self._footer(turn, leaf.id, answer.text)
+        shown = f"{shown}\n\n{_(notices.STOPPED)}" if answer.stopped else shown
         thoughts = answer.reasoning if self.rules.show_reasoning else ""
         # the final text's first new part (if any) is announced with the answer
         final = shown if shown.strip() else _(notices.EMPTY_ANSWER)
@@ -279,6 +281,12 @@ class Engine:
             first_new = 0  # (failing here would ask the model again on the next try)
         node = await self.asking.store_answer(turn, leaf, (window, answer), announce=first_new)
         return Reply(shown, node, reasoning=thoughts)
+
+    async def _footer(self, turn: Turn, upto: NodeId, text: str) -> str:
+        """Under the answer, in its message, never stored: what its tool rounds brought
+        (the sources it cites; :meth:`bot.turn.tools.ToolLoop.footer`)."""
+        loop = self.asking.tools
+        return await loop.footer(turn.state, upto, text) if loop is not None else ""
 
     async def _deliver(self, turn: Turn, reply: Reply) -> None:
         """The one place a turn finishes: show the reply, then one write records it all.
