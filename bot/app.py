@@ -192,7 +192,7 @@ class App:
         able = capabilities(
             settings, store=self.store, redis=self.redis, transcriber=self.transcriber,
             files=Files(self.bot, local_files=settings.telegram_local_files),
-            models=self.models, accounting=self.accounting,
+            models=self.models, accounting=self.accounting, context=self.context,
         )  # fmt: skip
         hub = None
         if settings.mcp_config is not None:  # checked by load_settings
@@ -205,7 +205,9 @@ class App:
                 call_timeout=settings.tool_timeout,
             )
         #: The tools offered to the model: MCP_CONFIG's servers and the built-in ones.
-        self.tools = Toolbox(hub, able.tools) if hub is not None or able.tools else None
+        self.tools = (
+            Toolbox(hub, able.tools, able.footers) if hub is not None or able.tools else None
+        )
         tool_loop: ToolLoop | None = None
         if self.tools is not None:
             tool_loop = ToolLoop(
@@ -229,7 +231,7 @@ class App:
             in_flight=in_flight,
             redis_outage=self.intake.outage,
             rules=Rules(
-                system_prompt=settings.resolved_system_prompt(),
+                system_prompt=settings.resolved_system_prompt() + able.rules,
                 max_input_chars=settings.max_input_chars,
                 user_daily_tokens=settings.user_daily_token_limit,
                 max_calls_per_turn=settings.turn_max_model_calls,
@@ -241,7 +243,7 @@ class App:
             inputs=able.inputs,
             voice=able.voice,
             albums=self.albums,
-            branches=self._models_and_money(settings),
+            branches=self._models_and_money(settings, able.rules),
             topics=self.topics,
             threads=(
                 TopicThreads(self.redis, out=self.out, titles=self.topics)
@@ -308,10 +310,10 @@ class App:
         """The models and personas (MODELS_FILE, else the one OPENAI_* model)."""
         return self.models.catalogue
 
-    def _models_and_money(self, settings: Settings) -> Branches | None:
+    def _models_and_money(self, settings: Settings, rules: str) -> Branches | None:
         """The branches' choice of models and personas (``None`` with only the OPENAI_*
-        settings: nothing to choose, every turn runs as before); and the daily spend
-        alert to the owners (DAILY_SPEND_ALERT_USD)."""
+        settings: nothing to choose, every turn runs as before), ``rules`` after every
+        root prompt; and the daily spend alert to the owners (DAILY_SPEND_ALERT_USD)."""
         if settings.daily_spend_alert_usd:
             alert = SpendAlert(
                 self.redis, self.accounting, limit_usd=settings.daily_spend_alert_usd,
@@ -322,7 +324,8 @@ class App:
             return None
         return Branches(
             self.redis, self.store, self.models,
-            system_prompt=settings.resolved_system_prompt(), summary_model=settings.summary_model,
+            system_prompt=settings.resolved_system_prompt() + rules,
+            summary_model=settings.summary_model, rules=rules,
         )  # fmt: skip
 
     async def _tell_owners(self, settings: Settings, text: str) -> None:

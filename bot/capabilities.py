@@ -5,7 +5,8 @@ A capability is a module that implements one small interface of the turn:
     an input reader   bot/turn/inputs.py: FileReader (a file a message carries),
                       MessageReader (what its text points at)
     a built-in tool   bot/tools/box.py: BuiltinTool, offered to tool-capable models in
-                      the per-node tool loop beside MCP_CONFIG's tools
+                      the per-node tool loop beside MCP_CONFIG's tools; a Footer adds
+                      what an answer shows under its text from its tool rounds
     an output         what an answer sends besides its text, as its attachments
                       (bot/telegram/writer.py): its voice notes (bot/turn/speaking.py),
                       its pictures (bot/turn/pictures.py, also the /image turn)
@@ -24,13 +25,17 @@ from transcript import TranscriptStore
 
 from .catalogue import Models
 from .model.transcribe import Transcriber
+from .reading.fetch import Fetcher, FetchPolicy
+from .reading.search import NAMES, ReadingTools, SearXNG
 from .settings import Settings
 from .telegram.files import Files
-from .tools.box import BuiltinTool
+from .tools.box import BuiltinTool, Footer
+from .turn.context import ContextWindow
 from .turn.inputs import FileReader, Inputs, MessageReader
 from .turn.limits import Spending
-from .turn.media import Download, NotReadable, PhotoReader, TextFileReader, VoiceReader
+from .turn.media import Download, NotReadable, PhotoReader, VoiceReader
 from .turn.pictures import DrawTool, Pictures
+from .turn.reading import DocumentReader, LinkReader, Room, WebTool, cited_sources, prompt_rules
 from .turn.speaking import VoiceAnswers
 from .usage.accounting import Accounting
 
@@ -48,22 +53,38 @@ class Capabilities:
     speech: VoiceAnswers | None = None
     #: Pictures made and changed (IMAGE_MODEL), else ``None``.
     pictures: Pictures | None = None
+    #: What answers show under their text when their turn ran tools.
+    footers: tuple[Footer, ...] = ()
+    #: What every new conversation's system prompt gets after the operator's (or a
+    #: persona's): the rules the capabilities need the model to know.
+    rules: str = ""
 
 
 def capabilities(
     settings: Settings, *, store: TranscriptStore, files: Files, transcriber: Transcriber,
-    redis: Redis, models: Models, accounting: Accounting,
+    redis: Redis, models: Models, accounting: Accounting, context: ContextWindow,
 ) -> Capabilities:  # fmt: skip
     """Every capability these settings turn on, in the order the turn asks them."""
     download = Download(files)
     voice = VoiceReader(download, transcriber, redis, max_seconds=settings.audio_max_seconds)
+    rules = prompt_rules(search_tools=settings.search_url is not None)
+    room = Room(
+        context, max_tokens=settings.document_max_tokens,
+        prompt=settings.resolved_system_prompt() + rules,
+        links=settings.links_per_message if settings.read_links else 0,
+    )  # fmt: skip
+    fetcher = Fetcher(
+        FetchPolicy(allow=settings.url_fetch_networks, max_bytes=settings.url_fetch_max_bytes)
+    )
     readers: list[FileReader] = [
         PhotoReader(store, download),
         voice,
-        TextFileReader(download, max_bytes=settings.text_file_max_bytes),
+        DocumentReader(download, room, max_bytes=settings.max_document_bytes),
         NotReadable(),  # last: whatever no reader takes gets one clear line
     ]
     message_readers: list[MessageReader] = []
+    if settings.read_links and settings.links_per_message:
+        message_readers.append(LinkReader(fetcher, room, most=settings.links_per_message))
     tools: list[BuiltinTool] = []
     spending = Spending(
         accounting, daily_tokens=settings.user_daily_token_limit,
@@ -81,6 +102,18 @@ def capabilities(
         )  # fmt: skip
         if settings.image_tool:
             tools.append(DrawTool(pictures))
+    footers: list[Footer] = []
+    if settings.search_url is not None:
+        engine = SearXNG(settings.search_url, results=settings.search_results)
+        web = ReadingTools(engine, fetcher, max_tokens=room.tokens(4))  # a tool result's share
+        tools += [WebTool(name, web, store) for name in NAMES]
+        footers.append(cited_sources)
     return Capabilities(
-        Inputs(readers, message_readers), voice, tuple(tools), speech=speech, pictures=pictures
+        Inputs(readers, message_readers),
+        voice,
+        tuple(tools),
+        speech=speech,
+        pictures=pictures,
+        footers=tuple(footers),
+        rules=rules,
     )

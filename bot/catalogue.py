@@ -8,6 +8,7 @@ The file is TOML::
     base_url = "https://api.openai.com/v1"   # optional, default OPENAI_BASE_URL
     api_key_env = "OPENAI_API_KEY"           # optional: the variable holding the key
     vision = true                 # optional (default true)
+    tools = true                  # optional (default true): offered tools (web search, MCP)
     context_tokens = 32000        # optional, default CONTEXT_TOKEN_BUDGET
     price_input = 0.15            # optional: USD per million prompt tokens
     price_cached_input = 0.075    # optional
@@ -68,7 +69,7 @@ _MODEL_KEYS = frozenset(
     {
         "model", "base_url", "api_key_env", "vision", "context_tokens", "price_input",
         "price_cached_input", "price_output", "default", "kind", "price_per_1m_chars",
-        "price_per_image",
+        "price_per_image", "tools",
     }
 )  # fmt: skip
 #: What a model does: chat (the models users pick), speech (text to speech), pictures.
@@ -76,7 +77,7 @@ Kind = Literal["chat", "tts", "image"]
 KINDS: tuple[Kind, ...] = ("chat", "tts", "image")
 #: The keys only a model of one kind may have.
 _KIND_KEYS: dict[str, Kind] = {
-    "vision": "chat", "context_tokens": "chat", "price_input": "chat",
+    "vision": "chat", "tools": "chat", "context_tokens": "chat", "price_input": "chat",
     "price_cached_input": "chat", "price_output": "chat", "default": "chat",
     "price_per_1m_chars": "tts", "price_per_image": "image",
 }  # fmt: skip
@@ -139,6 +140,9 @@ class ModelSpec:
     context_tokens: int
     prices: Prices
     kind: Kind = "chat"
+    #: Offered tools (the built-in ones and MCP_CONFIG's); false for a model that
+    #: cannot call them (many local ones): its requests carry none.
+    tools: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,6 +343,7 @@ def _model(
         context_tokens=context,
         prices=prices,
         kind=kind,
+        tools=_flag(at, table, "tools", default=True),
     )
     return spec, _flag(at, table, "default", default=False)
 

@@ -128,10 +128,9 @@ SETTINGS_HELP: dict[str, str] = {
     "entry (unset: off)",
     "IMAGE_TOOL": "offer the model the built-in generate_image tool (IMAGE_MODEL set; "
     "false for models that cannot call tools) (true)",
-    "TEXT_FILE_MAX_BYTES": "largest text file read into the conversation (262144)",
     "DOCUMENT_MAX_TOKENS": "most tokens of a document or page given to the model; the rest "
     "is not read (30000)",
-    "MAX_DOCUMENT_BYTES": "largest document (PDF, .docx, text) read, bytes (20971520)",
+    "MAX_DOCUMENT_BYTES": "largest document (PDF, .docx, HTML, text file) read, bytes (20971520)",
     "READ_LINKS": "read the http(s) links in a user's message (true)",
     "LINKS_PER_MESSAGE": "most links of one message read (3)",
     "URL_FETCH_ALLOW": "comma-separated CIDRs a fetch may reach although private or loopback "
@@ -345,11 +344,9 @@ class Settings(BaseSettings):
     #: Offer the models the built-in ``generate_image`` tool (with IMAGE_MODEL): off for
     #: models that cannot call tools (the tool loop runs whenever a tool is offered).
     image_tool: bool = True
-    #: Largest text file (bytes) read into the conversation.
-    text_file_max_bytes: int = Field(262144, ge=1024)
     #: Most tokens of one document or page given to the model (its first part).
     document_max_tokens: int = Field(30000, ge=100)
-    #: Largest document read (bytes); checked before it is parsed.
+    #: Largest document read (bytes; text files are documents); checked before it is parsed.
     max_document_bytes: int = Field(20 * 1024 * 1024, ge=1024)
     #: Read the http(s) links in a user's message, at most LINKS_PER_MESSAGE of them.
     read_links: bool = True

@@ -16,6 +16,7 @@ from redis.asyncio import Redis
 
 from bot.app import App
 from bot.settings import Settings
+from bot.turn.reading import prompt_rules
 from bot.usage.calls import Clock, utc_now
 from transcript import TranscriptStore
 
@@ -26,6 +27,10 @@ ROOT = Path(__file__).resolve().parent.parent
 BotFactory = Callable[..., AbstractAsyncContextManager[App]]
 USER = 1001
 OTHER_USER = 1002
+#: The test bot's SYSTEM_PROMPT, and the root prompt of its new conversations: that, with
+#: the rules the reading capability adds (bot/turn/reading.py).
+SYSTEM_PROMPT = "You are a test assistant."
+ROOT_PROMPT = SYSTEM_PROMPT + prompt_rules(search_tools=False)
 
 
 #: The rendering a test's bot uses unless it asks for another: the HTML path, which every
@@ -48,7 +53,7 @@ def settings_for(tg: FakeTelegram, llm: FakeOpenAI, redis_url: str, **extra: Any
         "openai_timeout": 5.0,
         "openai_max_retries": 1,
         "redis_url": redis_url,
-        "system_prompt": "You are a test assistant.",
+        "system_prompt": SYSTEM_PROMPT,
         "shutdown_timeout": 10.0,
         "rich_messages": RENDERING,
     }
@@ -69,7 +74,7 @@ def env_for(tg: FakeTelegram, llm: FakeOpenAI, redis_url: str, **extra: str) -> 
         OPENAI_TIMEOUT="5",
         OPENAI_MAX_RETRIES="1",
         REDIS_URL=redis_url,
-        SYSTEM_PROMPT="You are a test assistant.",
+        SYSTEM_PROMPT=SYSTEM_PROMPT,
         SHUTDOWN_TIMEOUT="10",
         PYTHONUNBUFFERED="1",
         RICH_MESSAGES=RENDERING,

@@ -23,6 +23,7 @@ from .fake_openai import FakeOpenAI
 from .fake_telegram import FakeTelegram
 from .harness import (
     OTHER_USER,
+    ROOT_PROMPT,
     USER,
     BotFactory,
     answers_to,
@@ -45,7 +46,7 @@ async def test_first_answer_is_a_reply_at_depth_2(
     assert text == "[depth:2] echo: hello"
     [part] = answers_to(tg, USER, message_id)
     assert part.parse_mode == "HTML"
-    assert said(llm) == [("system", "You are a test assistant."), ("user", "hello")]
+    assert said(llm) == [("system", ROOT_PROMPT), ("user", "hello")]
     assert llm.requests[-1].stream
 
 
@@ -78,14 +79,14 @@ async def test_reply_continues_and_standalone_starts_over(
         _, text = await ask(tg, app, USER, "more", reply_to=bot_msg.message_id)
         assert text == "[depth:4] echo: more"
         assert said(llm) == [
-            ("system", "You are a test assistant."),
+            ("system", ROOT_PROMPT),
             ("user", "hello"),
             ("assistant", "echo: hello"),
             ("user", "more"),
         ]
         _, text = await ask(tg, app, USER, "fresh start")
         assert text == "[depth:2] echo: fresh start"
-        assert said(llm) == [("system", "You are a test assistant."), ("user", "fresh start")]
+        assert said(llm) == [("system", ROOT_PROMPT), ("user", "fresh start")]
 
 
 async def test_two_replies_to_one_answer_branch(

@@ -36,6 +36,7 @@ from .fake_openai import FakeOpenAI
 from .fake_telegram import FakeTelegram
 from .harness import (
     OTHER_USER,
+    ROOT_PROMPT,
     USER,
     BotFactory,
     BotProcess,
@@ -48,7 +49,7 @@ from .harness import (
 )
 from .redis_server import RedisServer
 
-SYSTEM = ("system", "You are a test assistant.")
+SYSTEM = ("system", ROOT_PROMPT)
 GROUP = -100777
 THOUGHTS = "secret thoughts: 6 times 7 is 42"
 

@@ -29,9 +29,9 @@ from transcript import TranscriptStore
 
 from .fake_openai import FakeOpenAI, default_responder
 from .fake_telegram import Call, FakeTelegram
-from .harness import OTHER_USER, USER, BotFactory, answers_to, ask, said, turns_done
+from .harness import OTHER_USER, ROOT_PROMPT, USER, BotFactory, answers_to, ask, said, turns_done
 
-SYSTEM = ("system", "You are a test assistant.")
+SYSTEM = ("system", ROOT_PROMPT)
 NOT_MODIFIED = (
     "Bad Request: message is not modified: specified new message content and reply markup "
     "are exactly the same as a current content and reply markup of the message"
@@ -327,7 +327,7 @@ async def test_hundred_concurrent_branches_stay_apart(
         }
         await turns_done(tg, app, count + 1, timeout=30)  # takes ~1 s
     prefix: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are a test assistant."},
+        {"role": "system", "content": ROOT_PROMPT},
         {"role": "user", "content": "shared root"},
         {"role": "assistant", "content": "echo: shared root"},
     ]

@@ -22,13 +22,13 @@ from transcript import TranscriptStore
 
 from .fake_openai import FakeOpenAI
 from .fake_telegram import Call, FakeTelegram, StoredMessage
-from .harness import OTHER_USER, USER, BotFactory, BotProcess, ask, env_for, said
+from .harness import OTHER_USER, ROOT_PROMPT, USER, BotFactory, BotProcess, ask, env_for, said
 from .redis_server import RedisServer
 
 FRIENDS = 777  # a private chat of USER with a friend: the bot is not in it
 GROUP = -100900  # a group the bot is not in
 TIMEOUT = 15.0
-SYSTEM = ("system", "You are a test assistant.")
+SYSTEM = ("system", ROOT_PROMPT)
 
 
 def answer_to(tg: FakeTelegram, chat: int, message_id: int) -> StoredMessage:

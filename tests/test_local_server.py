@@ -23,6 +23,8 @@ from aiogram.client.telegram import TelegramAPIServer
 from redis.asyncio import Redis
 
 from bot.app import App, StartupError
+from bot.reading import quoting
+from bot.reading.texts import FAILURES
 from bot.telegram.files import Files, FileUnreadableError
 from bot.telegram.session import BotApiSession
 from bot.turn import media
@@ -77,7 +79,7 @@ async def test_text_files_and_voice_notes_are_read_from_the_servers_disk(
         _, text = await ask(tg, app, USER, None, voice=True, data=b"heard from the disk")
         assert text == "[depth:2] 🎙 “heard from the disk”\necho: heard from the disk"
     [user] = [m for m in llm.requests[0].messages if m["role"] == "user"]
-    assert user["content"] == f"what does it print?\n\nFile hi.py:\n{CODE}"
+    assert user["content"] == "what does it print?\n\n" + quoting.quote("document hi.py", CODE)
     assert llm.transcriptions[-1][3] == b"heard from the disk"
     # getFile named files on the server's disk, and nothing was downloaded over HTTP
     paths = [call.result["file_path"] for call in tg.calls_to("getFile")]
@@ -102,14 +104,14 @@ async def test_the_bot_apis_20_mb_download_limit_does_not_apply(
 async def test_files_over_the_operators_limits_get_the_same_answers_and_nothing_is_lost(
     tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory
 ) -> None:
-    async with start_bot(text_file_max_bytes=2048) as app:
+    async with start_bot(max_document_bytes=1048576) as app:
         # the size Telegram gave is over the limit: refused before getFile, which a local
         # server answers only after downloading the whole file
         _, text = await ask(
-            tg, app, USER, None, document=True, data=b"x" * 4096, file_name="big.log",
+            tg, app, USER, None, document=True, data=b"x" * 2097152, file_name="big.log",
             mime_type="text/plain",
         )  # fmt: skip
-        assert text == media.TEXT_TOO_BIG.format(size=4, limit=2)
+        assert text == FAILURES["too_big"].format(name="big.log", size="2.0", limit="1")
         big = 500 * 1024 * 1024  # under 10 minutes, but more bytes than any such recording
         _, text = await ask(tg, app, USER, None, audio=True, data=b"x", file_size=big)
         limit = f"{600 * media.AUDIO_BYTES_PER_SECOND / 1048576:.0f}"
@@ -117,10 +119,10 @@ async def test_files_over_the_operators_limits_get_the_same_answers_and_nothing_
         assert not tg.calls_to("getFile")
         # a size given too small: reading the disk stops at the limit
         wrong, text = await ask(
-            tg, app, USER, None, document=True, data=b"y" * 4096, file_name="wrong.log",
+            tg, app, USER, None, document=True, data=b"y" * 2097152, file_name="wrong.log",
             mime_type="text/plain", file_size=100,
         )  # fmt: skip
-        assert text == media.TEXT_TOO_BIG.format(size=4, limit=2)
+        assert text.startswith("wrong.log is too big for me (")
         # replying to a notice goes on instead of getting stuck
         notice = answers_to(tg, USER, wrong)[-1].message_id
         _, text = await ask(tg, app, USER, "here is the part that matters", reply_to=notice)

@@ -31,8 +31,10 @@ from bot.model import (
 )
 from bot.model.sdk import classify
 from bot.model.wire import data_url
+from bot.reading import quoting
+from bot.reading.texts import FAILURES
 from bot.retry import Backoff, retrying
-from bot.turn import media, notices
+from bot.turn import notices
 from transcript import ChatMessage, CorruptRecordError, Image, TranscriptStore, codec, keys
 
 from .fake_openai import FakeOpenAI
@@ -184,28 +186,34 @@ async def test_text_file_is_read_with_its_name_and_caption(
         )  # fmt: skip
     assert text.startswith("[depth:2] echo: review this")
     [user] = [m for m in llm.requests[-1].messages if m["role"] == "user"]
-    assert user["content"] == f"review this\n\nFile add.py:\n{code}"
+    # a text file is a document: quoted with its name (bot/turn/reading.py)
+    assert user["content"] == "review this\n\n" + quoting.quote("document add.py", code)
 
 
 async def test_unreadable_files_get_clear_notices_and_nothing_is_sent(
     tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory, store: TranscriptStore
 ) -> None:
-    async with start_bot(text_file_max_bytes=2048) as app:
+    async with start_bot(max_document_bytes=1048576) as app:
         _, text = await ask(
             tg, app, USER, None, document=True, data=b"%PDF-1.7", file_name="a.pdf",
             mime_type="application/pdf",
         )  # fmt: skip
-        assert text == media.PDF
+        assert text == FAILURES["corrupt"].format(name="a.pdf")
         _, text = await ask(
             tg, app, USER, None, document=True, data=b"\xff\xfe\x00bad\x00\x00\xd8",
             file_name="notes.txt", mime_type="text/plain",
         )  # fmt: skip
-        assert text == media.UNREADABLE_TEXT.format(name="notes.txt")
+        assert text == FAILURES["undecodable"].format(name="notes.txt")
         _, text = await ask(
             tg, app, USER, None, document=True, data=b"x" * 4096, file_name="big.log",
-            mime_type="text/plain",
+            mime_type="text/plain", file_size=2 * 1048576,
         )  # fmt: skip
-        assert text == media.TEXT_TOO_BIG.format(size=4, limit=2)
+        assert text == FAILURES["too_big"].format(name="big.log", size="2.0", limit="1")
+        _, text = await ask(
+            tg, app, USER, None, document=True, data=b"PK", file_name="a.zip",
+            mime_type="application/zip",
+        )  # fmt: skip
+        assert text == FAILURES["unsupported"].format(name="a.zip")
         big, text = await ask(
             tg, app, USER, None, audio=True, data=b"x", file_size=25 * 1024 * 1024
         )
@@ -216,8 +224,9 @@ async def test_unreadable_files_get_clear_notices_and_nothing_is_sent(
         assert text == "[depth:2] echo: fine, here it is in text"
     assert len(llm.requests) == 1
     assert not llm.transcriptions  # nothing of the 25 MB recording was fetched
-    # only the unreadable file was fetched: the PDF and both oversize files were refused first
-    assert len(tg.calls_to("getFile")) == 1
+    # the damaged PDF and the undecodable file were fetched; the zip and both oversize
+    # files were refused first
+    assert len(tg.calls_to("getFile")) == 2
 
 
 def send_album(tg: FakeTelegram, group: str, count: int, caption: str = "") -> list[int]:
@@ -449,16 +458,20 @@ async def test_telegram_failing_the_download_retries_the_turn_and_loses_nothing(
     assert [c.status for c in tg.calls_to("getFile")] == [502] * 4 + [200]
 
 
-async def test_a_text_file_too_large_for_the_budget_does_not_block_the_thread(
+async def test_a_text_file_too_large_for_the_budget_is_read_in_part_and_nothing_blocks_the_thread(
     tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory
 ) -> None:
     async with start_bot(context_token_budget=1000) as app:
         first, _ = await ask(tg, app, USER, "hello")
         answer = answers_to(tg, USER, first)[-1].message_id
-        big, text = await ask(
+        # a text file is a document: its first part, as much as the budget holds
+        _, text = await ask(
             tg, app, USER, None, reply_to=answer, document=True, data=b"word " * 2000,
             file_name="long.txt", mime_type="text/plain",
         )  # fmt: skip
+        assert text.startswith("[depth:4] 📄 long.txt: I read the first ")
+        # a typed message too large for the budget gets the notice
+        big, text = await ask(tg, app, USER, "word " * 800, reply_to=answer)
         assert text == notices.TOO_LARGE.format(budget="1,000")
         notice = answers_to(tg, USER, big)[-1].message_id
         _, text = await ask(tg, app, USER, "a short question then", reply_to=notice)
@@ -517,5 +530,9 @@ async def test_an_album_of_text_files_is_one_message_with_every_file(
         await tg.wait_for(lambda: bool(album_answers(tg, ids)) and app.runner.completed >= 2)
     [answer] = album_answers(tg, ids)
     [user] = [m for m in llm.requests[-1].messages if m["role"] == "user"]
-    assert user["content"] == "diff these\n\nFile a.txt:\nfirst file\n\nFile b.txt:\nsecond file"
+    files = [
+        quoting.quote("document a.txt", "first file"),
+        quoting.quote("document b.txt", "second file"),
+    ]
+    assert user["content"] == "\n\n".join(["diff these", *files])
     assert answer.text.startswith("[depth:2] echo: diff these")

@@ -32,7 +32,16 @@ from transcript import keys as transcript_keys
 
 from .fake_openai import FakeOpenAI
 from .fake_telegram import FakeTelegram, StoredMessage
-from .harness import OTHER_USER, USER, answers_to, ask, running_bot, settings_for
+from .harness import (
+    OTHER_USER,
+    ROOT_PROMPT,
+    SYSTEM_PROMPT,
+    USER,
+    answers_to,
+    ask,
+    running_bot,
+    settings_for,
+)
 from .redis_server import RedisServer
 
 TIMEOUT = 15.0
@@ -348,12 +357,11 @@ async def test_persona_without_a_reply_is_the_root_prompt_of_new_conversations(
         await pick(tg, "/persona", texts.PERSONA_NONE_BUTTON)
         await pick(tg, "/model", "fast")
         await ask(tg, app, USER, "plain again")
-    # the persona's own model answered, with the persona as the root prompt
-    assert local.requests[0].messages[0] == {"role": "system", "content": "You write code."}
-    assert llm.requests[-1].messages[0] == {
-        "role": "system",
-        "content": "You are a test assistant.",
-    }
+    # the persona's own model answered, with the persona as the root prompt (and the
+    # rules every root prompt gets)
+    rules = ROOT_PROMPT.removeprefix(SYSTEM_PROMPT)
+    assert local.requests[0].messages[0] == {"role": "system", "content": "You write code." + rules}
+    assert llm.requests[-1].messages[0] == {"role": "system", "content": ROOT_PROMPT}
 
 
 # ------------------------------------------------------------------ /retry model

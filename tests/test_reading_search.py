@@ -26,6 +26,8 @@ from bot.reading.search import (
     next_number,
     sources,
 )
+from bot.telegram.format import render_chunks
+from bot.telegram.rich import render_rich
 from bot.tools.box import ToolResult
 from bot.tools.hub import Tool
 from transcript import ChatMessage, ToolCall
@@ -86,13 +88,24 @@ async def test_web_search_numbers_its_results_and_the_answer_cites_them(searx: P
     ]
     assert footer(picked).splitlines() == [
         "**Sources**",
-        "\\[1\\] [Result 1](<https://example.org/1>)",
-        "\\[2\\] [Result 2](<https://example.org/2>)",
-        "\\[3\\] [Result 3](<https://example.org/3>)",
+        "[1] [Result 1](<https://example.org/1>)",
+        "[2] [Result 2](<https://example.org/2>)",
+        "[3] [Result 3](<https://example.org/3>)",
     ]
     with I18N.use_locale("de"):
         assert footer(picked).startswith("**Quellen**")
     assert footer([]) == "" and "[1]" in CITE_RULE
+
+
+def test_a_title_is_shown_as_written_in_html_and_rich_messages() -> None:
+    """Brackets, parentheses and dollars in a title are no formula and no link syntax."""
+    title = r"Python (language) [x] \[q\] $y$ *a* <b>&amp; _u_"
+    source = footer([Source(4, title, "https://example.org/4")])
+    [html] = render_chunks(source)
+    [rich] = render_rich(source)
+    for chunk in (html, rich):
+        assert chunk.plain.splitlines()[-1] == f"[4] {title}"
+        assert 'href="https://example.org/4"' in chunk.html
 
 
 async def test_parallel_calls_and_a_resumed_turn_never_share_a_number(searx: PageServer) -> None:

@@ -36,6 +36,7 @@ from transcript import TranscriptStore
 from .fake_openai import FakeOpenAI
 from .fake_telegram import FakeTelegram, StoredMessage
 from .harness import (
+    ROOT_PROMPT,
     USER,
     BotFactory,
     BotProcess,
@@ -50,7 +51,7 @@ from .redis_server import RedisServer
 GROUP = -100888
 #: The production default (the harness's is the HTML path: tests/harness.py, RENDERING).
 RICH = {"rich_messages": "always"}
-SYSTEM = ("system", "You are a test assistant.")
+SYSTEM = ("system", ROOT_PROMPT)
 TABLE_AND_MATH = (
     "Here is the result, with $a^2 + b^2 = c^2$ inline.\n\n"
     "| side | length |\n|:--|--:|\n| a | 3 |\n| b | 4 |\n\n"

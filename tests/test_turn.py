@@ -471,14 +471,22 @@ async def test_an_end_made_again_after_losing_the_answer_runs_the_turn_again(
 def test_intake_entries_round_trip_and_a_damaged_one_decodes_to_none() -> None:
     import msgpack  # noqa: PLC0415
 
-    entry = Inbound(CHAT, 9, 5, "now", reply_to=3, reply_to_bot=True, reply_head="[depth:2] hi")
+    entry = Inbound(
+        CHAT, 9, 5, "now", reply_to=3, reply_to_bot=True, reply_head="[depth:2] hi",
+        links=("https://example.org/a",),
+    )  # fmt: skip
     assert Inbound.decode(entry.encode()) == entry
     assert Inbound.decode(b"\x93garbage") is None
     fields = msgpack.unpackb(entry.encode())
+    # an entry written before the links behind a message's words were kept reads without
+    older = Inbound.decode(msgpack.packb(fields[:14]))
+    assert older == Inbound(
+        CHAT, 9, 5, "now", reply_to=3, reply_to_bot=True, reply_head="[depth:2] hi"
+    )
     # an entry written before the reply's head was kept reads with an empty one
-    older = Inbound.decode(msgpack.packb(fields[:-1]))
+    older = Inbound.decode(msgpack.packb(fields[:13]))
     assert older == Inbound(CHAT, 9, 5, "now", reply_to=3, reply_to_bot=True)
-    assert Inbound.decode(msgpack.packb(fields[:-2])) is None  # a field missing
+    assert Inbound.decode(msgpack.packb(fields[:12])) is None  # a field missing
     # a later version's entry (a field more) still reads
     assert Inbound.decode(msgpack.packb([*fields, "later"])) == entry
 

@@ -10,10 +10,10 @@ from typing import Any, Literal
 import msgpack
 
 #: Fields of an intake entry: chat, message, user, text, reply_to, thread, is_group,
-#: reply_to_bot, kind, media, group, guest, language, reply_head (the layout's version
-#: is rc:layout, bot/data/layout.py). An entry of the first 13 (written before
-#: reply_head) reads with an empty one; fields after those known are ignored, so a
-#: later version's entries still read here.
+#: reply_to_bot, kind, media, group, guest, language, reply_head, links (the layout's
+#: version is rc:layout, bot/data/layout.py). An entry of the first 13 (written before
+#: reply_head) reads with an empty one, and one of 14 (before links) without links;
+#: fields after those known are ignored, so a later version's entries still read here.
 _OLDEST_FIELDS = 13
 #: How much of the bot's message replied to an entry keeps (:attr:`Inbound.reply_head`).
 REPLY_HEAD_CHARS = 24
@@ -96,6 +96,9 @@ class Inbound:
     #: :data:`REPLY_HEAD_CHARS` characters; "" when the reply is not to the bot or that
     #: message shows no text): what tells whose part a message the bot lost track of is.
     reply_head: str = ""
+    #: The URLs behind the words of the text (``text_link`` entities, not in ``text``
+    #: itself): the links a message's reader may read too.
+    links: tuple[str, ...] = ()
 
     @property
     def turn(self) -> str:
@@ -142,6 +145,7 @@ class Inbound:
                 self.guest,
                 self.language,
                 self.reply_head,
+                list(self.links),
             ]
         )
         return data
@@ -154,6 +158,7 @@ class Inbound:
             if len(fields) < _OLDEST_FIELDS:
                 return None
             head = fields[_OLDEST_FIELDS] if len(fields) > _OLDEST_FIELDS else ""
+            links = fields[_OLDEST_FIELDS + 1] if len(fields) > _OLDEST_FIELDS + 1 else ()
             (
                 chat,
                 message,
@@ -173,6 +178,7 @@ class Inbound:
                 chat, message, user, text, reply_to, thread, bool(group), bool(to_bot),
                 str(kind), tuple(MediaRef.decode(m) for m in media), album,
                 None if guest is None else str(guest), str(lang), str(head),
+                tuple(str(url) for url in links),
             )  # fmt: skip
         except Exception:  # a damaged entry must not stop the bus
             return None

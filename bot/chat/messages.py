@@ -1,7 +1,7 @@
 """What the bot reads off a Telegram message, in one place for every handler.
 
 The message replied to, the topic to answer in, whether the chat is a group, who
-is mentioned or commanded, the files it carries, and the :class:`Inbound` the
+is mentioned or commanded, the files and links it carries, and the :class:`Inbound` the
 intake stores for it; plus :func:`notice`, the one way a handler answers locally.
 """
 
@@ -136,6 +136,13 @@ def media_of(message: Message, max_pixels: int) -> tuple[MediaRef, ...]:
     return ()
 
 
+def links_of(message: Message) -> tuple[str, ...]:
+    """The URLs behind the words of the text or caption (``text_link`` entities), in order."""
+    entities = message.entities or message.caption_entities or []
+    urls = (entity.url for entity in entities if entity.type == "text_link" and entity.url)
+    return tuple(dict.fromkeys(urls))
+
+
 def inbound_of(
     message: Message, kind: str, *, text: str, bot_id: int, media: tuple[MediaRef, ...] = ()
 ) -> Inbound:
@@ -157,6 +164,7 @@ def inbound_of(
         media=media,
         group=message.media_group_id if media else None,
         language=(message.from_user.language_code or "") if message.from_user else "",
+        links=links_of(message),
     )
 
 

@@ -115,9 +115,9 @@ TOPICS_HELP = N_(
 )
 
 UNSUPPORTED_TEXT = N_(
-    "I read text, photos, voice notes, audio and text files (.txt, .md, .py, .json, .csv …). "
-    "Stickers, videos, video notes, locations and other media are not supported: send "
-    "your question in one of those forms."
+    "I read text, photos, voice notes, audio and documents (PDF, Word, HTML, Markdown, CSV "
+    "and text files). Stickers, videos, video notes, locations and other media are not "
+    "supported: send your question in one of those forms."
 )
 EMPTY_MENTION_TEXT = N_("Mention me together with a question, or reply to one of my answers.")
 UNKNOWN_COMMAND_TEXT = N_("I don't know that command. Send /help to see how I work.")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -75,7 +75,7 @@ SPECS: list[dict[str, Any]] = [
 ]
 _SOURCE = re.compile(r"^\[(\d+)\] (.*)\nURL: (https?://\S+)$", re.MULTILINE)
 _CITE = re.compile(r"\[(\d+(?:\s*,\s*\d+)*)\]")
-_MARKDOWN = re.compile(r"([\\`*_\[\]()<>#!|~&])")
+_MARKDOWN = re.compile(r"[\\`*_\[\]()<>#!|~&$]")
 _SNIPPET_MAX = 300
 _TITLE_MAX = 200
 
@@ -164,16 +164,21 @@ class ReadingTools:
             start += self.search.results if call.name == WEB_SEARCH else int(call.name in NAMES)
         return firsts
 
-    async def call(self, name: str, arguments: str, *, first: int) -> ToolResult:
-        """Run one call; every failure is a result marked ``error`` for the model."""
+    async def call(
+        self, name: str, arguments: str | Mapping[str, Any], *, first: int
+    ) -> ToolResult:
+        """Run one call (its arguments as the model sent them, or parsed); every failure
+        is a result marked ``error`` for the model."""
         from ..tools.box import ToolResult  # noqa: PLC0415
 
-        try:
-            args = json.loads(arguments) if arguments.strip() else {}
-        except ValueError:
-            args = None
+        args: object = arguments
+        if isinstance(arguments, str):
+            try:
+                args = json.loads(arguments) if arguments.strip() else {}
+            except ValueError:
+                args = None
         key = "query" if name == WEB_SEARCH else "url"
-        value = args.get(key) if isinstance(args, dict) else None
+        value = args.get(key) if isinstance(args, Mapping) else None
         if name not in NAMES:
             return ToolResult(f"there is no tool named {name!r}", error=True)
         if not isinstance(value, str) or not value.strip():
@@ -240,14 +245,15 @@ def footer(sources: Sequence[Source]) -> str:
     if not sources:
         return ""
     lines = [f"**{_(SOURCES)}**"]
-    lines += [f"\\[{s.number}\\] [{_escaped(s.title)}](<{s.url}>)" for s in sources]
+    lines += [f"[{s.number}] [{_escaped(s.title)}](<{s.url}>)" for s in sources]
     return "\n".join(lines)
 
 
 def _escaped(text: str) -> str:
-    """Text shown as itself in Markdown (every punctuation mark that means something
-    there escaped)."""
-    return _MARKDOWN.sub(r"\\\1", text)
+    """Text shown as itself in Markdown: every punctuation mark that means something
+    there as a character reference, not a backslash escape (``\\[…\\]`` and ``\\(…\\)``
+    are formulas to bot/markdown.py, ``$…$`` too)."""
+    return _MARKDOWN.sub(lambda found: f"&#{ord(found.group())};", text)
 
 
 def _flat(value: object, most: int) -> str:

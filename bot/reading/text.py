@@ -1,10 +1,6 @@
-"""Which files are text, and how a text file's bytes become its text.
-
-Moved here from :mod:`bot.turn.media` (``TEXT_EXTENSIONS``, ``TEXT_MIME_TYPES`` and its
-``_decode_text``, unchanged) so that documents, fetched pages and text files share one
-decoder; media.py is to import them from here when it reads files through
-:mod:`bot.reading.documents`.
-"""
+"""Which files are text, and how a text file's bytes become its text: one decoder for
+documents, fetched pages and text files (a text file is a document,
+:mod:`bot.reading.documents`)."""
 
 from __future__ import annotations
 

@@ -52,7 +52,6 @@ FAILURES = {
     "unsupported": N_(
         "I cannot read {name}. I read PDF, Word (.docx), HTML, Markdown, CSV and text files."
     ),
-    # the same id as bot/turn/media.py's UNREADABLE_TEXT: one translation for both
     "undecodable": N_(
         "I could not read {name} as text (it is not UTF-8 or UTF-16, or it is binary). "
         "Please send it as UTF-8 text."

@@ -6,6 +6,11 @@ A built-in tool (web search, reading a page, drawing a picture) implements
 every failure comes back as a :class:`ToolResult` marked ``error``, for the model to
 read. Light to import: the MCP SDK stays in bot/tools/hub.py, loaded only with
 MCP_CONFIG.
+
+Besides its calls, a built-in tool may say what it is doing while it runs
+(:class:`Narrated`: "🔧 Searching the web…"), and the box may hold *footers*: what an
+answer shows under its text, made from the chain its tool rounds left (the sources
+an answer cites, bot/turn/reading.py). What is stored stays the model's own text.
 """
 
 from __future__ import annotations
@@ -13,12 +18,21 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from ..i18n import _
 
 if TYPE_CHECKING:
-    from transcript import Image, Node
+    from transcript import ChatMessage, Image, Node, ToolCall
 
     from ..bus.inbound import Inbound
+
+
+class Footer(Protocol):
+    """What an answer shows under its text (``""``: nothing), from the messages of its
+    chain (its tool rounds' among them) and the answer's text."""
+
+    def __call__(self, chain: Sequence[ChatMessage], answer: str) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +53,10 @@ class ToolCallContext:
     #: chain up to it is what the model saw (a tool that numbers what it finds, search
     #: results, goes on from the numbers used there).
     leaf: Node | None = None
+    #: The round's calls and this call's place among them: every call of a round can
+    #: know what the others take (numbers) before any of them runs.
+    calls: tuple[ToolCall, ...] = ()
+    index: int = 0
 
 
 class BuiltinTool(Protocol):
@@ -56,6 +74,15 @@ class BuiltinTool(Protocol):
 
     async def call(self, arguments: dict[str, Any], context: ToolCallContext) -> ToolResult:
         """Run one call; every failure is a result marked ``error``."""
+
+
+@runtime_checkable
+class Narrated(Protocol):
+    """A built-in tool that says what it is doing while it runs."""
+
+    def progress(self, arguments: str) -> str:
+        """The line shown while a call runs ("🔧 Searching the web…"); ``arguments`` as
+        the model sent them (they may not parse)."""
 
 
 class RemoteTool(Protocol):
@@ -85,9 +112,16 @@ class Remote(Protocol):
 class Toolbox:
     """Every tool offered: the MCP hub's (if any) and the built-in ones."""
 
-    def __init__(self, hub: Remote | None = None, builtins: Sequence[BuiltinTool] = ()) -> None:
+    def __init__(
+        self,
+        hub: Remote | None = None,
+        builtins: Sequence[BuiltinTool] = (),
+        footers: Sequence[Footer] = (),
+    ) -> None:
         self.hub = hub
         self.builtins = {tool.name: tool for tool in builtins}
+        #: What answers show under their text when their turn ran tools.
+        self.footers = tuple(footers)
         #: The request's ``tools`` array, encoded once (byte-stable across calls); set
         #: by :meth:`start`.
         self.spec_bytes: bytes | None = None
@@ -116,6 +150,25 @@ class Toolbox:
         """What the user is shown a tool as while it runs."""
         tool = self.hub.tools.get(name) if self.hub is not None else None
         return tool.remote if tool is not None else name
+
+    def progress(self, calls: Sequence[ToolCall]) -> str:
+        """The line shown while ``calls`` run: "🔧 Using <names>…", and a narrated
+        built-in tool's own line."""
+        lines: list[str] = []
+        names: list[str] = []
+        for call in calls:
+            tool: object = self.builtins.get(call.name)  # (a protocol of its own)
+            if isinstance(tool, Narrated):
+                lines.append(tool.progress(call.arguments))
+            else:
+                names.append(self.label(call.name))
+        if names:
+            lines.insert(0, _("🔧 Using {names}…").format(names=", ".join(dict.fromkeys(names))))
+        return "\n".join(dict.fromkeys(lines))
+
+    def footer(self, chain: Sequence[ChatMessage], answer: str) -> str:
+        """What ``answer`` shows under its text ("" when nothing)."""
+        return "".join(footer(chain, answer) for footer in self.footers)
 
     async def call(self, name: str, arguments: str, context: ToolCallContext) -> ToolResult:
         """Run one call; every failure is a result marked ``error``."""

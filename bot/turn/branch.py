@@ -116,10 +116,14 @@ class Branches:
         *,
         system_prompt: str,
         summary_model: str | None = None,
+        rules: str = "",
     ) -> None:
         self.redis, self.store, self.models = redis, store, models
         self.system_prompt = system_prompt
         self.summary_model = summary_model
+        #: What the bot's capabilities add to every root prompt (``system_prompt`` holds
+        #: it already): a persona's root prompt gets it too.
+        self.rules = rules
 
     @property
     def catalogue(self) -> Catalogue:
@@ -132,7 +136,7 @@ class Branches:
     def root_prompt(self, prefs: Prefs) -> str:
         """The system prompt of the user's new conversation (their default persona's)."""
         persona = self.catalogue.personas.get(prefs.persona or "")
-        return persona.prompt if persona is not None else self.system_prompt
+        return persona.prompt + self.rules if persona is not None else self.system_prompt
 
     async def resolve(self, leaf: NodeId, prefs: Prefs, *, override: str | None = None) -> Branch:
         """The branch of a turn whose chain ends at ``leaf`` (``override``: /retry <model>)."""

@@ -257,9 +257,11 @@ class Engine:
         if turn.state.answer is not None:  # an earlier run stored it: show it
             stored = await self.store.current(turn.state.answer)
             message = stored.messages[-1]
+            text = message.content or ""
             pictures = await self._drawn(turn, stored.id, own=bool(message.images))
+            footer = await self._footer(turn, stored.id, text)
             return Reply(
-                message.content or "", stored.id, pictures=pictures, captioned=bool(message.images)
+                text + footer, stored.id, pictures=pictures, captioned=bool(message.images)
             )
         if self.pictures is not None and asks_for_picture(turn.inbound, user):
             await self.limits.guard(turn, user)
@@ -277,7 +279,7 @@ class Engine:
             leaf, tools = user, None
             loop = self.asking.tools
             if loop is not None:
-                tools = loop.offered(turn.inbound)
+                tools = loop.offered(turn.inbound, turn.branch)
                 leaf = await loop.leaf(turn.state, user)
                 leaf = await loop.resume(
                     turn.state, leaf, turn.writer.update, self._durably, inbound=turn.inbound
@@ -289,7 +291,8 @@ class Engine:
                     break
                 leaf = await self.asking.tool_round(turn, user, leaf, (window, answer))
         turn.writer.ended()
-        shown = f"{answer.text}\n\n{_(notices.STOPPED)}" if answer.stopped else answer.text
+        shown = answer.text + await self._footer(turn, leaf.id, answer.text)
+        shown = f"{shown}\n\n{_(notices.STOPPED)}" if answer.stopped else shown
         thoughts = answer.reasoning if self.rules.show_reasoning else ""
         # the final text's first new part (if any) is announced with the answer
         final = shown if shown.strip() else _(notices.EMPTY_ANSWER)
@@ -306,6 +309,12 @@ class Engine:
         if not (own or (self.pictures is not None and turn.state.tool_steps)):
             return ()
         return drawn(await self.store.path(node))
+
+    async def _footer(self, turn: Turn, upto: NodeId, text: str) -> str:
+        """Under the answer, in its message, never stored: what its tool rounds brought
+        (the sources it cites; :meth:`bot.turn.tools.ToolLoop.footer`)."""
+        loop = self.asking.tools
+        return await loop.footer(turn.state, upto, text) if loop is not None else ""
 
     async def _deliver(self, turn: Turn, reply: Reply) -> None:
         """The one place a turn finishes: show the reply, then one write records it all.

@@ -1,20 +1,21 @@
-"""The files a message carries, read: photos, voice notes and audio, text files.
+"""The files a message carries, read: photos, voice notes and audio; and the one line
+for a file nothing reads.
 
 Each kind is a *file reader* (:class:`~bot.turn.inputs.FileReader`), registered in
-bot/capabilities.py. Photos are downloaded once (``getFile``), stored content-addressed
-in the chat's scope (:meth:`transcript.TranscriptStore.put_blob`) and referenced from
-the node as :class:`transcript.Image`; voice notes and audio are transcribed and the
-transcript is the message; a text file's text, with its name, is added to it. What
-cannot be read ends the turn with a clear notice (:class:`MediaError`), and nothing of
-the user's is lost: a voice message that could not be transcribed is kept
-(:meth:`VoiceReader.keep_unheard`), and replying to it tries again.
+bot/capabilities.py; documents (PDF, .docx, HTML, text files) are read by
+:class:`bot.turn.reading.DocumentReader`. Photos are downloaded once (``getFile``),
+stored content-addressed in the chat's scope (:meth:`transcript.TranscriptStore.put_blob`)
+and referenced from the node as :class:`transcript.Image`; voice notes and audio are
+transcribed and the transcript is the message. What cannot be read ends the turn with
+a clear notice (:class:`MediaError`), and nothing of the user's is lost: a voice message
+that could not be transcribed is kept (:meth:`VoiceReader.keep_unheard`), and replying
+to it tries again.
 """
 
 from __future__ import annotations
 
 import logging
 
-from babel.numbers import format_decimal
 from redis.asyncio import Redis
 
 from transcript import Image, Node, TranscriptStore
@@ -22,10 +23,11 @@ from transcript.outage import guarded
 
 from ..bus.inbound import Inbound, MediaRef
 from ..data.keys import unheard_key
-from ..i18n import N_, _, current, number
+from ..i18n import N_, _, number
 from ..model import ModelError
 from ..model.transcribe import Transcriber
-from ..reading.text import decode_text, is_text, suffix
+from ..reading.documents import DocumentError
+from ..reading.texts import failure, megabytes
 from ..telegram.files import BOT_API_DOWNLOAD_LIMIT, Files, FileTooBigError, FileUnreadableError
 from .inputs import MediaError, Read
 
@@ -46,20 +48,7 @@ TOO_BIG = N_(
     "This file is too big for me to read ({size} MB; bots can download at most "
     "{limit} MB). Please send a smaller one, or paste the part that matters."
 )
-TEXT_TOO_BIG = N_(
-    "This text file is too big for me ({size} KB; the limit is {limit} KB). Please send a "
-    "smaller one, or paste the part that matters."
-)
 UNREADABLE_FILE = N_("I could not get this file from Telegram ({reason}). Please send it again.")
-UNREADABLE_TEXT = N_(
-    "I could not read {name} as text (it is not UTF-8 or UTF-16, or it is binary). "
-    "Please send it as UTF-8 text."
-)
-PDF = N_("I cannot read PDF files. Please send the text instead (copy it, or save it as .txt).")
-NOT_TEXT = N_(
-    "I can read photos, voice notes, audio and text files (.txt, .md, .py, .json, .csv …), "
-    "but not {name}. Please send its text instead."
-)
 IMAGE_FILE = N_("To show me a picture, send it as a photo (not as a file): then I can see it.")
 AUDIO_TOO_BIG = N_(
     "This recording is too big for me ({size} MB; the limit is {limit} MB). Please "
@@ -175,23 +164,6 @@ class VoiceReader:
         await guarded(self.redis.delete(unheard_key(scope, message_id)))
 
 
-class TextFileReader:
-    """A text file (.txt, .md, .py, .json, .csv …): its text, with its name."""
-
-    def __init__(self, download: Download, *, max_bytes: int = 262144) -> None:
-        self.download, self.max_bytes = download, max_bytes
-
-    def takes(self, ref: MediaRef) -> bool:
-        return ref.kind == "document" and is_text(ref.name or "file", ref.mime)
-
-    async def read(self, inbound: Inbound, ref: MediaRef) -> Read:
-        name = ref.name or "file"
-        text = decode_text(await self.download(ref, self.max_bytes))
-        if text is None:
-            raise MediaError(_(UNREADABLE_TEXT).format(name=name))
-        return Read(text=f"File {name}:\n{text}")
-
-
 class NotReadable:
     """Every file no other reader takes: one clear line (registered last)."""
 
@@ -199,12 +171,9 @@ class NotReadable:
         return True
 
     async def read(self, inbound: Inbound, ref: MediaRef) -> Read:
-        name = ref.name or "file"
-        if ref.mime == "application/pdf" or suffix(name) == ".pdf":
-            raise MediaError(_(PDF))
         if ref.mime.startswith("image/"):
             raise MediaError(_(IMAGE_FILE))
-        raise MediaError(_(NOT_TEXT).format(name=name))
+        raise MediaError(failure(DocumentError("unsupported", ref.name or "file")))
 
 
 def voice_quote(inbound: Inbound, user: Node) -> str:
@@ -226,24 +195,16 @@ def _reason(exc: ModelError) -> str:
 
 def _too_big(size: int, limit: int) -> str:
     """Over the Bot API server's download limit (or a photo over PHOTO_MAX_BYTES)."""
-    return _(TOO_BIG).format(size=_megabytes(size, 1), limit=_megabytes(limit, 0))
+    return _(TOO_BIG).format(size=megabytes(size, 1), limit=megabytes(limit, 0))
 
 
 def _over_limit(ref: MediaRef, size: int, limit: int) -> str:
-    """Over the operator's limit for this kind of file."""
+    """Over the operator's limit for this kind of file (a document's: MAX_DOCUMENT_BYTES)."""
     if ref.kind in ("voice", "audio"):
-        return _(AUDIO_TOO_BIG).format(size=_megabytes(size, 1), limit=_megabytes(limit, 0))
+        return _(AUDIO_TOO_BIG).format(size=megabytes(size, 1), limit=megabytes(limit, 0))
     if ref.kind == "photo":
         return _too_big(size, limit)
-    return _(TEXT_TOO_BIG).format(size=number(max(1, size // 1024)), limit=number(limit // 1024))
-
-
-def _megabytes(size: int, places: int) -> str:
-    """``size`` bytes in MB to ``places`` decimals, in the current language's digits."""
-    return format_decimal(
-        round(size / 1048576, places), format=f"#,##0.{'0' * places}" if places else "#,##0",
-        locale=current(),
-    )  # fmt: skip
+    return failure(DocumentError("too_big", ref.name or "file", size=size, limit=limit))
 
 
 def _image_mime(data: bytes) -> str:

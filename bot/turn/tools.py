@@ -22,14 +22,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
-from transcript import ChatMessage, Node, ToolCall, TranscriptStore
+from transcript import ChatMessage, Node, NodeId, ToolCall, TranscriptStore
 
 from ..bus.inbound import Inbound
-from ..i18n import _
 from ..model import Answer, Media
 from ..tools.box import Toolbox, ToolCallContext, ToolResult
+from .branch import Branch
 from .record import TurnState
 from .state import TurnStates
 
@@ -78,11 +79,23 @@ class ToolLoop:
         self.in_groups = in_groups
         self.max_result_chars = max_result_chars
 
-    def offered(self, inbound: Inbound) -> bytes | None:
-        """The ``tools`` array for this turn's calls, or ``None`` (no tools here)."""
+    def offered(self, inbound: Inbound, branch: Branch | None = None) -> bytes | None:
+        """The ``tools`` array for this turn's calls, or ``None`` (no tools here, or a
+        branch whose model takes none)."""
         if inbound.is_group and not self.in_groups:
             return None
+        if branch is not None and branch.spec is not None and not branch.spec.tools:
+            return None
         return self.box.spec_bytes
+
+    async def footer(self, state: TurnState, upto: NodeId, answer: str) -> str:
+        """What the answer shows under its text (the sources it cites), made from the
+        chain up to ``upto`` when this turn ran tools; "" otherwise. Nothing of it is
+        stored: the answer node keeps the model's own text."""
+        if not (state.tool_steps and self.box.footers):
+            return ""
+        chain = [message for node in await self.store.path(upto) for message in node.messages]
+        return self.box.footer(chain, answer)
 
     async def ask(
         self,
@@ -175,21 +188,18 @@ class ToolLoop:
     ) -> list[ChatMessage]:
         todo = [i for i in range(len(calls)) if i not in done]
         if todo:
-            names = ", ".join(dict.fromkeys(self._label(calls[i].name) for i in todo))
-            progress(_("🔧 Using {names}…").format(names=names))
+            progress(self.box.progress([calls[i] for i in todo]))
 
         async def one(i: int) -> None:
             call = calls[i]
-            result = await self.box.call(call.name, call.arguments, context)
+            each = replace(context, calls=tuple(calls), index=i)
+            result = await self.box.call(call.name, call.arguments, each)
             message = self._message(call, result, share=len(calls))
             await durably(lambda: self.states.note_tool_result(state, k, i, message))
             done[i] = message
 
         await asyncio.gather(*(one(i) for i in todo))
         return [done[i] for i in range(len(calls))]
-
-    def _label(self, name: str) -> str:
-        return self.box.label(name)
 
     def _message(self, call: ToolCall, result: ToolResult, *, share: int) -> ChatMessage:
         """The ``tool`` message of a result; a round's results together stay within
