@@ -216,7 +216,7 @@ class TurnStates:
     async def _placed(self, placement: Placement) -> Node:
         """One node, placed on the round trip :func:`run_together` sends (the store's own
         goes through redis-py's single-command path, about 40 us of CPU more)."""
-        [[reply]] = await run_together(
+        [[reply, *_index]] = await run_together(
             self._redis, lambda pipe: self.store.queue_place(pipe, placement)
         )
         return await self.store.placed(placement, reply)
