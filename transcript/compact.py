@@ -8,11 +8,11 @@ stop after:
 
 1. read the hot tree, its aliases and companion hashes (reads only);
 2. build the cold value (no I/O);
-3. swap, one script: unless the tree was written since step 1, or was written less than
-   ``cold_after`` seconds ago, or an unfinished unit of work wrote into it (a record
-   hash listed in its ``R`` field still exists: a turn's record, until its end), write
-   the value and remove the hash, the aliases and the companions. A swap run again
-   finds the tree cold and does nothing.
+3. swap, one script a tree (a scope's trees in one round trip): unless the tree was
+   written since step 1, or was written less than ``cold_after`` seconds ago, or an
+   unfinished unit of work wrote into it (a record hash listed in its ``R`` field still
+   exists: a turn's record, until its end), write the value and remove the hash, the
+   aliases and the companions. A swap run again finds the tree cold and does nothing.
 
 A stop before 3 leaves the tree hot and unchanged; 3 is atomic (a Redis crash in it is
 undone on load: scripts reach the AOF as MULTI/EXEC); after 3 it is cold and the caller's
@@ -221,7 +221,6 @@ class StoreCold(StoreReads):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._resolve_script = self._redis.register_script(_RESOLVE_LUA)
-        self._compact_script = self._redis.register_script(_COMPACT_LUA)
 
     # ------------------------------------------------------------- aliases
 
@@ -350,15 +349,16 @@ class StoreCold(StoreReads):
         ``companions``: the names (keys without the scope's prefix) of a tree's companion
         hashes, compacted with it."""
         read = await self._read_hot(scope, trees, companions)  # step 1
-        done: dict[int, Compaction] = {}
-        for tree in trees:
-            hot = read.get(tree)
-            if hot is None:
-                cold = await self._io(self._redis.exists(keys.cold_key(scope, tree)))
+        hot = {tree: found for tree, found in read.items() if found is not None}
+        values = await self._encode(hot)  # step 2
+        done = await self._swap(scope, hot, values, cold_after=cold_after)  # step 3
+        missing = [tree for tree in trees if tree not in hot]
+        if missing:  # no hash: cold already (a sweep stopped before its index write), or gone
+            pipe = self._redis.pipeline(transaction=False)
+            for tree in missing:
+                pipe.exists(keys.cold_key(scope, tree))
+            for tree, cold in zip(missing, await self._io(pipe.execute()), strict=True):
                 done[tree] = Compaction("cold" if cold else "gone")
-                continue
-            value = await self._encode(hot)  # step 2
-            done[tree] = await self._swap(scope, tree, hot, value, cold_after=cold_after)  # 3
         return done
 
     async def _read_hot(
@@ -398,35 +398,49 @@ class StoreCold(StoreReads):
         return read
 
     @staticmethod
-    async def _encode(hot: HotTree) -> bytes:
-        """Step 2: the cold value (zstd at a high level: off the event loop)."""
-        return await asyncio.to_thread(cold_codec.encode, hot.cold())
+    async def _encode(hot: dict[int, HotTree]) -> dict[int, bytes]:
+        """Step 2: the trees' cold values (zstd: off the event loop)."""
+
+        def encode() -> dict[int, bytes]:
+            return {tree: cold_codec.encode(found.cold()) for tree, found in hot.items()}
+
+        return await asyncio.to_thread(encode) if hot else {}
 
     async def _swap(
-        self, scope: str, tree: int, hot: HotTree, value: bytes, *, cold_after: float
-    ) -> Compaction:
-        """Step 3, one script (see ``_COMPACT_LUA``)."""
-        moved = cold_codec.integer_aliases(hot.aliases)
-        packed = cold_codec.pack_aliases(tree, moved)
-        count, written, choices = hot.version()
-        found = [
-            keys.tree_key(scope, tree), keys.cold_key(scope, tree), keys.alias_key(scope),
-            keys.cold_alias_key(scope), *(keys.scope_prefix(scope) + n for n in hot.companions),
-        ]  # fmt: skip
-        args: list[Any] = [
-            max(0, int(cold_after)), count, written, choices, value, tree.to_bytes(4, "big"),
-            len(moved), *map(str, moved), len(packed),
-        ]  # fmt: skip
-        for bucket, entries in packed.items():
-            args += [bucket, entries]
-        outcome, stamp = await self._io(self._compact_script(keys=found, args=args))
-        outcome, stamp = _text(outcome), _text(stamp)
-        if outcome == "was":
-            return Compaction("cold")
-        if outcome != "cold":
-            return Compaction(outcome, int(stamp) if stamp.isdigit() else 0)
-        self._cold.pop((scope, tree), None)
-        return Compaction("cold", 0, hot.size(), len(value) + cold_codec.ALIAS_ENTRY * len(moved))
+        self, scope: str, hot: dict[int, HotTree], values: dict[int, bytes], *, cold_after: float
+    ) -> dict[int, Compaction]:
+        """Step 3: one script a tree (see ``_COMPACT_LUA``), all in one round trip."""
+        if not hot:
+            return {}
+        pipe = self._redis.pipeline(transaction=False)
+        moved = {tree: cold_codec.integer_aliases(found.aliases) for tree, found in hot.items()}
+        for tree, found in hot.items():
+            packed = cold_codec.pack_aliases(tree, moved[tree])
+            count, written, choices = found.version()
+            names = [
+                keys.tree_key(scope, tree), keys.cold_key(scope, tree), keys.alias_key(scope),
+                keys.cold_alias_key(scope),
+                *(keys.scope_prefix(scope) + n for n in found.companions),
+            ]  # fmt: skip
+            args: list[Any] = [
+                max(0, int(cold_after)), count, written, choices, values[tree],
+                tree.to_bytes(4, "big"), len(moved[tree]), *map(str, moved[tree]), len(packed),
+            ]  # fmt: skip
+            for bucket, entries in packed.items():
+                args += [bucket, entries]
+            pipe.eval(_COMPACT_LUA, len(names), *names, *args)
+        done: dict[int, Compaction] = {}
+        for tree, (said, when) in zip(hot, await self._io(pipe.execute()), strict=True):
+            outcome, stamp = _text(said), _text(when)
+            if outcome == "was":
+                done[tree] = Compaction("cold")
+            elif outcome != "cold":
+                done[tree] = Compaction(outcome, int(stamp) if stamp.isdigit() else 0)
+            else:
+                self._cold.pop((scope, tree), None)
+                cold_bytes = len(values[tree]) + cold_codec.ALIAS_ENTRY * len(moved[tree])
+                done[tree] = Compaction("cold", 0, hot[tree].size(), cold_bytes)
+        return done
 
     # --------------------------------------------------------------- index
 
