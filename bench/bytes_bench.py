@@ -181,10 +181,11 @@ async def _scenario(redis: Redis, label: str, question: int, answer: int) -> tup
     await redis.flushall()
     run = _Run(redis, question, answer)
     progress(f"bytes: {label}, {chats} chats x {trees} conversations x {turns} turns")
-    commands = int((await redis.info("stats"))["total_commands_processed"])
+    commands, cpu = await _redis_work(redis)
     await run.grow(chats, trees, turns)
     count = chats * trees * turns
-    commands = int((await redis.info("stats"))["total_commands_processed"]) - commands
+    after = await _redis_work(redis)
+    commands, cpu = after[0] - commands, after[1] - cpu
     await run.reply(1, 0, new_process=True)  # the scripts loaded, as in a running bot
     trips = [
         await run.reply(0, 0, new_process=False),
@@ -206,12 +207,20 @@ async def _scenario(redis: Redis, label: str, question: int, answer: int) -> tup
         round((cold + kept_cold) / count - text),
     ]  # fmt: skip
     del bookkeeping_cold, kept
+    per_turn = chats * trees * turns
     return row, [
-        label,
-        *trips,
-        f"{commands / (chats * trees * turns):.1f}",
+        label, *trips, f"{commands / per_turn:.1f}", f"{cpu * 1e6 / per_turn:.0f}",
         f"{compacted / seconds:,.0f}",
-    ]
+    ]  # fmt: skip
+
+
+async def _redis_work(redis: Redis) -> tuple[float, float]:
+    """Commands Redis ran (those of scripts too) and its CPU seconds, so far."""
+    stats, cpu = await redis.info("stats"), await redis.info("cpu")
+    return (
+        float(stats["total_commands_processed"]),
+        float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]),
+    )
 
 
 async def run() -> str:
@@ -237,9 +246,9 @@ async def run() -> str:
         rows,
     ) + "\n" + table(
         "Redis round trips of one turn replying to a conversation's last answer (target: "
-        "cold <= hot + 2); Redis commands per turn (the engine's, no intake); the cold "
-        "sweep's throughput (one process)",
+        "cold <= hot + 2); Redis commands (scripts' own counted) and Redis CPU per turn "
+        "(the engine's, no intake); the cold sweep's throughput (one process)",
         ["turns of", "hot, cached", "hot, new process", "cold, new process", "commands/turn",
-         "sweep trees/s"],
+         "Redis CPU us/turn", "sweep trees/s"],
         trip_rows,
     )  # fmt: skip
