@@ -17,7 +17,8 @@ from bot.data.sweep import ColdSweep
 from bot.ops import conversations
 from bot.ops.doctor import doctor
 from bot.ops.forget import forget_chat
-from bot.usage.calls import Prices
+from bot.usage.accounting import Accounting
+from bot.usage.calls import Prices, utc_now
 from bot.webapp import view
 from transcript import ChatMessage, Node, NodeId, TranscriptStore, keys
 
@@ -307,9 +308,11 @@ async def test_operators_and_the_viewer_read_a_cold_tree_as_a_hot_one(
             ),
         ]
 
-    hot = await read_all()
+    usage = Accounting(redis, clock=utc_now)
+    hot = [*await read_all(), await usage.chain(CHAT, [n.id for n in nodes[:5]])]
     assert await compact(store, tree) == "cold"
-    assert await read_all() == hot
+    assert [*await read_all(), await usage.chain(CHAT, [n.id for n in nodes[:5]])] == hot
+    assert hot[-1].calls == 1  # (the usage per node went cold with the tree)
     assert await state_of(redis, tree) == (False, True)
     erased = await forget_chat(redis, store, CHAT)
     assert (erased.conversations, erased.messages) == (1, len(ALIASES))
