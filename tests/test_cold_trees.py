@@ -292,6 +292,17 @@ async def test_the_sweep_runs_in_one_process_at_a_time_and_a_bounded_tick(
     assert await second.sweep() == 0  # nothing left
 
 
+async def test_trees_older_than_the_index_are_found_by_one_scan(
+    store: TranscriptStore, redis: Redis
+) -> None:
+    nodes = await grown_tree(store, redis)
+    await redis.delete(keys.idle_key(keys.idle_bucket(SCOPE)))  # written by an older bot
+    await redis.hdel(keys.tree_key(SCOPE, nodes[0].id.tree), "w")
+    assert await ColdSweep(redis, store, "one", cold_after_days=0, every=1).sweep() == 1
+    assert await redis.exists(keys.IDLE_BACKFILLED)
+    assert await state_of(redis, nodes[0].id.tree) == (False, True)
+
+
 async def test_operators_and_the_viewer_read_a_cold_tree_as_a_hot_one(
     store: TranscriptStore, redis: Redis
 ) -> None:

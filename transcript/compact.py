@@ -248,7 +248,7 @@ class StoreCold(StoreReads):
         tree, data = int(found[1]), found[2]
         if isinstance(data, bytes):
             self._learn_cold(scope, tree, data)
-        else:  # warmed between the two reads of the script: read the tree as it is
+        else:  # the index names a tree whose value is gone (erased): as the hash says
             await self._read_cold(scope, tree)
         return self._cache.alias(scope, field_) or await self._alias_of_hot(scope, field_)
 

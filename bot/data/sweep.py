@@ -16,7 +16,7 @@ found decides its index entry:
   the entry is looked at again by the next sweep.
 
 Trees written before the index existed are found once by a scan of the tree keys
-(``rc:trees:backfilled`` is set when it completes), a few hundred keys a tick.
+(``rc:trees:backfilled`` is set when it completes), a few hundred keys (or 50 ms) a tick.
 """
 
 from __future__ import annotations
@@ -45,8 +45,10 @@ log = logging.getLogger("replychain.sweep")
 TICK_TREES = 50
 #: Seconds between two ticks of one sweep: the event loop's turns come first.
 TICK_PAUSE = 0.05
-#: Tree keys a tick of the backfill scan reads at most.
+#: Tree keys a tick of the backfill scan reads at most, and its longest time (a keyspace
+#: holding few tree keys takes many SCAN calls to find them).
 BACKFILL_KEYS = 500
+BACKFILL_SECONDS = 0.05
 #: The sweep lease's length (renewed every tick; a dead sweeper is replaced after it).
 LEASE_MS = 60_000
 #: Hot trees whose memory is measured to estimate all hot trees' bytes.
@@ -135,7 +137,8 @@ class ColdSweep:
 
     async def tick(self) -> Tick:
         """One bounded step: at most :data:`TICK_TREES` trees looked at (and
-        :data:`BACKFILL_KEYS` tree keys indexed while the backfill scan runs)."""
+        :data:`BACKFILL_KEYS` tree keys indexed, for :data:`BACKFILL_SECONDS` at most,
+        while the backfill scan runs)."""
         self.ticks += 1
         tick = Tick()
         await self._backfill_step()
@@ -205,8 +208,11 @@ class ColdSweep:
             self._backfill = aiter(self.redis.scan_iter(match="rc:{*}:t:*", count=BACKFILL_KEYS))
         pipe = self.redis.pipeline(transaction=False)
         stamp = int(self.clock())
+        deadline = time.monotonic() + BACKFILL_SECONDS
         try:
             for _ in range(BACKFILL_KEYS):
+                if time.monotonic() > deadline:
+                    break
                 name = await guarded(anext(self._backfill))
                 text = name.decode() if isinstance(name, bytes) else str(name)
                 scope, _, tree = text[len("rc:{") :].partition("}:t:")
