@@ -1,195 +1,97 @@
-"""Redis bytes per turn, split into the transcript and the bookkeeping around it.
+"""Redis bytes per turn: conversation trees hot and cold, and the bookkeeping around them.
 
-Drives the engine (tests/stub_model.py's model, bench/bot_bench.py's Telegram) along one
-growing reply chain on a fresh redis-server, then sums ``MEMORY USAGE`` of every
-key by family and divides by the turns; AOF bytes per turn come from
-``aof_current_size``. Families: *transcript* (the store's tree hashes, aliases and
-tree counter), *turn state* (the turn journal, idempotency and the other
-per-chat keys of the bot: the done sets of finished turns), *usage detail* (per turn
-and per node: ``t:``, ``n:``, the pending ``p`` and the ``counted:`` markers of the
-two-step record, and the baseline's ``call:`` markers), *audit* (``a:``,
-kept MODEL_AUDIT_DAYS) and *usage aggregates* (per user, day, chat, tree; the zsets).
+Drives the engine (tests/stub_model.py's model, bench/bot_bench.py's Telegram) through
+``CHATS`` chats of ``TREES`` conversations of ``TURNS`` turns each on a fresh redis-server
+(config/redis.conf's encodings), then sums ``MEMORY USAGE`` of every key by family and
+divides by the turns:
 
-"before" is a copy of the usage script and key layout this repository used up to
-commit d07732f (clearly the baseline, kept here only to compare); "after" is
-:class:`bot.usage.accounting.Accounting` as it is. A second table runs the usage
-script alone (one call per turn of a chain) for its Redis time per call
-(``cmdstat_evalsha``, both steps of a record summed) and AOF bytes per call.
+* *trees*: the store's keys (tree hashes, aliases, tree counters, the index of hot
+  trees; cold: their values and the cold alias index) and each tree's usage per node
+  (``u:n:<tree>``, compacted with it);
+* *bookkeeping*: everything else the turns left (done sets, the per-turn usage and the
+  audit, the usage totals); "kept" is the part with no expiry, what stays once every
+  retention window (done marks 3 days, audit MODEL_AUDIT_DAYS, usage detail
+  USAGE_DETAIL_DAYS) has passed.
+
+"hot" is every tree as the bot keeps it while it is used (and as every tree was kept
+before cold trees); "cold" the same trees after the cold sweep compacted them
+(transcript/compact.py). The text of a turn is its question and its answer. The
+1 KB answers are words drawn from a 300-word vocabulary (English-like entropy; zstd
+finds no long repeats in them).
+
+A second table counts the Redis round trips of one turn replying to an answer of a
+hot tree (this process's cache holding it, or a new process), and of a cold one (a
+new process: its cache cannot hold a tree no process touched for COLD_AFTER_DAYS), and
+the sweep's throughput.
 """
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable
+import importlib
+import inspect
+import random
+import time
 from pathlib import Path
 from typing import Any
 
-import msgpack
 from redis.asyncio import Redis
-from redis.asyncio.client import Pipeline
 
 from bot.bus.inbound import Inbound
-from bot.data.connection import Queued, connect, run_together
-from bot.model import Usage
-from bot.usage.accounting import Accounting
-from bot.usage.calls import USER_DAY_TTL, CallRecord, day_of, utc_now
+from bot.data.connection import connect
+from bot.data.sweep import ColdSweep
 from tests.stub_model import StubModel
-from transcript import NodeId
 from transcript import keys as store_keys
 
-from .bot_bench import ANSWER, QUESTION, InstantTelegram, _engine, turn
-from .common import progress, redis_server, script_time, sized, table
+from .bot_bench import InstantTelegram, RoundTrips, _engine, turn
+from .common import progress, redis_server, sized, table
 
-#: Turns along one chain per scenario (None: quick 100, full 400).
+#: Chats, conversations per chat, turns per conversation (None: quick or full sizes).
+CHATS: int | None = None
+TREES: int | None = None
 TURNS: int | None = None
-#: Direct usage records for the script's time per call (None: quick 2,000, full 10,000).
-RECORDS: int | None = None
 
-SHORT_QUESTION = "hi, how are you?"
-SHORT_ANSWER = "Fine, thanks! What can I do for you?"
-
-
-# ------------------------------------------------ baseline: the old usage script
-
-#: The tag of the old layout: every usage key in one slot.
-_OLD_TAG = f"{store_keys.NAMESPACE}:{{usage}}"
+#: Modules whose docstrings make the bench's English text (deterministic for a Python).
+_CORPUS_MODULES = (
+    "argparse", "asyncio", "collections", "datetime", "email", "functools", "http.client",
+    "inspect", "itertools", "json", "logging", "os", "pathlib", "re", "sqlite3",
+    "subprocess", "threading", "typing", "urllib.parse", "zipfile",
+)  # fmt: skip
 
 
-def _old_key(*parts: object) -> str:
-    """A key of the old one-slot layout, e.g. ``_old_key("u", user, day)``."""
-    return ":".join([_OLD_TAG, *map(str, parts)])
+def _corpus() -> str:
+    """English prose: the docstrings of some standard modules and their members."""
+    parts: list[str] = []
+    for name in _CORPUS_MODULES:
+        module = importlib.import_module(name)
+        for item in (module, *(getattr(module, n) for n in sorted(dir(module)))):
+            doc = inspect.getdoc(item) if callable(item) or item is module else None
+            if doc:
+                parts.append(" ".join(doc.split()))
+    return " ".join(dict.fromkeys(parts))
 
 
-_OLD_CALL_MARKER_TTL = 90 * 24 * 3600
-_OLD_RECORD_LUA = """
-if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then return 0 end
-local p, c, k = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local e, x = tonumber(ARGV[5]), tonumber(ARGV[6])
-for i = 2, #KEYS - 3 do
-  redis.call('HINCRBY', KEYS[i], 'p', p)
-  redis.call('HINCRBY', KEYS[i], 'c', c)
-  redis.call('HINCRBY', KEYS[i], 'k', k)
-  redis.call('HINCRBY', KEYS[i], 'n', 1)
-  if e > 0 then redis.call('HINCRBY', KEYS[i], 'e', 1) end
-  if x > 0 then redis.call('HINCRBY', KEYS[i], 'x', 1) end
-end
-redis.call('ZINCRBY', KEYS[#KEYS - 2], p + c, ARGV[7])
-redis.call('ZINCRBY', KEYS[#KEYS - 1], p + c, ARGV[8])
-local node = KEYS[#KEYS]
-redis.call('HINCRBY', node, ARGV[9] .. ':p', p)
-redis.call('HINCRBY', node, ARGV[9] .. ':c', c)
-redis.call('HINCRBY', node, ARGV[9] .. ':k', k)
-redis.call('HINCRBY', node, ARGV[9] .. ':n', 1)
-redis.call('HSET', node, ARGV[9] .. ':v', ARGV[15])
-redis.call('EXPIRE', ARGV[11], ARGV[10])
-if ARGV[12] ~= '' then redis.call('SET', ARGV[12], ARGV[13], 'EX', ARGV[14]) end
-return 1
-"""
+CORPUS = _corpus()
 
 
-class BaselineAccounting(Accounting):
-    """BASELINE ONLY: records with the usage script of commit d07732f (before issue 14).
+class Texts(StubModel):
+    """Answers ``size`` characters of the corpus, each call another window of it (real
+    conversations do not repeat themselves: zstd would find the repeats)."""
 
-    ``last_call()`` reads the old per-chat node hash this script writes, so the
-    context window sizes requests as the bot's does; the other reads are the current
-    ones (``turn()`` would not find its totals; the bench sets no per-turn token
-    limit, so the engine never asks).
-    """
+    def __init__(self, size: int, seed: int) -> None:
+        super().__init__("")
+        self.size, self._rng = size, random.Random(seed)
 
-    def __init__(self, redis: Redis) -> None:
-        super().__init__(redis, clock=utc_now)
+    def text(self) -> str:
+        at = self._rng.randrange(0, len(CORPUS) - self.size)
+        return CORPUS[at : at + self.size]
 
-    async def _save(self, call: CallRecord, also: Queued | None) -> list[Any]:
-        now = self.clock()
-        day = day_of(now)
-        chat, user = call.chat_id, call.user_id
-        user_day = _old_key("u", user, day)
-        counters = [
-            _old_key("u", user),
-            user_day,
-            _old_key("c", chat),
-            _old_key("r", chat, call.sent.tree),
-            _old_key("t", chat, call.message_id),
-            _old_key("d", day),
-        ]
-        audit_key = _old_key("a", chat, call.call_id)
-        audit_value = msgpack.packb(
-            {
-                "at": now.timestamp(),
-                "model": call.model,
-                "user": user,
-                "message": call.message_id,
-                "sent": str(call.sent),
-                "prompt": call.usage.prompt_tokens,
-                "completion": call.usage.completion_tokens,
-                "cached": call.usage.cached_tokens,
-                "estimated": call.usage.estimated,
-                "latency": round(call.latency, 3),
-                "error": call.error,
-                "view": call.view,
-            }
-        )
-        usage = call.usage
-        old_keys = [
-            _old_key("call", call.call_id),
-            *counters,
-            _old_key("users"),
-            _old_key("days"),
-            _old_key("n", chat),
-        ]
-        args = [
-            _OLD_CALL_MARKER_TTL, usage.prompt_tokens, usage.completion_tokens,
-            usage.cached_tokens, int(usage.estimated), int(call.error is not None), user, day,
-            call.sent.ref, USER_DAY_TTL, user_day, audit_key, audit_value,
-            self.audit_days * 24 * 3600, call.view,
-        ]  # fmt: skip
-
-        def step(pipe: Pipeline) -> None:
-            pipe.eval(_OLD_RECORD_LUA, len(old_keys), *old_keys, *args)
-
-        replies = await run_together(self._redis, step, *([also] if also else []))
-        return replies[1] if also else []
-
-    async def last_call(self, chat: int | str, sent: NodeId) -> tuple[int, int, str] | None:
-        fields = [f"{sent.ref}:{name}" for name in ("p", "c", "n", "v")]
-        values: list[Any] = await self._redis.hmget(_old_key("n", chat), fields)
-        p, c, n, view = values
-        if n is None or int(n) != 1:
-            return None
-        return int(p), int(c), view.decode() if view else ""
+    def reply(self, messages: Any, *, tools: bytes | None, media: Any) -> Any:
+        self.answer = self.text()
+        return super().reply(messages, tools=tools, media=media)
 
 
-VARIANTS: dict[str, Callable[[Redis], Accounting]] = {
-    "before": BaselineAccounting,
-    "after": lambda redis: Accounting(redis, clock=utc_now),
-}
-
-# ------------------------------------------------------------------- measuring
-
-FAMILIES = ("transcript", "turn state", "usage detail", "audit", "usage aggregates")
-
-
-def _family(key: str) -> str:
-    if key.startswith(_OLD_TAG + ":"):  # the old one-slot layout
-        kind = key[len(_OLD_TAG) + 1 :].partition(":")[0]
-        if kind in ("t", "n", "call"):  # per turn, per node, old call markers
-            return "usage detail"
-        return "audit" if kind == "a" else "usage aggregates"
-    if key.startswith(f"{store_keys.NAMESPACE}:{{usage:"):  # a totals bucket
-        kind = key.partition("}:")[2].partition(":")[0]
-        return "usage detail" if kind == "counted" else "usage aggregates"  # per call
-    scope = key.partition("{")[2].partition("}")[0]
-    if scope and key.startswith(store_keys.scope_prefix(scope) + "u:"):  # chat's usage
-        kind = key[len(store_keys.scope_prefix(scope)) + 2 :].partition(":")[0]
-        return "audit" if kind == "a" else "usage detail"
-    if scope and (
-        key.startswith(store_keys.tree_key_prefix(scope))
-        or key in (store_keys.alias_key(scope), store_keys.seq_key(scope))
-    ):
-        return "transcript"
-    return "turn state"
-
-
+#: Question and answer sizes of a scenario, in characters.
+SCENARIOS = {"short turn": (16, 36), "1 KB answer": (16, 1024)}
 SHIPPED_CONFIG = Path(__file__).resolve().parent.parent / "config" / "redis.conf"
 
 
@@ -201,100 +103,152 @@ async def _shipped_encodings(redis: Redis) -> None:
             await redis.config_set(name, value)
 
 
-async def _aof_size(redis: Redis) -> int:
-    return int((await redis.info("persistence"))["aof_current_size"])
+def _is_tree(key: str) -> bool:
+    if key.startswith(f"{store_keys.NAMESPACE}:{{trees:"):  # the index of hot trees
+        return True
+    scope = key.partition("{")[2].partition("}")[0]
+    if not scope or key.startswith(f"{store_keys.NAMESPACE}:{{usage:"):
+        return False
+    rest = key[len(store_keys.scope_prefix(scope)) :]
+    return rest in ("a", "za", "seq") or rest.startswith(("t:", "z:", "u:n:"))
 
 
-async def _bytes_by_family(redis: Redis) -> tuple[dict[str, int], int]:
-    """MEMORY USAGE summed per family, and the bookkeeping bytes of keys without a TTL."""
-    sums = dict.fromkeys(FAMILIES, 0)
-    forever = 0
+async def _bytes(redis: Redis) -> tuple[int, int, int]:
+    """MEMORY USAGE of the trees, of the bookkeeping, of the bookkeeping never expiring."""
+    trees = bookkeeping = kept = 0
     async for raw in redis.scan_iter(count=1000):
         key = raw.decode() if isinstance(raw, bytes) else str(raw)
+        if key.startswith(f"{store_keys.NAMESPACE}:{{bench}}"):
+            continue
         size = int(await redis.memory_usage(key, samples=0) or 0)
-        family = _family(key)
-        sums[family] += size
-        if family != "transcript" and await redis.ttl(key) == -1:
-            forever += size
-    return sums, forever
+        if _is_tree(key):
+            trees += size
+        else:
+            bookkeeping += size
+            if await redis.ttl(key) == -1 and key not in ("rc:intake", "rc:trees:cold"):
+                kept += size
+    return trees, bookkeeping, kept
 
 
-async def _chain(
-    redis: Redis, make: Callable[[Redis], Accounting], *, question: str, answer: str, turns: int
-) -> list[object]:
+class _Run:
+    """One scenario: the chats grown, the trees measured hot, swept, measured cold."""
+
+    def __init__(self, redis: Redis, question: int, answer: int) -> None:
+        self.redis, self.answer = redis, answer
+        self.questions = Texts(question, seed=1)
+        self.telegram = InstantTelegram()
+        self.engine = self._engine()
+        self.last: dict[tuple[int, int], int] = {}  # (chat, conversation) -> last answer id
+
+    def _engine(self) -> Any:
+        engine = _engine(self.redis, self.telegram)
+        engine.model = engine.context.model = Texts(self.answer, seed=2)
+        return engine
+
+    async def grow(self, chats: int, trees: int, turns: int) -> None:
+        for chat in range(chats):
+            for tree in range(trees):
+                reply_to: int | None = None
+                for _ in range(turns):
+                    message = self.telegram.next_id(_chat(chat))
+                    question = self.questions.text()
+                    inbound = Inbound(
+                        _chat(chat), message, _chat(chat), question, reply_to=reply_to
+                    )
+                    reply_to, _ = await turn(self.engine, self.telegram, inbound)
+                assert reply_to is not None
+                self.last[(chat, tree)] = reply_to
+
+    async def reply(self, chat: int, tree: int, *, new_process: bool) -> int:
+        """Round trips of one turn replying to a conversation's last answer."""
+        engine = self._engine() if new_process else self.engine
+        meter = RoundTrips()
+        inbound = Inbound(
+            _chat(chat), self.telegram.next_id(_chat(chat)), _chat(chat),
+            self.questions.text(), reply_to=self.last[(chat, tree)],
+        )  # fmt: skip
+        with meter.counting():
+            self.last[(chat, tree)], _ = await turn(engine, self.telegram, inbound)
+        return meter.count
+
+
+def _chat(index: int) -> int:
+    return 60_000 + index
+
+
+async def _scenario(redis: Redis, label: str, question: int, answer: int) -> tuple[list[Any], Any]:
+    chats, trees, turns = CHATS or sized(8, 40), TREES or sized(4, 10), TURNS or 5
     await redis.flushall()
-    telegram = InstantTelegram()
-    engine = _engine(redis, telegram)
-    accounting, model = make(redis), StubModel(answer)
-    engine.accounting = engine.context.accounting = accounting
-    engine.model = engine.context.model = model
-    chat = 40_000
-    aof = await _aof_size(redis)
-    reply_to: int | None = None
-    for _ in range(turns):
-        inbound = Inbound(chat, telegram.next_id(chat), chat, question, reply_to=reply_to)
-        reply_to, _ = await turn(engine, telegram, inbound)
-    aof = await _aof_size(redis) - aof
-    sums, forever = await _bytes_by_family(redis)
-    per = [sums[f] / turns for f in FAMILIES]
-    bookkeeping = sum(per[1:])
-    return [*per, bookkeeping, forever / turns, aof / turns]
+    run = _Run(redis, question, answer)
+    progress(f"bytes: {label}, {chats} chats x {trees} conversations x {turns} turns")
+    commands, cpu = await _redis_work(redis)
+    await run.grow(chats, trees, turns)
+    count = chats * trees * turns
+    after = await _redis_work(redis)
+    commands, cpu = after[0] - commands, after[1] - cpu
+    await run.reply(1, 0, new_process=True)  # the scripts loaded, as in a running bot
+    trips = [
+        await run.reply(0, 0, new_process=False),
+        await run.reply(0, 1, new_process=True),
+    ]
+    count += 3
+    hot, bookkeeping, kept = await _bytes(redis)
+    sweep = ColdSweep(redis, run.engine.store, "bench", cold_after_days=0, every=1)
+    started = time.perf_counter()
+    compacted = await sweep.sweep()
+    seconds = time.perf_counter() - started
+    assert compacted == chats * trees, (compacted, chats * trees)
+    cold, bookkeeping_cold, kept_cold = await _bytes(redis)
+    trips.append(await run.reply(0, 2, new_process=True))
+    text = question + answer
+    row = [
+        label, count, text, round(hot / count), round(cold / count), f"{cold / hot:.2f}",
+        round(bookkeeping / count), round(kept_cold / count),
+        round((cold + kept_cold) / count - text),
+    ]  # fmt: skip
+    del bookkeeping_cold, kept
+    per_turn = chats * trees * turns
+    return row, [
+        label, *trips, f"{commands / per_turn:.1f}", f"{cpu * 1e6 / per_turn:.0f}",
+        f"{compacted / seconds:,.0f}",
+    ]  # fmt: skip
 
 
-async def _records(redis: Redis, make: Callable[[Redis], Accounting], count: int) -> list[object]:
-    """The usage script alone: one call per turn of one chain, as the engine records them."""
-    await redis.flushall()
-    accounting = make(redis)
-    await accounting.record(  # loads the script, so EVAL/NOSCRIPT is not measured
-        CallRecord(1, 1, 1, NodeId("1", 1, 0, 1), "m", Usage(1, 1), 0.0)
+async def _redis_work(redis: Redis) -> tuple[float, float]:
+    """Commands Redis ran (those of scripts too) and its CPU seconds, so far."""
+    stats, cpu = await redis.info("stats"), await redis.info("cpu")
+    return (
+        float(stats["total_commands_processed"]),
+        float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]),
     )
-    await redis.flushall()
-    await redis.config_resetstat()
-    aof = await _aof_size(redis)
-    chat = 50_000
-    for i in range(count):
-        sent = NodeId(str(chat), 1, 0, 2 * i + 1)
-        usage = Usage(50 * (2 * i + 1), 40)
-        await accounting.record(CallRecord(chat, chat, 2 * i + 1, sent, "m", usage, 0.2))
-    aof = await _aof_size(redis) - aof
-    calls, usec = await script_time(redis)
-    assert calls in (count, 2 * count), (calls, count)  # one script a record, or two steps
-    sums, _ = await _bytes_by_family(redis)
-    detail = (sums["usage detail"] + sums["audit"]) / count
-    return [usec / count, calls / count, aof / count, sums["usage detail"] / count, detail]
 
 
 async def run() -> str:
-    turns = TURNS or sized(100, 400)
-    records = RECORDS or sized(2000, 10_000)
-    scenarios = {"short": (SHORT_QUESTION, SHORT_ANSWER), "bot bench": (QUESTION, ANSWER)}
-    rows: list[list[object]] = []
-    script_rows: list[list[object]] = []
+    rows: list[list[Any]] = []
+    trip_rows: list[list[Any]] = []
     with redis_server() as server:
         redis = connect(server.url)
         await _shipped_encodings(redis)
         try:
-            for (label, (question, answer)), variant in itertools.product(
-                scenarios.items(), VARIANTS
-            ):
-                progress(f"bytes: {label} messages, {variant}, {turns} turns")
-                measured = await _chain(
-                    redis, VARIANTS[variant], question=question, answer=answer, turns=turns
-                )
-                rows.append([label, variant, *measured])
-            for variant, make in VARIANTS.items():
-                progress(f"bytes: usage script alone, {variant}, {records} records")
-                script_rows.append([variant, *await _records(redis, make, records)])
+            for label, (question, answer) in SCENARIOS.items():
+                row, trips = await _scenario(redis, label, question, answer)
+                rows.append(row)
+                trip_rows.append(trips)
         finally:
             await redis.aclose()
     return table(
-        f"Redis bytes per turn by family, one chain of {turns} turns (MEMORY USAGE; "
-        "target: bookkeeping <= transcript for short messages)",
-        ["messages", "usage", *FAMILIES, "bookkeeping", "never expires", "AOF B/turn"],
+        "Redis bytes per turn (MEMORY USAGE), trees hot (before: every tree, always) and "
+        "cold (after the sweep), bookkeeping now and kept past its retention windows "
+        "(targets: cold <= 0.5x hot; kept bookkeeping + cold trees beyond the text "
+        "<= 200 B a turn)",
+        ["turns of", "turns", "text B", "hot trees B", "cold trees B", "cold/hot",
+         "bookkeeping B", "kept B", "beyond text B (cold)"],
         rows,
     ) + "\n" + table(
-        f"The usage script alone, {records} calls along one chain (before: old script)",
-        ["usage", "script us/call", "scripts/call", "AOF B/call", "detail B/call",
-         "detail+audit B/call"],
-        script_rows,
+        "Redis round trips of one turn replying to a conversation's last answer (target: "
+        "cold <= hot + 2); Redis commands (scripts' own counted) and Redis CPU per turn "
+        "(the engine's, no intake); the cold sweep's throughput (one process)",
+        ["turns of", "hot, cached", "hot, new process", "cold, new process", "commands/turn",
+         "Redis CPU us/turn", "sweep trees/s"],
+        trip_rows,
     )  # fmt: skip

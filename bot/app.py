@@ -54,6 +54,7 @@ from .chat.viewer import continue_router
 from .data import keys
 from .data.connection import connect
 from .data.layout import UnknownLayoutError, check_layout
+from .data.sweep import ColdSweep
 from .metrics import Metrics
 from .model import ModelClient, estimate_text
 from .model.client import load_sdk
@@ -299,6 +300,13 @@ class App:
         )  # fmt: skip
         self.webhook, self.viewer = self._servers(settings)
         self.poller = self._poller(settings)
+        #: Compacts trees at rest in place, in one process at a time (COLD_AFTER_DAYS).
+        self.sweep: ColdSweep | None = None
+        if settings.cold_after_days > 0:
+            self.sweep = ColdSweep(
+                self.redis, self.store, settings.bot_instance, metrics=self.metrics,
+                cold_after_days=settings.cold_after_days, every=settings.cold_sweep_seconds,
+            )  # fmt: skip
 
     @property
     def model(self) -> ModelClient:
@@ -468,6 +476,7 @@ class App:
         relaying: asyncio.Task[None] | None = None
         setting_up: asyncio.Task[None] | None = None
         loading: asyncio.Task[None] | None = None
+        sweeping: asyncio.Task[None] | None = None
         try:
             await self._serve_metrics()
             await self._serve_viewer()
@@ -488,6 +497,8 @@ class App:
                     self.context.reserve(estimate_text(self.tools.spec_bytes.decode()))
             self.runner.start()
             relaying = asyncio.create_task(self.stops.run(self.stopping), name="stop-relay")
+            if self.sweep is not None:
+                sweeping = asyncio.create_task(self.sweep.run(self.stopping), name="cold-sweep")
             stop = asyncio.create_task(self.stopping.wait())
             done, _ = await asyncio.wait({receiving, stop}, return_when=asyncio.FIRST_COMPLETED)
             if receiving in done:
@@ -502,7 +513,7 @@ class App:
             if install_signals:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(sig)
-            for task in (relaying, setting_up, loading):
+            for task in (relaying, setting_up, loading, sweeping):
                 if task is not None:
                     await cancel_until_done(task)
             await self.close()

@@ -64,6 +64,16 @@ class Metrics:
     def telegram_429(self, method: str) -> None:
         """A Bot API call was answered 429 (flood control)."""
 
+    # ---------------------------------------------------------- the cold sweep
+
+    def cold_tree(self, hot_bytes: int, cold_bytes: int) -> None:
+        """The sweep compacted a tree: its records' bytes, its cold value's bytes."""
+
+    def trees(self, *, hot: int, cold: int, eligible: int, hot_bytes: int, cold_bytes: int) -> None:
+        """The conversation trees as the sweep last counted them (the sweeping process):
+        hot ones, cold ones, hot ones at rest for COLD_AFTER_DAYS; the hot trees' bytes
+        (estimated from a sample) and the cold values' bytes."""
+
     # ---------------------------------------------------------- read at scrape time
 
     def watch(

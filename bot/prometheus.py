@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -97,6 +97,26 @@ class PrometheusMetrics(Metrics):
             ["method"],
             registry=r,
         )
+        self._compacted = Counter(
+            f"{PREFIX}_cold_compacted_bytes",
+            "Bytes of the trees the cold sweep compacted, as records (hot) and as values (cold)",
+            ["form"],
+            registry=r,
+        )
+        self._trees = Gauge(
+            f"{PREFIX}_trees",
+            "Conversation trees as the cold sweep last counted them: hot, cold, and hot ones "
+            "at rest for COLD_AFTER_DAYS (eligible)",
+            ["state"],
+            registry=r,
+        )
+        self._tree_bytes = Gauge(
+            f"{PREFIX}_tree_bytes",
+            "Redis bytes of conversation trees as the cold sweep last counted them: hot "
+            "(estimated from a sample of tree hashes) and cold (their values)",
+            ["state"],
+            registry=r,
+        )
         for kind in ("prompt", "cached", "completion"):
             self._tokens.labels(kind)  # present from the first scrape, at 0
         self._backlog: Backlog | None = None
@@ -132,6 +152,17 @@ class PrometheusMetrics(Metrics):
 
     def telegram_429(self, method: str) -> None:
         self._telegram_429.labels(method).inc()
+
+    def cold_tree(self, hot_bytes: int, cold_bytes: int) -> None:
+        self._compacted.labels("hot").inc(hot_bytes)
+        self._compacted.labels("cold").inc(cold_bytes)
+
+    def trees(self, *, hot: int, cold: int, eligible: int, hot_bytes: int, cold_bytes: int) -> None:
+        self._trees.labels("hot").set(hot)
+        self._trees.labels("cold").set(cold)
+        self._trees.labels("eligible").set(eligible)
+        self._tree_bytes.labels("hot").set(hot_bytes)
+        self._tree_bytes.labels("cold").set(cold_bytes)
 
     # ---------------------------------------------------------- read at scrape time
 

@@ -98,6 +98,9 @@ SETTINGS_HELP: dict[str, str] = {
     "FLOOD_WAIT_MAX": "longest Telegram flood-control wait, seconds, before an outage (600)",
     "MODEL_AUDIT_DAYS": "days a per-call audit record is kept (7; 0: off)",
     "USAGE_DETAIL_DAYS": "days per-turn and per-branch usage detail is kept (90)",
+    "COLD_AFTER_DAYS": "days a conversation tree rests before it is compacted in place, a "
+    "decimal (14; 0: never)",
+    "COLD_SWEEP_SECONDS": "seconds between sweeps for trees to compact (300)",
     "PRICE_INPUT_PER_MTOK": "USD per million input tokens, for estimated costs (0: none)",
     "PRICE_CACHED_INPUT_PER_MTOK": "USD per million cached input tokens (0: none)",
     "PRICE_OUTPUT_PER_MTOK": "USD per million output tokens (0: none)",
@@ -297,6 +300,11 @@ class Settings(BaseSettings):
     model_audit_days: int = Field(7, ge=0, le=3650)
     #: Days the per-turn and per-branch usage detail is kept after its last write.
     usage_detail_days: int = Field(90, ge=1, le=3650)
+    #: Days a conversation tree nothing wrote to rests before the cold sweep compacts it
+    #: into one value (a decimal: tests use seconds' worth); 0 = never.
+    cold_after_days: float = Field(14.0, ge=0, le=36500)
+    #: Seconds between the cold sweeps (one process sweeps: the holder of its lease).
+    cold_sweep_seconds: float = Field(300.0, gt=0)
     #: Prices in USD per million tokens, for estimated costs in /usage and /stats.
     price_input_per_mtok: float = Field(0.0, ge=0)
     price_cached_input_per_mtok: float = Field(0.0, ge=0)

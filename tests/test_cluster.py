@@ -297,7 +297,7 @@ async def test_a_turn_records_its_answer_parts_and_end_once_the_replica_holds_th
     async def answer() -> None:
         placement = await states.answer_placement(state, user, "hello", [10])
         call = CallRecord(OTHER_USER, OTHER_USER, 1, user.id, "m", Usage(10, 2), 0.1)
-        [reply] = await accounting.record(
+        [reply, *_others] = await accounting.record(
             call, with_writes=partial(store.queue_place, placement=placement)
         )
         await states.answer_placed(state, placement, reply)

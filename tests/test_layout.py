@@ -19,10 +19,10 @@ from .fake_telegram import FakeTelegram
 from .harness import USER, BotFactory, BotProcess, ask, env_for, settings_for
 from .redis_server import RedisServer
 
-#: What the bot says of a Redis holding layout version "99" (it knows "2").
+#: What the bot says of a Redis holding layout version "99" (it knows "3", and reads "2").
 REFUSED = (
     "Redis holds data of key layout version '99' (rc:layout); this bot knows only "
-    "version '2': point REDIS_URL at this bot's own Redis, or run the bot that wrote that data"
+    "version '3': point REDIS_URL at this bot's own Redis, or run the bot that wrote that data"
 )
 
 
@@ -41,17 +41,27 @@ async def test_a_fresh_redis_gets_the_layout_version(
     async with start_bot() as app:
         _, text = await ask(tg, app, USER, "hello")
         assert text == "[depth:2] echo: hello"
-        assert await redis.get(keys.LAYOUT_KEY) == b"2"
+        assert await redis.get(keys.LAYOUT_KEY) == b"3"
 
 
 async def test_a_redis_of_the_known_version_starts(
     tg: FakeTelegram, start_bot: BotFactory, redis: Redis
 ) -> None:
-    await redis.set(keys.LAYOUT_KEY, "2")
+    await redis.set(keys.LAYOUT_KEY, "3")
     async with start_bot() as app:
         _, text = await ask(tg, app, USER, "hello")
         assert text == "[depth:2] echo: hello"
-    assert await redis.get(keys.LAYOUT_KEY) == b"2"
+    assert await redis.get(keys.LAYOUT_KEY) == b"3"
+
+
+async def test_a_redis_of_layout_2_is_read_as_it_is_and_marked_3(redis: Redis) -> None:
+    """Layout 3 adds cold trees, which a bot of layout 2 would misread: a Redis of
+    layout 2 holds none, so this bot reads it and marks it 3 (older bots then refuse)."""
+    await redis.set(keys.LAYOUT_KEY, "2")
+    assert await check_layout(redis, claim=False) == "2"
+    assert await redis.get(keys.LAYOUT_KEY) == b"2"  # the operator's check writes nothing
+    assert await check_layout(redis, claim=True) == "3"
+    assert await redis.get(keys.LAYOUT_KEY) == b"3"
 
 
 async def test_a_redis_of_an_unknown_version_is_refused_before_anything_is_written(
@@ -70,8 +80,8 @@ async def test_a_redis_of_an_unknown_version_is_refused_before_anything_is_writt
 async def test_the_operator_check_reads_and_never_writes(redis: Redis) -> None:
     assert await check_layout(redis, claim=False) is None
     assert not await redis.exists(keys.LAYOUT_KEY)
-    assert await check_layout(redis, claim=True) == "2"
-    assert await check_layout(redis, claim=False) == "2"
+    assert await check_layout(redis, claim=True) == "3"
+    assert await check_layout(redis, claim=False) == "3"
     await redis.set(keys.LAYOUT_KEY, "99")
     for claim in (False, True):
         with pytest.raises(UnknownLayoutError) as raised:

@@ -154,7 +154,7 @@ async def store_answer(rig: Rig, state: TurnState, user: Node, text: str) -> Non
     placement = await rig.states.answer_placement(state, user, text, [])
     async with rig.redis.pipeline(transaction=False) as pipe:
         rig.store.queue_place(pipe, placement)
-        [reply] = await pipe.execute()
+        [reply, *_touched] = await pipe.execute()
     await rig.states.answer_placed(state, placement, reply)
 
 

@@ -6,6 +6,8 @@ Telegram or of any model API.
 
 from . import keys
 from .cache import Choice, RecordCache
+from .cold import ColdTree, Companion
+from .compact import Compaction, cold_companion
 from .errors import (
     CorruptRecordError,
     MissingNodeError,
@@ -23,6 +25,9 @@ __all__ = [
     "DEFAULT_CACHE_BYTES",
     "ChatMessage",
     "Choice",
+    "ColdTree",
+    "Compaction",
+    "Companion",
     "CorruptRecordError",
     "Fold",
     "Image",
@@ -39,6 +44,7 @@ __all__ = [
     "TranscriptError",
     "TranscriptStore",
     "UnknownSchemaError",
+    "cold_companion",
     "count_depth",
     "keys",
 ]

@@ -15,9 +15,10 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from . import codec, keys
-from .cache import Choice, ChoiceIndex, FoldIndex
-from .errors import CorruptRecordError, MissingNodeError
-from .reads import DEFAULT_BLOB_CACHE_BYTES, DEFAULT_CACHE_BYTES, StoreReads
+from .cache import Choice, ChoiceIndex, FoldIndex, parse_choices
+from .compact import StoreCold
+from .errors import MissingNodeError, StoreUnavailableError
+from .reads import DEFAULT_BLOB_CACHE_BYTES, DEFAULT_CACHE_BYTES
 from .records import ChatMessage, Fold, NodeId, Transcript
 
 #: Seconds a tree's cached fold index is trusted before it is read again.
@@ -25,26 +26,34 @@ FOLD_INDEX_TTL = 30.0
 
 
 # Writes a fold once (first writer wins) and appends its node to the tree's
-# fold index in the same step.  KEYS: tree hash.  ARGV: fold field, record, ref.
+# fold index in the same step; -1 for a cold tree (warmed, then written again).
+#   KEYS: tree hash, its cold key.  ARGV: fold field, record, ref.
 _FOLD_LUA = """
+if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
 local index = redis.call('HGET', KEYS[1], 'F')
 redis.call('HSET', KEYS[1], 'F', index and (index .. ',' .. ARGV[3]) or ARGV[3])
+redis.call('HSET', KEYS[1], 'w', redis.call('TIME')[1])
 return 1
 """
 
 
-# Appends one choice to the tree's choice index; answers the whole index.
-#   KEYS: tree hash.  ARGV: the entry.
+# Appends one choice to the tree's choice index; answers the whole index (-1 for a cold
+# tree: warmed, then written again).  KEYS: tree hash, its cold key.  ARGV: the entry.
 _CHOOSE_LUA = """
+if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end
 local index = redis.call('HGET', KEYS[1], 'C')
 index = index and (index .. ',' .. ARGV[1]) or ARGV[1]
 redis.call('HSET', KEYS[1], 'C', index)
+redis.call('HSET', KEYS[1], 'w', redis.call('TIME')[1])
 return index
 """
 
+#: Tries of a write that finds its tree cold (each warms it first).
+_COLD_TRIES = 3
 
-class StoreAnnotations(StoreReads):
+
+class StoreAnnotations(StoreCold):
     """Folds and choices of the store's trees (a base of :class:`transcript.TranscriptStore`)."""
 
     def __init__(
@@ -81,12 +90,19 @@ class StoreAnnotations(StoreReads):
         node = await self.node(at)
         record = codec.encode_fold(node.depth, messages)
         field = keys.fold_field(at.seg, at.idx)
-        created = await self._io(
-            self._fold_script(
-                keys=[keys.tree_key(at.scope, at.tree)],
-                args=[field, record, keys.node_field(at.seg, at.idx)],
+        created = -1
+        for _ in range(_COLD_TRIES):
+            created = await self._io(
+                self._fold_script(
+                    keys=[keys.tree_key(at.scope, at.tree), keys.cold_key(at.scope, at.tree)],
+                    args=[field, record, keys.node_field(at.seg, at.idx)],
+                )
             )
-        )
+            if created != -1:
+                break
+            await self.warm(at.scope, at.tree)
+        if created == -1:
+            raise StoreUnavailableError(f"{at.scope}/t:{at.tree} went cold again while warmed")
         fold = Fold(at, node.depth, tuple(messages))
         if not created:
             self._cache.put_fold_index(at.scope, at.tree, FoldIndex(frozenset(), 0.0))  # stale
@@ -126,12 +142,27 @@ class StoreAnnotations(StoreReads):
         cached = self._cache.fold(deepest)
         return cached or (await self._folds(leaf.scope, leaf.tree, [deepest]))[0]
 
+    async def fold_refs(self, scope: str, tree: int) -> frozenset[str]:
+        """The nodes (``seg.i``) of a tree that a fold was made at, read now."""
+        self._cache.put_fold_index(scope, tree, FoldIndex(frozenset(), 0.0))  # read again
+        return await self._fold_refs(scope, tree)
+
+    async def fold(self, at: NodeId) -> Fold | None:
+        """The fold made at node ``at``, if one was (also an older one than the deepest
+        on a path, which :meth:`fold_on_path` gives)."""
+        cached = self._cache.fold(at)
+        if cached is not None:
+            return cached
+        if keys.node_field(at.seg, at.idx) not in await self._fold_refs(at.scope, at.tree):
+            return None
+        return (await self._folds(at.scope, at.tree, [at]))[0]
+
     async def _fold_refs(self, scope: str, tree: int) -> frozenset[str]:
         index = self._cache.fold_index(scope, tree)
         now = time.monotonic()
         if index is not None and now - index.read_at < FOLD_INDEX_TTL:
             return index.refs
-        raw = await self._io(self._redis.hget(keys.tree_key(scope, tree), keys.FOLD_INDEX_FIELD))
+        [raw] = await self._tree_fields(scope, tree, [keys.FOLD_INDEX_FIELD])
         text = (raw.decode() if isinstance(raw, bytes) else raw) or ""
         refs = frozenset(r for r in text.split(",") if r)
         self._cache.put_fold_index(scope, tree, FoldIndex(refs, now))
@@ -139,7 +170,7 @@ class StoreAnnotations(StoreReads):
 
     async def _folds(self, scope: str, tree: int, at: Sequence[NodeId]) -> list[Fold]:
         fields = [keys.fold_field(n.seg, n.idx) for n in at]
-        values = await self._io(self._redis.hmget(keys.tree_key(scope, tree), fields))
+        values = await self._tree_fields(scope, tree, fields)
         folds = []
         for node_id, data in zip(at, values, strict=True):
             ref = f"fold at {node_id}"
@@ -160,10 +191,14 @@ class StoreAnnotations(StoreReads):
         entry = " ".join(
             part for part in (keys.node_field(at.seg, at.idx), kind, name, digest) if part
         )
-        raw = await self._io(
-            self._choose_script(keys=[keys.tree_key(at.scope, at.tree)], args=[entry])
-        )
-        self.learn_choices(at.scope, at.tree, raw)
+        tree = [keys.tree_key(at.scope, at.tree), keys.cold_key(at.scope, at.tree)]
+        for _ in range(_COLD_TRIES):
+            raw = await self._io(self._choose_script(keys=tree, args=[entry]))
+            if raw != -1:
+                self.learn_choices(at.scope, at.tree, raw)
+                return
+            await self.warm(at.scope, at.tree)
+        raise StoreUnavailableError(f"{at.scope}/t:{at.tree} went cold again while warmed")
 
     @staticmethod
     def queue_choices(pipe: Pipeline, node: NodeId) -> None:
@@ -173,17 +208,15 @@ class StoreAnnotations(StoreReads):
         pipe.hget(keys.tree_key(node.scope, node.tree), keys.CHOICE_INDEX_FIELD)
 
     def learn_choices(self, scope: str, tree: int, raw: bytes | str | None) -> None:
-        """Cache the choice index of a tree as read (:meth:`queue_choices`)."""
-        text = (raw.decode() if isinstance(raw, bytes) else raw) or ""
-        found: list[Choice] = []
-        for entry in filter(None, text.split(",")):
-            ref, kind, *rest = entry.split(" ")
-            seg, _, idx = ref.partition(".")
-            if kind not in ("m", "p") or not rest or not (seg.isdigit() and idx.isdigit()):
-                raise CorruptRecordError(f"{scope}/t:{tree} C", f"malformed choice {entry!r}")
-            digest = rest[1] if len(rest) > 1 else ""
-            found.append(Choice(NodeId(scope, tree, int(seg), int(idx)), kind, rest[0], digest))
-        self._cache.put_choice_index(scope, tree, ChoiceIndex(tuple(found)))
+        """Cache the choice index of a tree as read (:meth:`queue_choices`).
+
+        A tree read from its cold value (:mod:`transcript.cold`) has no index in a
+        hash: a read finding none keeps the index its cold value held."""
+        if raw is None:
+            cached = self._cache.choice_index(scope, tree)
+            if cached is not None and cached.cold:
+                return
+        self._cache.put_choice_index(scope, tree, ChoiceIndex(parse_choices(scope, tree, raw)))
 
     async def choices_on_path(self, leaf: NodeId) -> list[Choice]:
         """The choices at the nodes of the chain root → ``leaf``, root first, the latest
@@ -191,10 +224,9 @@ class StoreAnnotations(StoreReads):
         (a turn refreshes it on its claim's round trip: :meth:`queue_choices`)."""
         index = self._cache.choice_index(leaf.scope, leaf.tree)
         if index is None:
-            raw = await self._io(
-                self._redis.hget(keys.tree_key(leaf.scope, leaf.tree), keys.CHOICE_INDEX_FIELD)
-            )
-            self.learn_choices(leaf.scope, leaf.tree, raw)
+            [raw] = await self._tree_fields(leaf.scope, leaf.tree, [keys.CHOICE_INDEX_FIELD])
+            if self._cache.choice_index(leaf.scope, leaf.tree) is None:  # (a cold read caches it)
+                self.learn_choices(leaf.scope, leaf.tree, raw)
             index = self._cache.choice_index(leaf.scope, leaf.tree)
         if index is None or not index.choices:
             return []

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from cachetools import LRUCache
 
 from .codec import SegmentRecord
+from .errors import CorruptRecordError
 from .records import ChatMessage, Fold, Node, NodeId, sizing_chars
 
 #: Python heap cost of the objects around one message / node / alias (CPython 3.11,
@@ -90,9 +91,27 @@ class Choice:
 
 @dataclass(frozen=True, slots=True)
 class ChoiceIndex:
-    """The choices of one tree as last read, oldest first (the index only grows)."""
+    """The choices of one tree as last read, oldest first (the index only grows).
+
+    ``cold``: read from the tree's cold value, where a read of the tree hash finds no
+    index (:meth:`transcript.TranscriptStore.learn_choices` keeps this one then)."""
 
     choices: tuple[Choice, ...]
+    cold: bool = False
+
+
+def parse_choices(scope: str, tree: int, raw: bytes | str | None) -> tuple[Choice, ...]:
+    """A tree's choice index field as written (``None``: no choice yet)."""
+    text = (raw.decode() if isinstance(raw, bytes) else raw) or ""
+    found: list[Choice] = []
+    for entry in filter(None, text.split(",")):
+        ref, kind, *rest = entry.split(" ")
+        seg, _, idx = ref.partition(".")
+        if kind not in ("m", "p") or not rest or not (seg.isdigit() and idx.isdigit()):
+            raise CorruptRecordError(f"{scope}/t:{tree} C", f"malformed choice {entry!r}")
+        digest = rest[1] if len(rest) > 1 else ""
+        found.append(Choice(NodeId(scope, tree, int(seg), int(idx)), kind, rest[0], digest))
+    return tuple(found)
 
 
 CacheKey = (

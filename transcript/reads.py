@@ -5,6 +5,10 @@ layout): a chain loads with one ``HMGET`` for its own segment plus one for all a
 runs (:meth:`StoreReads._path`); every Redis round trip goes through :meth:`StoreReads._io`,
 which counts it and turns a connection failure into :class:`StoreUnavailableError`.
 Media bytes (blobs) are content-addressed, so they are cached without ever going stale.
+
+A cold tree (transcript/cold.py) is read from its one value: a load that finds no tree
+hash reads it (one round trip more) and caches all of it (every node, fold, index and
+alias), without warming it (a write does: transcript/compact.py).
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import logging
+import re
+import time
 from collections.abc import Awaitable, Iterable, Sequence
 from typing import TypeVar
 
@@ -19,11 +25,12 @@ from cachetools import LRUCache
 from redis.asyncio import Redis
 
 from . import codec, keys
-from .cache import RecordCache, SegmentEntry
+from . import cold as cold_codec
+from .cache import ChoiceIndex, FoldIndex, RecordCache, SegmentEntry, parse_choices
 from .codec import ROOT_SEGMENT, SegmentRecord
 from .errors import CorruptRecordError, MissingNodeError, StaleCacheError
 from .outage import guarded
-from .records import ChatMessage, Node, NodeId, Transcript, count_depth
+from .records import ChatMessage, Fold, Node, NodeId, Transcript, count_depth
 
 log = logging.getLogger("replychain.transcript")
 
@@ -32,6 +39,9 @@ T = TypeVar("T")
 DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
 #: Image bytes kept in memory (immutable, content-addressed: never stale).
 DEFAULT_BLOB_CACHE_BYTES = 32 * 1024 * 1024
+#: Compressed cold trees kept after a read, for the write that warms them.
+COLD_CACHE_BYTES = 8 * 1024 * 1024
+_NODE_FIELD = re.compile(r"^(\d+)\.(\d+)$")
 
 
 class StoreReads:
@@ -53,6 +63,10 @@ class StoreReads:
         self._cache = RecordCache(cache_bytes)
         self._blobs: LRUCache[tuple[str, str], bytes] = LRUCache(
             maxsize=max(1, blob_cache_bytes), getsizeof=len
+        )
+        #: Cold trees' values as read (scope, tree), for a write that warms them.
+        self._cold: LRUCache[tuple[str, int], bytes] = LRUCache(
+            maxsize=COLD_CACHE_BYTES, getsizeof=len
         )
         self.round_trips = 0
         self.cache_hits = 0
@@ -123,8 +137,7 @@ class StoreReads:
     async def _holds(self, node: Node) -> bool:
         """Whether Redis holds ``node``'s record as read or written (its digest)."""
         nid = node.id
-        field = keys.node_field(nid.seg, nid.idx)
-        data = await self._io(self._redis.hget(keys.tree_key(nid.scope, nid.tree), field))
+        [data] = await self._tree_fields(nid.scope, nid.tree, [keys.node_field(nid.seg, nid.idx)])
         return isinstance(data, bytes) and _digest(data) == node.digest
 
     async def current(self, node_id: NodeId) -> Node:
@@ -208,6 +221,10 @@ class StoreReads:
             return found
         self.cache_misses += 1
         values = await self._io(self._redis.hmget(keys.tree_key(scope, tree), fields))
+        if all(value is None for value in values):  # no tree hash: a cold tree, or none
+            cold = await self._read_cold(scope, tree)
+            if cold is not None:
+                return self._cold_entries(scope, tree, runs, cold)
         offset = 0
         for (entry, seg, start), (_, cut) in zip(wanted, _runs_of(wanted, runs), strict=True):
             count = cut + 1 - start
@@ -218,6 +235,21 @@ class StoreReads:
                     self._add_loaded(entry, NodeId(scope, tree, seg, i), data)
             offset += count
             self._cache.put_segment(scope, tree, seg, entry)
+        return found
+
+    def _cold_entries(
+        self, scope: str, tree: int, runs: Sequence[tuple[int, int]], cold: cold_codec.ColdTree
+    ) -> list[SegmentEntry]:
+        """:meth:`_load`'s entries from a cold value just read (and cached)."""
+        found: list[SegmentEntry] = []
+        for seg, cut in runs:
+            entry = self._cache.segment(scope, tree, seg) or SegmentEntry()
+            if len(entry.nodes) <= cut:
+                while len(entry.nodes) <= cut:
+                    nid = NodeId(scope, tree, seg, len(entry.nodes))
+                    self._add_loaded(entry, nid, cold.fields.get(keys.node_field(seg, nid.idx)))
+                self._cache.put_segment(scope, tree, seg, entry)
+            found.append(entry)
         return found
 
     @staticmethod
@@ -234,6 +266,62 @@ class StoreReads:
                 raise CorruptRecordError(ref, "first node of a branch lacks its ancestors")
         digest = _digest(data) if isinstance(data, bytes) else b""
         entry.add(Node(node_id, record.depth, record.messages, digest), segment)
+
+    # ------------------------------------------------------------- cold trees
+
+    async def _tree_fields(
+        self, scope: str, tree: int, fields: Sequence[str]
+    ) -> list[bytes | None]:
+        """Fields of a tree hash, or of its cold value when the tree is cold (one round
+        trip; one more for a cold tree): a field a hot tree lacks is ``None``."""
+        key = keys.tree_key(scope, tree)
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.hmget(key, list(fields))
+        pipe.exists(key)
+        values, hot = await self._io(pipe.execute())
+        if hot:
+            return list(values)
+        cold = await self._read_cold(scope, tree)
+        return [None if cold is None else cold.fields.get(name) for name in fields]
+
+    async def _read_cold(self, scope: str, tree: int) -> cold_codec.ColdTree | None:
+        """The tree's cold value (``None``: the tree is not cold), cached whole."""
+        data = await self._io(self._redis.get(keys.cold_key(scope, tree)))
+        if not isinstance(data, bytes):
+            return None
+        return self._learn_cold(scope, tree, data)
+
+    def _learn_cold(self, scope: str, tree: int, data: bytes) -> cold_codec.ColdTree:
+        """Decode a cold value and cache everything it holds."""
+        found = cold_codec.decode(f"{scope}/z:{tree}", data)
+        if len(data) <= self._cold.maxsize:
+            self._cold[(scope, tree)] = data
+        by_segment: dict[int, dict[int, bytes]] = {}
+        for name, value in found.fields.items():
+            match = _NODE_FIELD.match(name)
+            if match is not None:
+                by_segment.setdefault(int(match[1]), {})[int(match[2])] = value
+        for seg, nodes in by_segment.items():
+            entry = self._cache.segment(scope, tree, seg) or SegmentEntry()
+            while len(entry.nodes) in nodes:
+                at = len(entry.nodes)
+                self._add_loaded(entry, NodeId(scope, tree, seg, at), nodes[at])
+            self._cache.put_segment(scope, tree, seg, entry)
+        index = (found.fields.get(keys.FOLD_INDEX_FIELD) or b"").decode()
+        refs = frozenset(r for r in index.split(",") if r)
+        for ref in refs:
+            seg_text, _, idx_text = ref.partition(".")
+            fold_at = NodeId(scope, tree, int(seg_text), int(idx_text))
+            record = found.fields.get(keys.fold_field(fold_at.seg, fold_at.idx))
+            if record is not None:
+                depth, fold = codec.decode_fold(f"fold at {fold_at}", record)
+                self._cache.put_fold(Fold(fold_at, depth, fold))
+        self._cache.put_fold_index(scope, tree, FoldIndex(refs, time.monotonic()))
+        choices = parse_choices(scope, tree, found.fields.get(keys.CHOICE_INDEX_FIELD))
+        self._cache.put_choice_index(scope, tree, ChoiceIndex(choices, cold=True))
+        for message_id, (in_seg, at_idx) in found.aliases.items():
+            self._cache.put_alias(scope, str(message_id), NodeId(scope, tree, in_seg, at_idx))
+        return found
 
     async def _segment_record(self, node_id: NodeId) -> SegmentRecord:
         entry = self._cache.segment(node_id.scope, node_id.tree, node_id.seg)

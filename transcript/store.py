@@ -25,7 +25,7 @@ from .annotations import StoreAnnotations
 from .cache import ChoiceIndex, SegmentEntry
 from .codec import ROOT_SEGMENT, SegmentRecord
 from .errors import StaleCacheError
-from .reads import DEFAULT_BLOB_CACHE_BYTES, DEFAULT_CACHE_BYTES, _digest, _parse_ref
+from .reads import DEFAULT_BLOB_CACHE_BYTES, DEFAULT_CACHE_BYTES, _digest
 from .records import ChatMessage, Node, NodeId, count_depth
 
 log = logging.getLogger("replychain.transcript")
@@ -43,14 +43,18 @@ DEFAULT_INLINE_ANCESTORS = 32
 # Places a node atomically, and only while the guard key holds its value when
 # one is given (a caller's claim): else nothing is written ({2, ''}). When the
 # caller's record field already holds a node, that node is the result (a
-# retry). Otherwise: a root opens a new tree;
+# retry). A child of a cold tree is not placed ({4, ''}: the caller warms the tree
+# and places it again). Otherwise: a root opens a new tree;
 # a child continues its parent's segment when the next slot is free, else
 # opens a new segment. Then writes the node's ref into the record field and
-# the aliases (first writer wins, also on a retry). All keys share the
-# scope's hash tag, so this runs on Redis Cluster too.
+# the aliases (first writer wins, also on a retry), stamps the tree's last write,
+# and notes the record hash in the tree's running work (those whose hash is gone
+# are dropped from it): while it exists the tree is not compacted. All keys share
+# the scope's hash tag, so this runs on Redis Cluster too.
 #   KEYS: record hash (any key of the scope; unused without a field), alias
 #         hash, tree hash (child) or tree counter (root), guard key (only
-#         with a guard value)
+#         with a guard value), the tree's cold key (child; any key of the scope
+#         for a root)
 #   ARGV: record field or '', record continuing the segment, record opening a
 #         segment, continuation field or '' for a root, tree id or tree key
 #         prefix for a root, guard value or '', the parent's field and the SHA-1
@@ -67,15 +71,18 @@ if ARGV[1] ~= '' then
     return {0, found}
   end
 end
+if ARGV[4] ~= '' and redis.call('EXISTS', KEYS[5]) == 1 then return {4, ''} end
 if ARGV[8] ~= '' then
   local above = redis.call('HGET', KEYS[3], ARGV[7])
   if not above or redis.sha1hex(above) ~= ARGV[8] then return {3, ''} end
 end
 local ref
+local tree = KEYS[3]
 if ARGV[4] == '' then
-  local tree = redis.call('INCR', KEYS[3])
-  redis.call('HSET', ARGV[5] .. tree, '0.0', ARGV[3])
-  ref = tree .. ':0.0'
+  local id = redis.call('INCR', KEYS[3])
+  tree = ARGV[5] .. id
+  redis.call('HSET', tree, '0.0', ARGV[3])
+  ref = id .. ':0.0'
 elseif redis.call('HSETNX', KEYS[3], ARGV[4], ARGV[2]) == 1 then
   ref = ARGV[5] .. ':' .. ARGV[4]
 else
@@ -83,7 +90,22 @@ else
   redis.call('HSET', KEYS[3], seg .. '.0', ARGV[3])
   ref = ARGV[5] .. ':' .. seg .. '.0'
 end
-if ARGV[1] ~= '' then redis.call('HSET', KEYS[1], ARGV[1], ref) end
+redis.call('HSET', tree, 'w', redis.call('TIME')[1])
+if ARGV[1] ~= '' then
+  redis.call('HSET', KEYS[1], ARGV[1], ref)
+  local cut = string.find(KEYS[1], '}:', 1, true)
+  local mine = string.sub(KEYS[1], cut + 2)
+  local running = redis.call('HGET', tree, 'R')
+  if running ~= mine then
+    local kept = {mine}
+    for other in string.gmatch(running or '', '[^,]+') do
+      if other ~= mine and redis.call('EXISTS', string.sub(KEYS[1], 1, cut + 1) .. other) == 1 then
+        kept[#kept + 1] = other
+      end
+    end
+    redis.call('HSET', tree, 'R', table.concat(kept, ','))
+  end
+end
 for i = 9, #ARGV do redis.call('HSETNX', KEYS[2], ARGV[i], ref) end
 return {1, ref}
 """
@@ -138,7 +160,6 @@ class TranscriptStore(StoreAnnotations):
             raise ValueError("inline_ancestors must be at least 1")
         super().__init__(redis, cache_bytes=cache_bytes, blob_cache_bytes=blob_cache_bytes)
         self._inline = inline_ancestors
-        self._append_script = redis.register_script(_APPEND_LUA)
 
     # ---------------------------------------------------------------- writes
 
@@ -221,6 +242,8 @@ class TranscriptStore(StoreAnnotations):
         parent_node = parent if isinstance(parent, Node) else await self.node(parent)
         parent = parent_node.id
         scope, messages = parent.scope, tuple(messages)
+        if (scope, parent.tree) in self._cold:  # read cold: a write warms it first
+            await self.warm(scope, parent.tree)
         parent_record = await self._segment_record(parent)
         ancestors = ((parent.seg, parent.idx), *parent_record.ancestors)
         more = parent_record.more
@@ -246,15 +269,21 @@ class TranscriptStore(StoreAnnotations):
         return placement
 
     def queue_place(self, pipe: Pipeline, placement: Placement) -> None:
-        """Queue the append script for ``placement`` on ``pipe``: one command, sent
-        with the script's text (EVAL: a pipeline cannot count on the script cache)."""
+        """Queue the append script for ``placement`` on ``pipe``, sent with the script's
+        text (EVAL: a pipeline cannot count on the script cache); its reply is the first
+        of those queued (give it to :meth:`placed`). A child also notes its tree in the
+        index of hot trees by last append (another command, maybe of another slot)."""
         found, args = self._script_call(placement)
         pipe.eval(_APPEND_LUA, len(found), *found, *args)
+        if placement.continuation:
+            self.queue_touch(pipe, placement.scope, int(placement.tree))
 
     async def _place(self, placement: Placement) -> Node:
         """Run the append script for one node; the node it placed (or found placed)."""
-        found, args = self._script_call(placement)
-        return await self.placed(placement, await self._io(self._append_script(found, args)))
+        pipe = self._redis.pipeline(transaction=False)
+        self.queue_place(pipe, placement)
+        [reply, *_] = await self._io(pipe.execute())
+        return await self.placed(placement, reply)
 
     def _script_call(self, placement: Placement) -> tuple[list[str], list[str | bytes]]:
         """The append script's keys and arguments for ``placement``."""
@@ -264,7 +293,10 @@ class TranscriptStore(StoreAnnotations):
         prefix = keys.scope_prefix(scope)
         if not (record_key.startswith(prefix) and guard_key.startswith(prefix)):
             raise ValueError("a record field and a guard must be keys of the node's own scope")
-        found = [record_key, keys.alias_key(scope), placement.target_key, guard_key]
+        cold = keys.alias_key(scope)
+        if placement.continuation:
+            cold = keys.cold_key(scope, int(placement.tree))
+        found = [record_key, keys.alias_key(scope), placement.target_key, guard_key, cold]
         args: list[str | bytes] = [
             record_field,
             placement.continuing,
@@ -286,6 +318,9 @@ class TranscriptStore(StoreAnnotations):
         created, ref = reply
         if int(created) == 2:
             raise RuntimeError("the node was not placed: its guard did not hold")
+        if int(created) == 4:  # the tree went cold after the append was prepared
+            await self.warm(placement.scope, int(placement.tree))
+            return await self._place(placement)
         if int(created) == 3:
             above = f"{placement.scope}/{placement.tree}:{placement.parent[0]}"
             self._drop_stale(placement.scope, int(placement.tree), f"{above} is another node")
@@ -363,25 +398,3 @@ class TranscriptStore(StoreAnnotations):
         async with self._redis.pipeline(transaction=False) as pipe:
             if self.queue_unthreaded(pipe, scope, message_ids):
                 await self._io(pipe.execute())
-
-    async def known(self, scope: str, message_id: int | str) -> bool:
-        """Whether the message id is aliased, to a node or to none (:meth:`unthreaded`)."""
-        field = str(message_id)
-        if self._cache.alias(scope, field) is not None:
-            return True
-        return bool(await self._io(self._redis.hexists(keys.alias_key(scope), field)))
-
-    async def resolve(self, scope: str, message_id: int | str) -> NodeId | None:
-        """The node a message id of this scope is aliased to, or ``None`` if unknown."""
-        field = str(message_id)
-        cached = self._cache.alias(scope, field)
-        if cached is not None:
-            self.cache_hits += 1
-            return cached
-        self.cache_misses += 1
-        ref = await self._io(self._redis.hget(keys.alias_key(scope), field))
-        if not ref:  # unknown, or a message of no conversation (_NO_NODE)
-            return None
-        node = _parse_ref(scope, ref, f"alias {scope}/{field}")
-        self._cache.put_alias(scope, field, node)
-        return node

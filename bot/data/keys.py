@@ -7,7 +7,7 @@ so a turn's state lives in the same Redis Cluster slot as its transcript.
 
 The layout itself (bot/data/layout.py):
 
-    rc:layout          the version of this key layout, LAYOUT_VERSION ("2"): set by
+    rc:layout          the version of this key layout, LAYOUT_VERSION ("3"): set by
                          the first bot to start on a Redis (SET NX); a bot or an
                          operator command refuses a Redis holding another version
 
@@ -26,6 +26,9 @@ The message bus:
                          reads back those still open)
     rc:poller          the BOT_INSTANCE that polls Telegram (a lease, SET PX,
                          renewed while it polls; bot/bus/leader.py)
+    rc:cold-sweep      the BOT_INSTANCE that compacts trees at rest (a lease like the
+                         poller's; bot/data/sweep.py). The store's cold keys, the index of
+                         hot trees it reads, are in transcript/keys.py
 
 The turn (bot/turn/state.py):
 
@@ -134,7 +137,8 @@ crc32(user id) % USAGE_BUCKETS, so no slot takes every call's write:
                               request from the previous one); markers are "#" and 8
                               characters of a digest of each counted call's id (a
                               repeated record is a no-op); expires ``detail_days``
-                              after the tree's last call
+                              after the tree's last call (compacted with a cold
+                              tree, bot/data/sweep.py, and restored when it warms)
     rc:{S}:u:a:<day>        hash "<marker>" -> audit record of one call of that day (a
                               msgpack array in the order of :data:`AUDIT_FIELDS`,
                               without what the key tells: "sent" is a node ref
@@ -205,8 +209,12 @@ LAYOUT_KEY = f"{NAMESPACE}:layout"
 #: transcript store's (:mod:`transcript.keys`) and what each holds. A change that an
 #: older bot would misread takes the next number. 2: an intake entry (also kept for
 #: an album or an unheard voice note) carries its sender's language_code, a field
-#: bots of layout 1 reject, as this one rejects their entries.
-LAYOUT_VERSION = "2"
+#: bots of layout 1 reject, as this one rejects their entries. 3: cold trees
+#: (transcript/cold.py), which a bot of layout 2 would take for missing threads; a
+#: layout-2 Redis holds none, so this bot reads it as it is and marks it 3 at start.
+LAYOUT_VERSION = "3"
+#: Older layouts this bot reads as they are (and marks as its own when it starts).
+UPGRADED_LAYOUTS = frozenset({"2"})
 
 
 def intake_stream(shard: int) -> str:
@@ -220,6 +228,13 @@ def intake_shard(chat_id: int, shards: int) -> int:
 
 
 POLLER_LEASE = f"{NAMESPACE}:poller"
+SWEEP_LEASE = f"{NAMESPACE}:cold-sweep"
+
+
+def tree_companions(tree: int) -> list[str]:
+    """The chat keys that belong to one conversation tree (without the chat's prefix):
+    compacted with it when it goes cold (its usage per node, ``rc:{S}:u:n:<tree>``)."""
+    return [f"u:n:{tree}"]
 
 
 def turn_key(scope: str, turn: int | str) -> str:

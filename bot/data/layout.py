@@ -4,7 +4,9 @@ A bot writes :data:`~bot.data.keys.LAYOUT_VERSION` to :data:`~bot.data.keys.LAYO
 on a Redis that has none (its first start) and refuses to run on a Redis holding
 another version: the data there was written by a bot of another layout, and this
 one would misread it. The operator's commands read the key and refuse the same
-way; they never write it.
+way; they never write it. A version this bot reads as it is
+(:data:`~bot.data.keys.UPGRADED_LAYOUTS`) is marked with this bot's at its start, so
+that the older bots it would confuse refuse it from then on.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from redis.asyncio import Redis
 
 from transcript.outage import guarded
 
-from .keys import LAYOUT_KEY, LAYOUT_VERSION
+from .keys import LAYOUT_KEY, LAYOUT_VERSION, UPGRADED_LAYOUTS
 
 
 class UnknownLayoutError(Exception):
@@ -46,6 +48,9 @@ async def check_layout(redis: Redis, *, claim: bool) -> str | None:
     if raw is None:
         return None
     found = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
-    if found != LAYOUT_VERSION:
+    if found in UPGRADED_LAYOUTS and claim:
+        await guarded(redis.set(LAYOUT_KEY, LAYOUT_VERSION))
+        return LAYOUT_VERSION
+    if found != LAYOUT_VERSION and found not in UPGRADED_LAYOUTS:
         raise UnknownLayoutError(found[:40])
     return found

@@ -5,16 +5,17 @@
 (:mod:`bot.i18n`), in English for the operator's commands and in the user's language
 there.
 
-Everything here only reads. A message id is found through the store's public
-API (:meth:`TranscriptStore.resolve`, ``history``, ``path``, ``node``); two
-reads the store has no API for are done here, from the key shapes in
-:mod:`transcript.keys` and the record codec, because only an operator needs them:
+Everything here only reads, through the store's public API
+(:meth:`TranscriptStore.resolve`, ``history``, ``path``, ``node``, ``dump``, ``fold``),
+so a cold tree (transcript/cold.py) reads as a hot one and stays cold. Two reads
+are shaped here, because only an operator needs them:
 
-* the children of a node (``tree``): one ``HSCAN`` of the conversation's tree hash,
-  each node record decoded; a node's parent follows from its segment
-  (``(seg, i - 1)``, or the nearest ancestor run for a segment's first node);
-* the fold record at a given node (``why``, :mod:`bot.ops.why`): the store only
-  offers the deepest fold on a path, but a call may have been sent an older one.
+* the children of a node (``tree``): every record of the conversation's tree
+  (:meth:`TranscriptStore.dump`), each node record decoded; a node's parent follows
+  from its segment (``(seg, i - 1)``, or the nearest ancestor run for a segment's first
+  node);
+* the fold record at a given node (``why``, :mod:`bot.ops.why`): the store's deepest
+  fold on a path is not enough, as a call may have been sent an older one.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 import msgpack
 from redis.asyncio import Redis
 
-from transcript import ChatMessage, Fold, Node, NodeId, TranscriptStore, codec, keys
+from transcript import ChatMessage, Node, NodeId, TranscriptStore, codec, keys
 from transcript.errors import CorruptRecordError
 from transcript.outage import guarded
 
@@ -94,8 +95,7 @@ async def export_node(redis: Redis, store: TranscriptStore, leaf: NodeId, what: 
     """:func:`export` of the branch root → ``leaf`` (a node of a chat found already);
     ``what`` names the leaf in the title (``message 42``, ``node 0.7``)."""
     nodes = await store.path(leaf)
-    folded = await guarded(redis.hget(keys.tree_key(leaf.scope, leaf.tree), keys.FOLD_INDEX_FIELD))
-    fold_refs = set((folded.decode() if isinstance(folded, bytes) else folded or "").split(","))
+    fold_refs = await store.fold_refs(leaf.scope, leaf.tree)
     history = await store.history(leaf)
     count = len(history.messages)
     lines = [
@@ -129,7 +129,7 @@ async def export_node(redis: Redis, store: TranscriptStore, leaf: NodeId, what: 
                     "- " + _("calls {call}").format(call=f"`{call.name}({call.arguments})`")
                 )
         if keys.node_field(node.id.seg, node.id.idx) in fold_refs:
-            fold = await fold_at(redis, node.id)
+            fold = await store.fold(node.id)
             for message in fold.messages if fold else ():
                 lines += ["", "## " + _("Fold summary (stands for everything above)"), ""]
                 lines.append(_text(message))
@@ -150,13 +150,18 @@ class TreeNode:
     message_ids: list[int] = field(default_factory=list)
 
 
-async def load_tree(redis: Redis, scope: str, tree: int) -> dict[tuple[int, int], TreeNode]:
-    """Every node of one conversation tree, linked to its parent and children (HSCAN)."""
+async def load_tree(
+    store: TranscriptStore, scope: str, tree: int
+) -> dict[tuple[int, int], TreeNode]:
+    """Every node of one conversation tree, hot or cold, linked to its parent and children."""
     found: dict[tuple[int, int], TreeNode] = {}
-    async for name, value in redis.hscan_iter(keys.tree_key(scope, tree), count=1000):
-        match = _NODE_FIELD.match(name if isinstance(name, bytes) else str(name).encode())
+    dumped = await store.dump(scope, tree)
+    if dumped is None:
+        return found
+    for name, value in dumped.fields.items():
+        match = _NODE_FIELD.match(name.encode())
         if match is None:
-            continue  # the segment counter, folds, the fold index
+            continue  # the segment counter, folds, the indexes
         seg, idx = int(match[1]), int(match[2])
         node_id = NodeId(scope, tree, seg, idx)
         record = codec.decode_node(str(node_id), value)
@@ -169,13 +174,10 @@ async def load_tree(redis: Redis, scope: str, tree: int) -> dict[tuple[int, int]
             parent = record.segment.ancestors[0]
         found[(seg, idx)] = TreeNode(Node(node_id, record.depth, record.messages), parent)
     _link(found)
-    async for ref, target in redis.hscan_iter(keys.alias_key(scope), count=1000):
-        text = target.decode() if isinstance(target, bytes) else str(target)
-        if text.startswith(f"{tree}:"):
-            node = NodeId.parse(scope, text)
-            entry = found.get((node.seg, node.idx))
-            if entry is not None:
-                entry.message_ids.append(int(ref))
+    for message_id, at in dumped.aliases.items():
+        entry = found.get(at)
+        if entry is not None:
+            entry.message_ids.append(message_id)
     return found
 
 
@@ -230,7 +232,7 @@ async def tree(
     stay, the rest become ``… N more`` lines.
     """
     found = await locate(redis, store, chat_id, message_id)
-    nodes = await load_tree(redis, found.node.scope, found.node.tree)
+    nodes = await load_tree(store, found.node.scope, found.node.tree)
     root = nodes.get((0, 0))
     if root is None:
         raise OpsError(f"the conversation of message {message_id} has no root node stored")
@@ -415,17 +417,6 @@ def parse_view(view: str) -> tuple[str | None, int]:
     """The fold ref (None: no fold) and the count of oldest nodes left out, of a view."""
     base, _plus, dropped = view.partition("+")
     return (base or None), int(dropped) if dropped else 0
-
-
-async def fold_at(redis: Redis, node: NodeId) -> Fold | None:
-    """The fold record standing for root → ``node``, if one was written there."""
-    data = await guarded(
-        redis.hget(keys.tree_key(node.scope, node.tree), keys.fold_field(node.seg, node.idx))
-    )
-    if data is None:
-        return None
-    depth, messages = codec.decode_fold(f"fold at {node}", data)
-    return Fold(node, depth, messages)
 
 
 def image_lines(message: ChatMessage) -> list[str]:

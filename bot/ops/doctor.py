@@ -255,8 +255,41 @@ async def check_redis(settings: Settings, report: Report) -> None:
                 f"maxmemory-policy {policy} lets Redis evict keys when memory runs short "
                 "(conversations, turn states, usage): set `maxmemory-policy noeviction`",
             )
+        await _check_memory(redis, memory, settings, report)
     finally:
         await redis.aclose()
+
+
+async def _check_memory(
+    redis: Any, memory: dict[str, Any], settings: Settings, report: Report
+) -> None:
+    """Used memory against maxmemory (a warning past 80 %: at 100 % a noeviction Redis
+    refuses writes), and the conversation trees the cold sweep would compact."""
+    from transcript.outage import guarded  # noqa: PLC0415
+
+    from ..data.sweep import eligible_trees  # noqa: PLC0415
+
+    mib = 1024 * 1024
+    used, limit = int(memory.get("used_memory") or 0), int(memory.get("maxmemory") or 0)
+    days = settings.cold_after_days
+    if days > 0:
+        hot, eligible = await guarded(eligible_trees(redis, days))
+        trees = (
+            f"{eligible} of {hot} hot conversation trees have rested COLD_AFTER_DAYS "
+            f"({days:g} days) and go cold at the next sweep"
+        )
+    else:
+        trees = "COLD_AFTER_DAYS=0: conversation trees are never compacted"
+    if limit and used > 0.8 * limit:
+        report.warn(
+            "Redis memory",
+            f"{used / mib:.0f} MiB used of maxmemory {limit / mib:.0f} MiB "
+            f"({100 * used / limit:.0f} %; at 100 % Redis refuses writes); {trees}; lower "
+            "COLD_AFTER_DAYS, give Redis more memory, or add Redis Cluster masters",
+        )
+        return
+    of = f" of maxmemory {limit / mib:.0f} MiB" if limit else " (no maxmemory set)"
+    report.ok("Redis memory", f"{used / mib:.0f} MiB used{of}; {trees}")
 
 
 async def _check_layout(redis: Any, report: Report) -> None:

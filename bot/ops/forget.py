@@ -3,10 +3,11 @@
 What a chat leaves in Redis, found by its key shapes (:mod:`transcript.keys`,
 :mod:`bot.data.keys`):
 
-* every key with the chat's hash tag ``rc:{<chat>}:*``: conversation trees (every
-  message, fold summaries), aliases, turn states, leases, answer parts, orphan
-  ranges, the chat's usage detail and audit records (``rc:{<chat>}:u:*``), and
-  anything later kept per chat under the tag (media blobs). Only the
+* every key with the chat's hash tag ``rc:{<chat>}:*``: conversation trees, hot and
+  cold (every message, fold summaries), aliases (and the cold ones' index), turn
+  states, leases, answer parts, orphan ranges, the chat's usage detail and audit
+  records (``rc:{<chat>}:u:*``), and anything later kept per chat under the tag (media
+  blobs). Only the
   tree counter ``rc:{<chat>}:seq`` stays: a number without text, kept so a tree id
   is never reused (another process's cache may still hold nodes of an erased tree),
   and so do the usage numbers still on their way to the user's totals
@@ -15,7 +16,8 @@ What a chat leaves in Redis, found by its key shapes (:mod:`transcript.keys`,
   reply to an erased answer starts a new conversation instead of a notice that the
   thread is unknown;
 * entries of that chat in the intake stream and the dead-letter stream (they hold
-  the message text).
+  the message text), and its hot trees' entries in the index the cold sweep reads
+  (``rc:{trees:<k>}``: numbers without text, removed all the same).
 
 The per-user and per-day totals hold no text and no chat, and stay.
 
@@ -86,15 +88,22 @@ async def forget_chat(
     tagged = [name async for name in redis.scan_iter(match=_glob(keys.scope_prefix(scope)) + "*")]
     kept = {keys.seq_key(scope).encode(), bot_keys.chat_usage_key(chat_id, "p").encode()}
     tagged = [n for n in tagged if _bytes(n) not in kept]
-    trees = sum(_bytes(n).startswith(keys.tree_key_prefix(scope).encode()) for n in tagged)
-    aliased = await guarded(redis.hkeys(keys.alias_key(scope)))
+    hot_prefix = keys.tree_key_prefix(scope).encode()
+    hot = [int(_bytes(n)[len(hot_prefix) :]) for n in tagged if _bytes(n).startswith(hot_prefix)]
+    cold_prefix = keys.cold_key_prefix(scope).encode()
+    trees = len(hot) + sum(_bytes(n).startswith(cold_prefix) for n in tagged)
+    aliased = await store.aliased(scope)
     aliases = len(aliased)
+    alias_keys = {keys.alias_key(scope).encode(), keys.cold_alias_key(scope).encode()}
     usage_prefix = bot_keys.chat_usage_key(chat_id, "").encode()
     usage_detail = sum(_bytes(n).startswith(usage_prefix) for n in tagged)
-    other = len(tagged) - trees - (1 if aliases else 0) - usage_detail
+    other = len(tagged) - trees - sum(_bytes(n) in alias_keys for n in tagged) - usage_detail
     await _delete(redis, tagged)
     store.cache.forget_scope(scope)
-    await store.unthreaded(scope, [_bytes(m).decode() for m in aliased])
+    await store.unthreaded(scope, aliased)
+    if hot:
+        index = keys.idle_key(keys.idle_bucket(scope))
+        await _run(redis.zrem(index, *(keys.idle_member(scope, tree) for tree in hot)))
 
     intake = bot_keys.intake_stream(bot_keys.intake_shard(chat_id, intake_shards))
     queued = await _drop_entries(redis, intake, chat_id, ack=True)

@@ -3,7 +3,8 @@
 It finds a call's audit records by scanning ``rc:{<chat>}:u:a:*`` (one hash per chat
 and day, kept ``MODEL_AUDIT_DAYS`` days): fine for a command run by hand. The request
 is rebuilt from the transcript as the call saw it, with the fold it was sent (the
-store only offers the deepest fold on a path: :func:`fold_at` reads the older one).
+store's deepest fold on a path is not enough: :meth:`TranscriptStore.fold` reads the
+older one).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from .conversations import (
     AuditRecord,
     OpsError,
     audit_records,
-    fold_at,
     image_lines,
     locate,
     parse_view,
@@ -43,7 +43,7 @@ class Rendered:
         return (*self.root.messages, *summary, *(m for n in self.verbatim for m in n.messages))
 
 
-async def render(redis: Redis, nodes: Sequence[Node], view: str) -> Rendered:
+async def render(store: TranscriptStore, nodes: Sequence[Node], view: str) -> Rendered:
     """The request a call of ``view`` on the chain ``nodes`` was sent, rebuilt from the store.
 
     The same composition as :class:`bot.turn.context.ContextWindow`: the root, the
@@ -55,7 +55,7 @@ async def render(redis: Redis, nodes: Sequence[Node], view: str) -> Rendered:
     if fold_ref is not None:
         at = NodeId.parse(nodes[0].id.scope, fold_ref)
         cut = next((i for i, n in enumerate(nodes) if n.id == at), None)
-        fold = await fold_at(redis, at)
+        fold = await store.fold(at)
         if cut is None or fold is None:
             raise OpsError(f"the fold at node {fold_ref} named by the audit record is not stored")
         start = cut + 1
@@ -163,7 +163,7 @@ async def why(
         ]
     views = list(dict.fromkeys(r.view for r in calls))
     for view in views:
-        rendered = await render(redis, asked, view)
+        rendered = await render(store, asked, view)
         lines += ["", f"View: {_view_line(rendered)}."]
         lines += _rendered_lines(rendered)
     if answer is not None:

@@ -258,7 +258,7 @@ class TurnStates:
     async def _placed(self, placement: Placement) -> Node:
         """One node, placed on the round trip :func:`run_together` sends (the store's own
         goes through redis-py's single-command path, which costs more CPU)."""
-        [[reply]] = await run_together(
+        [[reply, *_index]] = await run_together(
             self._redis, lambda pipe: self.store.queue_place(pipe, placement)
         )
         return await self.store.placed(placement, reply)

@@ -14,7 +14,8 @@ from typing import Any, cast
 from cachetools import LRUCache
 from redis.asyncio import Redis
 
-from transcript import NodeId
+from transcript import NodeId, cold_companion
+from transcript.keys import tree_key
 from transcript.outage import guarded
 
 from ..data import keys
@@ -98,15 +99,23 @@ class UsageReads:
         return total
 
     async def _nodes(self, chat: int | str, nodes: Sequence[NodeId]) -> dict[NodeId, Any]:
-        """Each node's entry "p c k n markers view", or None: one HMGET per tree hash."""
+        """Each node's entry "p c k n markers view", or None: one HMGET per tree hash (and
+        a read of the tree's cold value where the tree is cold)."""
         by_tree: dict[int, list[NodeId]] = {}
         for node in nodes:
             by_tree.setdefault(node.tree, []).append(node)
         pipe = self._redis.pipeline(transaction=False)
         for tree, group in by_tree.items():
             pipe.hmget(keys.chat_usage_key(chat, "n", tree), [n.ref for n in group])
+            pipe.exists(tree_key(str(chat), tree))
         found: dict[NodeId, Any] = {}
-        for group, values in zip(by_tree.values(), await guarded(pipe.execute()), strict=True):
+        replies = await guarded(pipe.execute())
+        for group, read, hot in zip(by_tree.values(), replies[::2], replies[1::2], strict=True):
+            values = list(read)
+            if not hot and all(value is None for value in values):  # a cold tree keeps them
+                [name] = keys.tree_companions(group[0].tree)
+                kept = await guarded(cold_companion(self._redis, str(chat), group[0].tree, name))
+                values = [kept.get(n.ref.encode()) for n in group]
             found.update(zip(group, values, strict=True))
         return found
 

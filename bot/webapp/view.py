@@ -22,7 +22,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from transcript import ChatMessage, NodeId, TranscriptStore, codec, keys
+from transcript import ChatMessage, NodeId, TranscriptStore, keys
 from transcript.outage import guarded
 
 from ..data import keys as bot_keys
@@ -122,9 +122,11 @@ def _audit_days(chat_id: int, audit_days: int) -> list[str]:
     ]
 
 
-async def _node_usage(redis: Redis, chat_id: int, tree: int) -> dict[str, Totals]:
-    """The per-node usage entries of one tree (sums of the calls sent up to each node)."""
-    raw = await guarded(redis.hgetall(bot_keys.chat_usage_key(chat_id, "n", tree)))
+async def _node_usage(store: TranscriptStore, chat_id: int, tree: int) -> dict[str, Totals]:
+    """The per-node usage entries of one tree (sums of the calls sent up to each node),
+    also of a cold tree (a companion of the tree: transcript/cold.py)."""
+    [name] = bot_keys.tree_companions(tree)
+    raw = await store.companion(str(chat_id), tree, name)
     found: dict[str, Totals] = {}
     for ref, value in raw.items():
         text = value.decode() if isinstance(value, bytes) else str(value)
@@ -170,23 +172,14 @@ def _attribute(
     return [None for _ in children]
 
 
-async def _folds(redis: Redis, scope: str, tree: int) -> dict[str, JSON]:
+async def _folds(store: TranscriptStore, scope: str, tree: int) -> dict[str, JSON]:
     """Every fold of the tree, by the node it was made at: its depth and summary."""
-    key = keys.tree_key(scope, tree)
-    index = await guarded(redis.hget(key, keys.FOLD_INDEX_FIELD))
-    refs = [
-        r for r in ((index.decode() if isinstance(index, bytes) else index) or "").split(",") if r
-    ]
-    if not refs:
-        return {}
-    at = [parse_ref(scope, tree, r) for r in refs]
-    fields = [keys.fold_field(n.seg, n.idx) for n in at]
-    values = await guarded(redis.hmget(key, fields))
     found: dict[str, JSON] = {}
-    for ref, data in zip(refs, values, strict=True):
-        if data is not None:
-            depth, messages = codec.decode_fold(f"fold at {scope}/{tree}:{ref}", data)
-            found[ref] = {"depth": depth, "text": "\n\n".join(m.content or "" for m in messages)}
+    for ref in sorted(await store.fold_refs(scope, tree)):
+        fold = await store.fold(parse_ref(scope, tree, ref))
+        if fold is not None:
+            text = "\n\n".join(m.content or "" for m in fold.messages)
+            found[ref] = {"depth": fold.depth, "text": text}
     return found
 
 
@@ -243,12 +236,12 @@ async def skeleton(
     except conversations.OpsError:
         raise ViewError(404, "not_found") from None
     scope, tree = found.node.scope, found.node.tree
-    nodes = await conversations.load_tree(redis, scope, tree)
+    nodes = await conversations.load_tree(store, scope, tree)
     if (0, 0) not in nodes:
         raise ViewError(404, "not_found")
-    folds = await _folds(redis, scope, tree)
+    folds = await _folds(store, scope, tree)
     calls = await _calls(redis, chat_id, tree, audit_days)
-    summed = await _node_usage(redis, chat_id, tree)
+    summed = await _node_usage(store, chat_id, tree)
     order: list[tuple[int, int]] = []
     stack = [(0, 0)]
     while stack:  # depth first, children in the order they were written
