@@ -59,6 +59,7 @@ from .model import ModelClient, estimate_text
 from .model.client import load_sdk
 from .model.transcribe import Transcriber
 from .model.vision import Vision
+from .payments import Stars
 from .retry import Outage, cancel_until_done, retrying
 from .settings import Settings, webhook_rule
 from .telegram.errors import UnknownMethodError
@@ -217,6 +218,8 @@ class App:
             )
             self.context.shape = stub_old_results
         self.albums = Albums(self.redis, self.intake.outage, settings.album_wait)
+        #: Telegram Stars buy credit (STARS_USD), else ``None``.
+        self.stars = Stars.of(settings, self.redis, clock=clock)
         self.engine = Engine(
             store=self.store,
             model=self.model,
@@ -247,6 +250,7 @@ class App:
                 else None
             ),
             tools=tool_loop,
+            stars=self.stars,
         )
         telegram_outage = Outage(
             "Telegram", "Answers being written are kept and finished when it is back."
@@ -289,7 +293,7 @@ class App:
             notifier=self.notifier, intake=self.intake, albums=self.albums,
             stopping=self.stopping, accounting=self.accounting, store=self.store,
             redis=self.redis, settings=settings, stops=self.stops, topics=self.topics,
-            branches=self.engine.branches, catalogue=self.catalogue,
+            branches=self.engine.branches, catalogue=self.catalogue, stars=self.stars,
         )  # fmt: skip
         self.webhook, self.viewer = self._servers(settings)
         self.poller = self._poller(settings)
@@ -587,7 +591,7 @@ class App:
         """The set-up calls of the bot's profile: the commands menu, and with
         TOPIC_THREADS the topic sidebar (bot/chat/sidebar.py)."""
         steps: list[tuple[str, Callable[[], Awaitable[object]]]] = [
-            ("register the commands", lambda: sync_menu(self.bot)),
+            ("register the commands", lambda: sync_menu(self.bot, payments=bool(self.stars))),
         ]
         if self.settings.topic_threads:
             steps.append(("list the topics in the sidebar", lambda: show_topic_sidebar(self.bot)))

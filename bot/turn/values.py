@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from aiogram.types import InlineKeyboardMarkup
+
 from transcript import NodeId
 
 from ..bus.inbound import Inbound
 from ..bus.runner import Ack
 from ..model import Model
+from ..payments import Allowance
 from ..telegram.guest import GuestWriter
 from ..telegram.writer import AnswerWriter
 from .branch import Branch, Prefs
@@ -50,6 +53,8 @@ class Reply:
     reasoning: str = ""
     #: A notice for the asker alone: in a group, an ephemeral message (Bot API 10.2).
     personal: bool = False
+    #: Buttons under a notice sent as a new message (the /buy button).
+    markup: InlineKeyboardMarkup | None = None
 
 
 class TurnEnded(Exception):
@@ -89,6 +94,9 @@ class Turn:
     #: Lines for the user above the answer from reading the message ("read pages 1–42
     #: of 130"; only on the run that read it).
     notes: tuple[str, ...] = ()
+    #: With payments: what the asker may still spend, read with the claim (for the
+    #: first model call's check; ``None`` once used).
+    allowance: Allowance | None = None
 
     @property
     def model(self) -> Model:
