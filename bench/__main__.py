@@ -34,6 +34,7 @@ BENCHES = {
     "process": "bench.process_bench",
     "rich": "bench.rich_bench",
     "speech": "bench.speech_bench",
+    "attachments": "bench.attachments_bench",
     "reading": "bench.reading_bench",
     "pipelines": "bench.pipelines_bench",
 }

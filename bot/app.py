@@ -146,6 +146,7 @@ class App:
             settings.catalogue(),
             timeout=settings.openai_timeout,
             max_retries=settings.openai_max_retries,
+            voice=settings.tts_voice,
         )
         self.transcriber = Transcriber(
             api_key=settings.api_key(),
@@ -167,7 +168,7 @@ class App:
             audit_days=settings.model_audit_days,
             detail_days=settings.usage_detail_days,
             prices=self.catalogue.default_model.prices,
-            model_prices={name: spec.prices for name, spec in self.catalogue.models.items()},
+            model_prices=self.catalogue.prices,  # the speech and image models' too
             metrics=self.metrics,
         )
         self.context = ContextWindow.for_budget(
@@ -189,9 +190,12 @@ class App:
             self.redis, self.store, settings.bot_instance, lease_ms=lease_ms(settings),
             clock=clock,
         )  # fmt: skip
+        #: Telegram Stars buy credit (STARS_USD), else ``None``.
+        self.stars = Stars.of(settings, self.redis, clock=clock)
         able = capabilities(
             settings, store=self.store, redis=self.redis, transcriber=self.transcriber,
             files=Files(self.bot, local_files=settings.telegram_local_files),
+            models=self.models, accounting=self.accounting, stars=self.stars,
         )  # fmt: skip
         hub = None
         if settings.mcp_config is not None:  # checked by load_settings
@@ -218,8 +222,6 @@ class App:
             )
             self.context.shape = stub_old_results
         self.albums = Albums(self.redis, self.intake.outage, settings.album_wait)
-        #: Telegram Stars buy credit (STARS_USD), else ``None``.
-        self.stars = Stars.of(settings, self.redis, clock=clock)
         self.engine = Engine(
             store=self.store,
             model=self.model,
@@ -250,6 +252,8 @@ class App:
                 else None
             ),
             tools=tool_loop,
+            speech=able.speech,
+            pictures=able.pictures,
             stars=self.stars,
         )
         telegram_outage = Outage(

@@ -6,6 +6,9 @@ A capability is a module that implements one small interface of the turn:
                       MessageReader (what its text points at)
     a built-in tool   bot/tools/box.py: BuiltinTool, offered to tool-capable models in
                       the per-node tool loop beside MCP_CONFIG's tools
+    an output         what an answer sends besides its text, as its attachments
+                      (bot/telegram/writer.py): its voice notes (bot/turn/speaking.py),
+                      its pictures (bot/turn/pictures.py, also the /image turn)
 
 Adding one touches its module, its line here, its texts and its tests; the turn's
 steps and persistence stay as they are.
@@ -19,12 +22,18 @@ from redis.asyncio import Redis
 
 from transcript import TranscriptStore
 
+from .catalogue import Models
 from .model.transcribe import Transcriber
+from .payments import Stars
 from .settings import Settings
 from .telegram.files import Files
 from .tools.box import BuiltinTool
 from .turn.inputs import FileReader, Inputs, MessageReader
+from .turn.limits import Spending
 from .turn.media import Download, NotReadable, PhotoReader, TextFileReader, VoiceReader
+from .turn.pictures import DrawTool, Pictures
+from .turn.speaking import VoiceAnswers
+from .usage.accounting import Accounting
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,13 +45,18 @@ class Capabilities:
     voice: VoiceReader
     #: Tools the bot itself offers tool-capable models (beside MCP_CONFIG's).
     tools: tuple[BuiltinTool, ...] = ()
+    #: Answers read aloud (TTS_MODEL), else ``None``.
+    speech: VoiceAnswers | None = None
+    #: Pictures made and changed (IMAGE_MODEL), else ``None``.
+    pictures: Pictures | None = None
 
 
 def capabilities(
     settings: Settings, *, store: TranscriptStore, files: Files, transcriber: Transcriber,
-    redis: Redis,
+    redis: Redis, models: Models, accounting: Accounting, stars: Stars | None = None,
 ) -> Capabilities:  # fmt: skip
-    """Every capability these settings turn on, in the order the turn asks them."""
+    """Every capability these settings turn on, in the order the turn asks them
+    (``stars``: payments, what the extras that cost money are checked against)."""
     download = Download(files)
     voice = VoiceReader(download, transcriber, redis, max_seconds=settings.audio_max_seconds)
     readers: list[FileReader] = [
@@ -53,4 +67,22 @@ def capabilities(
     ]
     message_readers: list[MessageReader] = []
     tools: list[BuiltinTool] = []
-    return Capabilities(Inputs(readers, message_readers), voice, tuple(tools))
+    spending = Spending(
+        accounting, daily_tokens=settings.user_daily_token_limit,
+        daily_dollars=settings.user_daily_budget_usd, stars=stars,
+    )  # fmt: skip
+    catalogue, speech, pictures = models.catalogue, None, None
+    speaker, maker = models.speaker(), models.image_maker()
+    if speaker is not None and catalogue.speech is not None:
+        prices = catalogue.speech.prices
+        speech = VoiceAnswers(speaker, accounting=accounting, prices=prices, spending=spending)
+    if maker is not None and catalogue.images is not None:
+        pictures = Pictures(
+            maker, store=store, accounting=accounting, prices=catalogue.images.prices,
+            spending=spending,
+        )  # fmt: skip
+        if settings.image_tool:
+            tools.append(DrawTool(pictures))
+    return Capabilities(
+        Inputs(readers, message_readers), voice, tuple(tools), speech=speech, pictures=pictures
+    )

@@ -126,6 +126,8 @@ SETTINGS_HELP: dict[str, str] = {
     "TTS_VOICE": "the voice answers are read in (alloy)",
     "IMAGE_MODEL": 'image model for pictures made and edited; with MODELS_FILE a kind = "image" '
     "entry (unset: off)",
+    "IMAGE_TOOL": "offer the model the built-in generate_image tool (IMAGE_MODEL set; "
+    "false for models that cannot call tools) (true)",
     "TEXT_FILE_MAX_BYTES": "largest text file read into the conversation (262144)",
     "DOCUMENT_MAX_TOKENS": "most tokens of a document or page given to the model; the rest "
     "is not read (30000)",
@@ -340,6 +342,9 @@ class Settings(BaseSettings):
     #: Image model for pictures (``/images/generations``, ``/images/edits``): a catalogue's
     #: ``kind = "image"`` model, else a model id on the OPENAI_* endpoint; unset = off.
     image_model: str | None = None
+    #: Offer the models the built-in ``generate_image`` tool (with IMAGE_MODEL): off for
+    #: models that cannot call tools (the tool loop runs whenever a tool is offered).
+    image_tool: bool = True
     #: Largest text file (bytes) read into the conversation.
     text_file_max_bytes: int = Field(262144, ge=1024)
     #: Most tokens of one document or page given to the model (its first part).

@@ -28,7 +28,8 @@ real OGG/Opus bytes (:func:`ogg_opus_sample`, made once with libsndfile through 
 ``soundfile`` package: 0.2 s of a 440 Hz tone, mono, 48 kHz) for ``response_format: opus``;
 the other formats the API knows (``mp3``, the default, among them) get a 400, as this server
 encodes no other, so a client that forgets to ask for opus fails here. Each request answered
-is kept in ``speeches``; ``fail_speech_next(status)`` fails the next ones.
+is kept in ``speeches`` (``speech_posts`` counts every one that arrived); a closed
+``speech_gate`` holds them; ``fail_speech_next(status)`` fails the next ones.
 
 Images: ``POST /v1/images/generations`` (JSON) and ``POST /v1/images/edits`` (multipart, the
 source picture as ``image`` or ``image[]``, PNG, JPEG or WebP bytes up to ``edit_max_bytes``)
@@ -822,6 +823,10 @@ class FakeOpenAI:
         #: What speech requests are answered with (None: :func:`ogg_opus_sample`).
         self.speech_audio: bytes | None = None
         self.speeches: list[SpeechRequest] = []
+        #: Speech requests that arrived (answered or not); a closed ``speech_gate`` holds
+        #: each one before it is answered, as ``gate`` holds chat requests.
+        self.speech_posts = 0
+        self.speech_gate: asyncio.Event | None = None
         self._speech_faults: deque[int] = deque()
         self.image_model = "gpt-image-1"
         #: Prompts holding this are refused as the safety system refuses.
@@ -1238,6 +1243,10 @@ class FakeOpenAI:
             raise _ApiError(status, message, type_=kind, code=code)
 
     async def _speech(self, request: web.Request) -> web.Response:
+        self.speech_posts += 1
+        self._notify()
+        if self.speech_gate is not None and not await self._pass_gate(self.speech_gate):
+            return web.Response(status=503)
         try:
             self._check_auth(request)
             body = await _json_body(request)

@@ -24,7 +24,7 @@ from redis.asyncio.client import Pipeline
 from bot.bus.inbound import EDIT, Inbound
 from bot.bus.intake import Intake
 from bot.data import keys
-from bot.data.connection import connect, guarded, replica_ack
+from bot.data.connection import connect, replica_ack
 from bot.model import Usage
 from bot.model.vision import Vision
 from bot.turn.state import TurnStates
@@ -32,6 +32,7 @@ from bot.usage.accounting import Accounting
 from bot.usage.calls import CallRecord, Totals, day_of, utc_now
 from transcript import ChatMessage, NodeId, StoreUnavailableError, TranscriptStore
 from transcript import keys as transcript_keys
+from transcript.outage import guarded
 
 from .fake_openai import FakeOpenAI
 from .fake_telegram import FakeTelegram
@@ -503,6 +504,23 @@ async def test_a_connection_closed_under_the_heartbeat_is_a_missed_beat_not_a_cr
 
     with pytest.raises(AttributeError):
         await guarded(our_bug())
+
+
+async def test_a_connection_closed_under_a_store_read_is_an_outage_the_turn_waits_out(
+    cluster_redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The transcript store's reads met the same closed connection (the turn's check
+    that Redis still holds the node it answers below, at a failover): the
+    AttributeError escaped as an unexpected failure and the answer was sent again
+    (soak --cluster --lossy, seed 4101). The store and the bot share one guard: it is
+    an outage, and the next read finds the node."""
+    store = TranscriptStore(cluster_redis)
+    root = await store.start(str(USER), [ChatMessage("system", "s")])
+    armed = close_under_the_next_write(monkeypatch)
+    with pytest.raises(StoreUnavailableError):
+        await store.verify(root.id)
+    assert not armed
+    await store.verify(root.id)  # held, as it was
 
 
 async def cluster_state(port: int, state: str) -> None:

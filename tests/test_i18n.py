@@ -24,11 +24,11 @@ from babel.messages.mofile import write_mo
 from babel.messages.pofile import read_po
 
 from bot import choice_texts, i18n
-from bot.chat import menu, steering
+from bot.chat import menu, steering, voice
 from bot.chat.choices import COMMANDS as CHOICE_COMMANDS
 from bot.chat.menu import sync_menu
 from bot.chat.messages import NOT_A_THREAD
-from bot.chat.routers import COMMANDS, HELP_TEXT, UNSUPPORTED_TEXT
+from bot.chat.routers import COMMANDS, HELP_TEXT, OUTPUT_COMMANDS, UNSUPPORTED_TEXT
 from bot.chat.style import COMMANDS as STYLE_COMMANDS
 from bot.i18n import I18N, _
 from bot.paths import LOCALES
@@ -61,10 +61,10 @@ _QUERY_ANSWERS = {
     steering.FORGET_FAILED, "Erased.", guest.HOW_TO_CONTINUE, choice_texts.MENU_EXPIRED,
     choice_texts.NOT_YOURS, choice_texts.GONE, NOT_A_THREAD,
     choice_texts.CHOICE_FAILED, choice_texts.MODEL_CHOSEN, choice_texts.MODEL_DEFAULT_CHOSEN,
-    choice_texts.PERSONA_CHOSEN, choice_texts.PERSONA_DEFAULT_CHOSEN,
+    choice_texts.PERSONA_CHOSEN, choice_texts.PERSONA_DEFAULT_CHOSEN, *voice.CHOSEN.values(),
 }  # fmt: skip
 #: The command menu: the routers' commands, then /model's and /persona's.
-MENU = (*COMMANDS, *CHOICE_COMMANDS, *STYLE_COMMANDS)
+MENU = (*COMMANDS, *CHOICE_COMMANDS, *STYLE_COMMANDS, *OUTPUT_COMMANDS)
 _COMMAND_TEXTS = {text for _name, text in MENU}
 
 

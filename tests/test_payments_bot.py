@@ -49,6 +49,7 @@ from .harness import (
     USER,
     BotFactory,
     BotProcess,
+    ask,
     env_for,
     settings_for,
     turns_done,
@@ -256,6 +257,43 @@ async def test_spend_draws_the_free_allowance_then_the_credit_and_at_zero_nothin
         assert final.used + final.lost == owed(await spent(), free)
         assert (await spending.check(USER)).credit == 0
         assert len(llm.requests) == calls + answered
+    assert not tg.violations
+
+
+async def test_pictures_draw_the_free_allowance_then_the_credit_and_at_zero_none_is_made(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, start_bot: BotFactory, redis: Redis
+) -> None:
+    """A picture (4 cents) is spend like an answer: the free allowance (4 cents) pays the
+    first; with nothing left the next ``/image`` gets the notice with the /buy button and
+    no image call; once paid for, the credit pays, to the nano-dollar."""
+    catalogue = tmp_path / "models.toml"
+    catalogue.write_text(
+        f'[models.chat]\nmodel = "test-model"\nbase_url = "{llm.base_url}"\ndefault = true\n'
+        "price_input = 1\n"
+        f'[models.painter]\nkind = "image"\nmodel = "gpt-image-1"\nbase_url = "{llm.base_url}"\n'
+        "price_per_image = 0.04\n"
+    )
+    free = nano(Decimal("0.04"))
+    spending = Spending(redis, Terms(CENT, (50,), free))
+    settings: dict[str, Any] = {
+        "models_file": catalogue, "image_model": "painter", "stars_usd": "0.01",
+        "free_daily_usd": "0.04", "star_packs": (50,),
+    }  # fmt: skip
+    async with start_bot(**settings) as app:
+        first, _ = await ask(tg, app, USER, "/image a red cube")
+        assert replies(tg, USER, first)[0].photo is not None  # the free allowance's
+        refused, text = await ask(tg, app, USER, "/image a blue cube")
+        assert text.startswith("You have used today's free allowance and have no credit left")
+        assert replies(tg, USER, refused)[0].reply_markup is not None  # the /buy button
+        assert len(llm.image_requests) == 1
+        sent(tg, USER, "/buy")
+        await tg.wait_for(lambda: len(invoices_of(tg, USER)) == 1)
+        tg.pay(USER, next(iter(invoices_of(tg, USER))), USER)
+        await tg.wait_for(lambda: len(confirmations(tg, USER)) == 1)
+        await turns_done(tg, app, 3)  # two pictures asked for, then the payment
+        paid, _ = await ask(tg, app, USER, "/image a green cube")
+        assert replies(tg, USER, paid)[0].photo is not None and len(llm.image_requests) == 2
+        assert (await spending.check(USER)).credit == 50 * CENT - 4 * CENT
     assert not tg.violations
 
 

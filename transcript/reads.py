@@ -12,27 +12,22 @@ from __future__ import annotations
 import hashlib
 import itertools
 import logging
-import time
 from collections.abc import Awaitable, Iterable, Sequence
 from typing import TypeVar
 
 from cachetools import LRUCache
 from redis.asyncio import Redis
-from redis.exceptions import ClusterDownError, ConnectionError, TimeoutError, TryAgainError
 
 from . import codec, keys
 from .cache import RecordCache, SegmentEntry
 from .codec import ROOT_SEGMENT, SegmentRecord
-from .errors import CorruptRecordError, MissingNodeError, StaleCacheError, StoreUnavailableError
+from .errors import CorruptRecordError, MissingNodeError, StaleCacheError
+from .outage import guarded
 from .records import ChatMessage, Node, NodeId, Transcript, count_depth
 
 log = logging.getLogger("replychain.transcript")
 
 T = TypeVar("T")
-#: What redis-py raises when Redis cannot be reached or does not answer in time, or
-#: a Redis Cluster cannot serve a slot for now (CLUSTERDOWN while a replica is promoted;
-#: TRYAGAIN while a slot migrates).
-_UNAVAILABLE = (ConnectionError, TimeoutError, OSError, ClusterDownError, TryAgainError)
 
 DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
 #: Image bytes kept in memory (immutable, content-addressed: never stale).
@@ -250,14 +245,7 @@ class StoreReads:
     async def _io(self, awaitable: Awaitable[T]) -> T:
         """One counted Redis round trip (failures become :class:`StoreUnavailableError`)."""
         self.round_trips += 1
-        started = time.monotonic()
-        try:
-            return await awaitable
-        except _UNAVAILABLE as exc:
-            raise StoreUnavailableError(
-                f"Redis is unreachable ({type(exc).__name__} after "
-                f"{time.monotonic() - started:.1f}s)"
-            ) from exc
+        return await guarded(awaitable)
 
 
 def _digest(record: bytes) -> bytes:

@@ -22,8 +22,8 @@ from dataclasses import replace
 from redis.asyncio import Redis
 
 from transcript import StoreUnavailableError
+from transcript.outage import guarded
 
-from ..data.connection import guarded
 from ..data.keys import album_key
 from ..retry import Outage
 from .inbound import Inbound

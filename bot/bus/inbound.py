@@ -26,9 +26,13 @@ MESSAGE = ""
 EDIT = "edit"
 #: ``/retry`` (message ``message_id``) replying to ``reply_to``: ask that answer again.
 RETRY = "retry"
+#: ``/image <prompt>`` (:data:`IMAGE_COMMAND` and the prompt in ``text``): a picture, or,
+#: replying to one, a picture made from it (bot/turn/pictures.py).
+IMAGE = "image"
+IMAGE_COMMAND = "/image "
 #: A ``successful_payment`` in Telegram Stars (:attr:`Inbound.payment`): credit it, once.
 PAYMENT = "payment"
-_MESSAGE_KINDS: frozenset[str] = frozenset((MESSAGE, EDIT, RETRY, PAYMENT))
+_MESSAGE_KINDS: frozenset[str] = frozenset((MESSAGE, EDIT, RETRY, IMAGE, PAYMENT))
 
 MediaKind = Literal["photo", "voice", "audio", "document"]
 _KINDS: frozenset[str] = frozenset(("photo", "voice", "audio", "document"))
@@ -114,7 +118,7 @@ class Inbound:
     is_group: bool = False
     #: The message replied to is the bot's (it may be a part the bot lost track of).
     reply_to_bot: bool = False
-    #: :data:`MESSAGE`, :data:`EDIT`, :data:`RETRY` or :data:`PAYMENT`.
+    #: :data:`MESSAGE`, :data:`EDIT`, :data:`RETRY`, :data:`IMAGE` or :data:`PAYMENT`.
     kind: str = MESSAGE
     media: tuple[MediaRef, ...] = ()
     group: str | None = None

@@ -36,9 +36,10 @@ from redis.exceptions import ResponseError
 from redis.typing import EncodableT, FieldT
 
 from transcript import StoreUnavailableError
+from transcript.outage import guarded
 
 from ..data import keys
-from ..data.connection import Queued, guarded, replica_ack, run_together
+from ..data.connection import Queued, replica_ack, run_together
 from ..metrics import Backlog
 from ..retry import Outage
 from .inbound import Inbound

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
-from ..data.connection import guarded
+from transcript.outage import guarded
 
 # Takes or renews the lease for ARGV[1]; 0 while another holds it.
 #   KEYS: lease.  ARGV: owner, lease ms.

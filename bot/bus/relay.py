@@ -23,9 +23,9 @@ from typing import Any
 from redis.asyncio import Redis
 
 from transcript import StoreUnavailableError
+from transcript.outage import guarded
 
 from ..data import keys
-from ..data.connection import guarded
 from ..retry import Outage
 from ..telegram.drafts import StopButtons
 

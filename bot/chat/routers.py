@@ -58,9 +58,16 @@ from .messages import (
     strip_mention,
     thread_of,
 )
+from .pictures import COMMANDS as PICTURE_COMMANDS
+from .pictures import pictures_router
 from .steering import RETRY_USAGE, steering_router, topic_router
 from .style import COMMANDS as STYLE_COMMANDS
 from .style import style_router
+from .voice import COMMANDS as VOICE_COMMANDS
+from .voice import voice_router
+
+#: /voice and /image (their modules' menu entries).
+OUTPUT_COMMANDS = (*VOICE_COMMANDS, *PICTURE_COMMANDS)
 
 log = logging.getLogger("replychain.handlers")
 
@@ -78,7 +85,10 @@ COMMANDS = (
 
 def command_menu(*, payments: bool = False) -> list[BotCommand]:
     """The command menu in the current language (``payments``: with /buy and /balance)."""
-    listed = (*COMMANDS, *CHOICE_COMMANDS, *STYLE_COMMANDS, *(BUY_COMMANDS if payments else ()))
+    listed = (
+        *COMMANDS, *CHOICE_COMMANDS, *STYLE_COMMANDS, *OUTPUT_COMMANDS,
+        *(BUY_COMMANDS if payments else ()),
+    )  # fmt: skip
     return [BotCommand(command=name, description=_(text)) for name, text in listed]
 
 
@@ -231,6 +241,8 @@ def build_router(allowed_user_ids: frozenset[int]) -> Router:
         steering_router(),
         choices_router(),
         style_router(),
+        voice_router(),
+        pictures_router(),
         buy_router(),
         _conversation_router(),
         _guest_router(),

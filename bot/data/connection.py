@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from redis.asyncio import BlockingConnectionPool, Redis
@@ -13,15 +13,12 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.exceptions import (
-    ClusterDownError,
     ConnectionError,
     RedisClusterException,
-    TimeoutError,
-    TryAgainError,
 )
 from redis.maint_notifications import MaintNotificationsConfig
 
-from transcript import StoreUnavailableError
+from transcript.outage import guarded
 
 from .pipeline_client import PipelineClient, pipeline_client_for
 
@@ -29,9 +26,6 @@ T = TypeVar("T")
 #: Queues writes on a pipeline (scripts with ``Pipeline.eval``); what it returns is
 #: not used.
 Queued = Callable[[Pipeline], object]
-#: Redis cannot serve now: unreachable, too slow, or a Redis Cluster with slots not
-#: served (CLUSTERDOWN while a replica is promoted; TRYAGAIN while a slot migrates).
-_UNAVAILABLE = (ConnectionError, TimeoutError, OSError, ClusterDownError, TryAgainError)
 
 
 class BotRedis(Redis):
@@ -113,44 +107,6 @@ def connect(
         connect_timeout=connect_timeout,
     )
     return client
-
-
-async def guarded(awaitable: Awaitable[T]) -> T:
-    """Await one Redis round trip; connection failures become :class:`StoreUnavailableError`."""
-    started = time.monotonic()
-    try:
-        return await awaitable
-    except _UNAVAILABLE as exc:
-        raise _unavailable(exc, started) from exc
-    except AttributeError as exc:
-        if not closed_under_us(exc):
-            raise  # a bug, not an outage
-        raise _unavailable(exc, started) from exc
-    except RedisClusterException as exc:
-        if not isinstance(exc.__cause__, _UNAVAILABLE):
-            raise  # a misuse of the cluster client, not an outage
-        # none of the cluster nodes the client knows answers (e.g. at start-up)
-        raise _unavailable(exc, started) from exc
-
-
-def closed_under_us(exc: AttributeError) -> bool:
-    """Whether redis-py used a connection another task closed meanwhile (its stream
-    reader or writer is None): on a Redis Cluster, when a node fails, its client
-    raises this instead of a connection error. A lost connection, not a bug."""
-    frame = exc.__traceback__
-    while frame is not None and frame.tb_next is not None:
-        frame = frame.tb_next
-    if frame is None:
-        return False
-    return frame.tb_frame.f_code.co_filename.replace("\\", "/").endswith(_REDIS_CONNECTION)
-
-
-_REDIS_CONNECTION = "redis/asyncio/connection.py"
-
-
-def _unavailable(exc: Exception, started: float) -> StoreUnavailableError:
-    waited = time.monotonic() - started
-    return StoreUnavailableError(f"Redis is unreachable ({type(exc).__name__} after {waited:.1f}s)")
 
 
 async def run_together(redis: Redis, *queues: Queued) -> list[list[Any]]:

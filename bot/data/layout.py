@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
-from .connection import guarded
+from transcript.outage import guarded
+
 from .keys import LAYOUT_KEY, LAYOUT_VERSION
 
 

@@ -29,6 +29,11 @@ ErrorKind = Literal[
 Media = Mapping[str, bytes] | None
 IMAGE_PLACEHOLDER = "[an image the user sent; this model cannot see images]"
 IMAGE_UNREADABLE = "[an image the user sent; the model could not read it]"
+#: The same for a picture the bot made (an assistant's or a tool's image).
+PICTURE_PLACEHOLDER = "[a picture the assistant made; this model cannot see images]"
+#: What a user message of its own says of the pictures the bot made that it carries (a
+#: model sees images in user messages only, bot/model/wire.py).
+MADE_PICTURES = "[the picture the assistant made above, as the user sees it]"
 #: Per-message overhead of the chat format, in tokens.
 MESSAGE_OVERHEAD = 4
 

@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
-from ..data.connection import guarded
+from transcript.outage import guarded
+
 from ..data.keys import TEXT_ONLY_MODELS, unread_key
 
 

@@ -14,13 +14,20 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from cachetools import LRUCache
 
-from transcript import ChatMessage
+from transcript import ChatMessage, Image
 
-from .types import IMAGE_PLACEHOLDER, IMAGE_UNREADABLE, Media
+from .types import (
+    IMAGE_PLACEHOLDER,
+    IMAGE_UNREADABLE,
+    MADE_PICTURES,
+    PICTURE_PLACEHOLDER,
+    Media,
+)
 
 #: Encoded bytes of messages the wire cache keeps (about twice that in memory,
 #: counting the messages it keys on).
@@ -41,9 +48,33 @@ def _joined_system(messages: Sequence[ChatMessage], lead: int) -> ChatMessage:
     return ChatMessage("system", "\n\n".join(m.content or "" for m in messages[:lead]))
 
 
+def carried(messages: Sequence[ChatMessage], media: Media) -> Sequence[ChatMessage]:
+    """``messages`` as the wire has them: the images of a message that is not the user's
+    (pictures the bot made) moved into a user message of their own right after it, after
+    the tool results of its round (they answer the call before them, and nothing may come
+    between). A model that sees no images (``media`` None) keeps placeholders in place."""
+    if media is None or all(not m.images or m.role == "user" for m in messages):
+        return messages
+    out: list[ChatMessage] = []
+    pictures: list[Image] = []
+    for message in messages:
+        if pictures and message.role != "tool":
+            out.append(ChatMessage("user", MADE_PICTURES, images=tuple(pictures)))
+            pictures = []
+        if message.images and message.role != "user":
+            pictures += message.images
+            out.append(replace(message, images=()))
+        else:
+            out.append(message)
+    if pictures:
+        out.append(ChatMessage("user", MADE_PICTURES, images=tuple(pictures)))
+    return out
+
+
 def wire_messages(messages: Sequence[ChatMessage], media: Media = None) -> list[dict[str, Any]]:
     """The request's messages: leading system messages (the root prompt and a fold's
     summary) joined into one, since some chat templates accept only one, first."""
+    messages = carried(messages, media)
     lead = _lead(messages)
     payload = [to_openai(m, media) for m in messages[lead:]]
     if lead:
@@ -63,6 +94,8 @@ def _content(message: ChatMessage, media: Media) -> str | list[dict[str, Any]] |
         return message.content
     if media is None or not any(i.digest in media for i in message.images):
         placeholder = IMAGE_PLACEHOLDER if media is None else IMAGE_UNREADABLE
+        if message.role != "user":
+            placeholder = PICTURE_PLACEHOLDER
         placeholders = [placeholder] * len(message.images)
         return "\n".join([*placeholders, *([message.content] if message.content else [])])
     parts: list[dict[str, Any]] = []
@@ -82,6 +115,7 @@ def named_image(messages: Sequence[ChatMessage], media: Media, part: tuple[int, 
     :func:`wire_messages` makes of ``messages``), if an image is sent there."""
     if not media:
         return None
+    messages = carried(messages, media)
     lead = _lead(messages)
     index = part[0] - 1 + lead if lead else part[0]
     if (lead and part[0] == 0) or not 0 <= index < len(messages):
@@ -205,6 +239,7 @@ class WireCache:
         A message with images is not kept whole (a few pictures would push every
         text out of the cache): its image parts are kept apart, by digest.
         """
+        messages = carried(messages, media)
         lead = _lead(messages)
         encode = self.encode
         pieces = [b"["]

@@ -29,9 +29,9 @@ from redis.asyncio import Redis
 
 from transcript import ChatMessage, Fold, Node, NodeId, TranscriptStore, codec, keys
 from transcript.errors import CorruptRecordError
+from transcript.outage import guarded
 
 from ..data import keys as bot_keys
-from ..data.connection import guarded
 from ..i18n import N_, _, ngettext
 from ..usage.calls import AUDIT_FIELDS, SUMMARY_VIEW, TITLE_VIEW
 

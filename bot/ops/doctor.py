@@ -207,7 +207,9 @@ async def check_redis(settings: Settings, report: Report) -> None:
         TimeoutError,
     )
 
-    from ..data.connection import connect, guarded  # noqa: PLC0415
+    from transcript.outage import guarded  # noqa: PLC0415
+
+    from ..data.connection import connect  # noqa: PLC0415
 
     where = _location(settings.redis_url)
     redis = connect(
@@ -272,7 +274,7 @@ async def _check_layout(redis: Any, report: Report) -> None:
 
 
 async def _check_persistence(redis: Any, report: Report) -> None:
-    from ..data.connection import guarded  # noqa: PLC0415
+    from transcript.outage import guarded  # noqa: PLC0415
 
     appendonly = await _config(redis, "appendonly")
     save = await _config(redis, "save")

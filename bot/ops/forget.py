@@ -32,10 +32,10 @@ from typing import Any
 from redis.asyncio import Redis
 
 from transcript import TranscriptStore, keys
+from transcript.outage import guarded
 
 from ..bus.inbound import Inbound
 from ..data import keys as bot_keys
-from ..data.connection import guarded
 from ..i18n import _, ngettext, number
 
 _BATCH = 500

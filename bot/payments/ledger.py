@@ -29,8 +29,10 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
+from transcript.outage import guarded
+
 from ..data import keys
-from ..data.connection import guarded, replica_ack, run_kept
+from ..data.connection import replica_ack, run_kept
 from ..usage.calls import Clock, utc_now
 from .records import (
     Balance,

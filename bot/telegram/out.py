@@ -33,7 +33,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from aiogram import Bot
 from aiogram.exceptions import (
@@ -45,7 +46,14 @@ from aiogram.exceptions import (
     TelegramRetryAfter,
     TelegramServerError,
 )
-from aiogram.methods import EditMessageText, SendMessage, SendRichMessage, TelegramMethod
+from aiogram.methods import (
+    EditMessageText,
+    SendMessage,
+    SendPhoto,
+    SendRichMessage,
+    SendVoice,
+    TelegramMethod,
+)
 from aiogram.types import (
     BufferedInputFile,
     EphemeralMessageParameters,
@@ -74,6 +82,27 @@ log = logging.getLogger("replychain.telegram")
 
 #: The empty draft Telegram shows as "Thinking…" (no entities: never refused as HTML).
 _THINKING = Chunk("", "")
+#: The most characters of a caption (a voice note's, a picture's).
+CAPTION_LIMIT = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    """A part of an answer that is not text: a voice note (OGG/Opus bytes, ``sendVoice``)
+    or a picture (PNG, JPEG or WebP bytes, ``sendPhoto``), with a plain-text caption of
+    at most :data:`CAPTION_LIMIT` characters ("": none)."""
+
+    kind: Literal["voice", "photo"]
+    data: bytes
+    caption: str = ""
+    #: The picture's type (the upload's file name says it).
+    mime: str = "image/png"
+
+    @property
+    def filename(self) -> str:
+        if self.kind == "voice":
+            return "answer.ogg"
+        return "picture." + {"image/jpeg": "jpg"}.get(self.mime, self.mime.rpartition("/")[2])
 
 
 class ChatUnavailableError(Exception):
@@ -141,6 +170,18 @@ class _SendPart(_SendMessage, CallerWaits):
 
 class _SendRichPart(_SendRichMessage, CallerWaits):
     """A new answer part as a rich message (as :class:`_SendPart`)."""
+
+
+class _SendVoicePart(SendVoice, CallerWaits):
+    """A voice note of an answer (as :class:`_SendPart`)."""
+
+    __returning__ = SentMessage  # type: ignore[assignment]
+
+
+class _SendPhotoPart(SendPhoto, CallerWaits):
+    """A picture of an answer (as :class:`_SendPart`)."""
+
+    __returning__ = SentMessage  # type: ignore[assignment]
 
 
 def _calling(bot: Bot, method: type[TelegramMethod[Any]]) -> Callable[..., Awaitable[Any]]:
@@ -233,8 +274,9 @@ class TelegramOut:
         ``part``: a new answer part whose caller waits out flood windows itself
         (:meth:`send_part`): a window raises ``TelegramRetryAfter`` instead of waiting.
         """
-        try:
-            message = await self._formatted(
+
+        def sending(reply_to: int | None, thread_id: int | None) -> Awaitable[Any]:
+            return self._formatted(
                 _calling(self.bot, _SendPart if part else _SendMessage),
                 chunk,
                 rich=_calling(self.bot, _SendRichPart if part else _SendRichMessage),
@@ -243,14 +285,25 @@ class TelegramOut:
                 message_thread_id=thread_id,
                 reply_markup=markup,
             )
+
+        return await self._message_id(chat_id, sending, (reply_to, thread_id), "sendMessage")
+
+    async def _message_id(
+        self, chat_id: int, send: Callable[[int | None, int | None], Awaitable[Any]],
+        where: tuple[int | None, int | None], method: str,
+    ) -> int:  # fmt: skip
+        """The id of the message ``send(reply_to, thread_id)`` sent, its refusals typed: a
+        forum topic deleted meanwhile gets it outside the topic instead (``where``: the
+        message replied to and the topic)."""
+        thread_id = where[1]
+        try:
+            message = await send(*where)
         except ThreadGoneError as exc:
             if thread_id is None:
                 raise AnswerRejectedError(exc.message) from exc
             # the forum topic was deleted meanwhile: answer in the chat instead
             log.info("topic %s of chat %s is gone; answering outside it", thread_id, chat_id)
-            return await self.send(
-                chat_id, chunk, reply_to=None, thread_id=None, markup=markup, part=part
-            )
+            return await self._message_id(chat_id, send, (None, None), method)
         except TelegramBadRequest as exc:
             raise AnswerRejectedError(exc.message) from exc
         except UnreadableResultError as exc:
@@ -261,7 +314,7 @@ class TelegramOut:
             return sent
         if not isinstance(message, SentMessage):
             # {"ok": true, "result": null}: sent or not, nobody can tell; try again later
-            raise TelegramUnavailableError("sendMessage succeeded without the message")
+            raise TelegramUnavailableError(f"{method} succeeded without the message")
         return message.message_id
 
     async def send_part(
@@ -282,6 +335,51 @@ class TelegramOut:
         then the part is noted again (``again``) and sent; for at most the flood
         control's ``max_wait`` in all, then it counts as an outage.
         """
+        return await self._caller_waits(
+            chat_id, ready,
+            lambda: self.send(
+                chat_id, chunk, reply_to=reply_to, thread_id=thread_id, markup=markup, part=True
+            ),
+        )  # fmt: skip
+
+    async def send_attachment(
+        self,
+        chat_id: int,
+        attachment: Attachment,
+        *,
+        reply_to: int | None,
+        thread_id: int | None,
+        ready: Callable[[bool], Awaitable[None]],
+    ) -> int:
+        """Send an answer's attachment (``sendVoice``, ``sendPhoto``) as :meth:`send_part`
+        sends a part: ``ready(again)`` just before each try, flood windows waited out here.
+
+        Raises :class:`AnswerRejectedError` when Telegram refuses it (a user who takes no
+        voice messages: ``VOICE_MESSAGES_FORBIDDEN``), and the errors of any call.
+        """
+        voice = attachment.kind == "voice"
+
+        def sending(reply_to: int | None, thread_id: int | None) -> Awaitable[Any]:
+            upload = BufferedInputFile(attachment.data, filename=attachment.filename)
+            fields: dict[str, Any] = {
+                "chat_id": chat_id, "caption": attachment.caption or None, "parse_mode": None,
+                "reply_parameters": _reply(reply_to), "message_thread_id": thread_id,
+            }  # fmt: skip
+            if voice:
+                return self._call(self.bot(_SendVoicePart(voice=upload, **fields)))
+            return self._call(self.bot(_SendPhotoPart(photo=upload, **fields)))
+
+        name = "sendVoice" if voice else "sendPhoto"
+        return await self._caller_waits(
+            chat_id, ready, lambda: self._message_id(chat_id, sending, (reply_to, thread_id), name)
+        )
+
+    async def _caller_waits(
+        self, chat_id: int, ready: Callable[[bool], Awaitable[None]],
+        send: Callable[[], Awaitable[int]],
+    ) -> int:  # fmt: skip
+        """``send()`` (a request marked :class:`CallerWaits`), ``ready(again)`` awaited
+        just before each try; a flood window is waited out here (see :meth:`send_part`)."""
         floods = self.floods
         deadline = time.monotonic() + (floods.max_wait if floods is not None else 600.0)
         again = False
@@ -291,10 +389,7 @@ class TelegramOut:
             await ready(again)
             retried = AGAIN.set(lambda: ready(True))  # a 5xx's next try: announced anew
             try:
-                return await self.send(
-                    chat_id, chunk, reply_to=reply_to, thread_id=thread_id, markup=markup,
-                    part=True,
-                )  # fmt: skip
+                return await send()
             except TelegramRetryAfter as exc:
                 if time.monotonic() >= deadline:
                     raise TelegramUnavailableError(exc.message) from exc

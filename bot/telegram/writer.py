@@ -28,6 +28,11 @@ it is sent (so nothing is sent while the journal cannot record it, e.g. while
 Redis is away) and recorded once Telegram accepted it, before anything else
 is sent, so a part on screen is never forgotten by a crash. Drafts are not
 journaled: they vanish by themselves.
+
+After its text an answer may have *attachments*, parts that are not text (its voice
+notes, its pictures: :class:`~bot.telegram.out.Attachment`), sent by :meth:`AnswerWriter.attach`
+through the same journal, numbered apart from the text's parts (a run again may need more
+or fewer text parts, never other attachments).
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ import logging
 import time
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
 from aiogram.types import InlineKeyboardMarkup
@@ -46,6 +51,8 @@ from aiogram.types import InlineKeyboardMarkup
 from .drafts import draft_id
 from .format import Chunk, render_chunks
 from .out import (
+    CAPTION_LIMIT,
+    Attachment,
     ChatUnavailableError,
     DraftsUnavailableError,
     MessageGoneError,
@@ -97,16 +104,20 @@ class JournalUnavailableError(Exception):
 class PartJournal(Protocol):
     """Where an answer's parts are recorded (the turn's state)."""
 
-    async def sending(self, count: int, *, wait: bool, again: bool = False) -> None:
+    async def sending(
+        self, count: int, *, wait: bool, again: bool = False, attached: bool = False
+    ) -> None:
         """Part number ``count`` is about to be sent (``again``: after a wait, such as
-        flood control's, even if it was noted before).
+        flood control's, even if it was noted before; ``attached``: attachment number
+        ``count``).
 
         Raises :class:`JournalUnavailableError` when that cannot be recorded
         now, unless ``wait``, which waits until it can.
         """
 
-    async def sent(self, parts: list[int], *, last: bool = False) -> None:
-        """Telegram accepted these parts (the last one is new); waits until recorded.
+    async def sent(self, parts: list[int], *, last: bool = False, attached: bool = False) -> None:
+        """Telegram accepted these parts (the last one is new; ``attached``: these are
+        the answer's attachments); waits until recorded.
 
         ``last``: nothing more is sent or edited before the answer's final write,
         which may record it instead.
@@ -114,10 +125,12 @@ class PartJournal(Protocol):
 
 
 class _NoJournal:
-    async def sending(self, count: int, *, wait: bool, again: bool = False) -> None:
+    async def sending(
+        self, count: int, *, wait: bool, again: bool = False, attached: bool = False
+    ) -> None:
         return None
 
-    async def sent(self, parts: list[int], *, last: bool = False) -> None:
+    async def sent(self, parts: list[int], *, last: bool = False, attached: bool = False) -> None:
         return None
 
 
@@ -166,6 +179,7 @@ class AnswerWriter:
         thread_id: int | None,
         edit_interval: float,
         existing: Sequence[int] = (),
+        attached: Sequence[int] = (),
         draft_of: int | None = None,
         budget: ChatBudget | None = None,
         style: Style = "always",
@@ -188,6 +202,12 @@ class AnswerWriter:
         #: Parts an earlier run of this turn already sent are edited, never re-sent.
         self.existing = tuple(existing)
         self.parts: list[Part] = [Part(m, None) for m in existing]
+        #: The attachments on screen, in order: those an earlier run sent, then this run's.
+        self.existing_attached = tuple(attached)
+        self.attached: list[int] = list(attached)
+        #: The last part was left for the turn's final write to record: an attachment,
+        #: sent before that write, has it recorded first.
+        self._left_to_the_end = False
         #: Where new parts are announced and recorded.
         self.journal: PartJournal = journal or _NoJournal()
         self._draft_of = draft_of if not self.existing else None
@@ -246,7 +266,50 @@ class AnswerWriter:
 
     @property
     def message_ids(self) -> list[int]:
+        """The ids of the text's parts."""
         return [p.message_id for p in self.parts]
+
+    @property
+    def every_id(self) -> list[int]:
+        """The ids of every part on screen: the text's, then the attachments'."""
+        return [*self.message_ids, *self.attached]
+
+    async def settle(self) -> None:
+        """Record the final text's last part now if it was left for the turn's final write
+        (which no longer follows it at once: the attachments come first)."""
+        if self._left_to_the_end:
+            await self.journal.sent(self.message_ids)
+            self._left_to_the_end = False
+
+    async def attach(self, number: int, attachment: Attachment) -> int:
+        """Send attachment ``number`` (the next one: those before it are on screen) as a
+        reply, announced to the journal before it is sent and recorded once Telegram names
+        its id (waiting for Redis if need be: the text is on screen). Its id.
+
+        An answer without text (a picture alone) shows the prefix (``[depth:N] ``) at the
+        start of its first attachment's caption; a caption is cut to Telegram's limit.
+
+        Raises :class:`~bot.telegram.out.AnswerRejectedError` when Telegram refuses it.
+        """
+        caption = attachment.caption
+        if number == 1 and not self.parts:
+            caption = self.prefix + caption
+        if len(caption) > CAPTION_LIMIT:
+            caption = caption[: CAPTION_LIMIT - 1] + "…"
+        attachment = replace(attachment, caption=caption)
+        await self.settle()
+
+        async def note(again: bool) -> None:  # again: after a flood wait, which made it stale
+            await self.journal.sending(number, wait=True, again=again, attached=True)
+
+        self._spend()
+        message_id = await self._out.send_attachment(
+            self._chat_id, attachment, reply_to=self._reply_to, thread_id=self._thread_id,
+            ready=note,
+        )  # fmt: skip
+        self.attached.append(message_id)
+        await self.journal.sent(self.attached, attached=True)  # before anything else
+        return message_id
 
     async def start(self) -> None:
         """Show that an answer is coming: "Thinking…" as a draft, else typing."""
@@ -528,6 +591,7 @@ class AnswerWriter:
                 # is followed by the final text's pace (seconds in a busy group).
                 last = final and i == len(chunks) - 1
                 await self.journal.sent(self.message_ids, last=last)
+                self._left_to_the_end = last
                 if len(self.parts) == 1:
                     if self.first_shown_at is None:
                         self.first_shown_at = time.monotonic()

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from transcript import Node
+    from transcript import Image, Node
 
     from ..bus.inbound import Inbound
 
@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 class ToolResult:
     text: str
     error: bool = False
+    #: Pictures the tool made (blobs of the chat): kept with its result, shown with the
+    #: answer (bot/turn/pictures.py).
+    images: tuple[Image, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

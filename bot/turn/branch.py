@@ -28,12 +28,12 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from transcript import ChatMessage, NodeId, TranscriptStore
+from transcript.outage import guarded
 
 from .. import choice_texts
 from ..bus.inbound import Inbound
 from ..catalogue import MODEL, PERSONA, Catalogue, ModelSpec
 from ..data import keys
-from ..data.connection import guarded
 from ..i18n import _
 from ..model import Model
 from ..model.client import ModelClient

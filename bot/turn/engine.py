@@ -10,9 +10,11 @@ redelivery or an outage continues it instead of repeating it::
     -> route (alias lookup) and store the user's node (unless it went along)
     -> check the input and the limits       (or end with a notice)
     -> build the context window             (or end with a notice)
-    -> ask the model, streaming into Telegram (or end with a notice)
+    -> ask the model, streaming into Telegram (or end with a notice); ``/image``: make
+       the picture (bot/turn/pictures.py)
     -> store the answer node
-    -> finish sending, alias every part, mark the turn done
+    -> finish sending (the text, then its attachments: pictures, voice notes), alias
+       every part, mark the turn done
 
 A payment (a ``successful_payment`` in Telegram Stars) is a turn of its own kind: its
 one step, after the claim, credits it and replies with the confirmation
@@ -59,8 +61,8 @@ from ..telegram.drafts import StopButtons
 from ..telegram.format import Chunk, depth_tag, escape_html
 from ..telegram.guest import GuestWriter, part_of
 from ..telegram.guest import post as post_guest
-from ..telegram.out import AnswerRejectedError, ChatUnavailableError, TelegramOut
-from ..telegram.writer import AnswerWriter, ChatBudget, answer_style
+from ..telegram.out import AnswerRejectedError, Attachment, ChatUnavailableError, TelegramOut
+from ..telegram.writer import TYPING_EVERY, AnswerWriter, ChatBudget, answer_style
 from ..usage.accounting import Accounting
 from . import notices
 from .asking import Asking
@@ -70,14 +72,16 @@ from .context import ContextWindow
 from .inputs import Inputs
 from .limits import Limits
 from .media import VoiceReader, voice_quote
-from .parts import AnswerParts, Parts
+from .parts import AnswerParts, Parts, lost_part
 from .paying import Paying
+from .pictures import Pictures, asks_for_picture, drawn
 from .record import ClaimReads, TurnState
 from .state import TurnStates
 from .topics import TopicThreads, TopicTitles
-from .values import Reply, Rules, Turn, TurnEnded, Writer
+from .values import Drawn, Reply, Rules, Turn, TurnEnded, Writer
 
 if TYPE_CHECKING:
+    from .speaking import VoiceAnswers
     from .tools import ToolLoop
 
 log = logging.getLogger("replychain.engine")
@@ -110,6 +114,8 @@ class Engine:
         topics: TopicTitles | None = None,
         threads: TopicThreads | None = None,
         tools: ToolLoop | None = None,
+        speech: VoiceAnswers | None = None,
+        pictures: Pictures | None = None,
         stars: Stars | None = None,
     ) -> None:
         self.store = store
@@ -154,6 +160,10 @@ class Engine:
             durably=self._durably, system_prompt=rules.system_prompt,
             root_prompt=self._root_prompt, inputs=inputs, voice=voice, threads=threads,
         )  # fmt: skip
+        #: Answers read aloud (TTS_MODEL), else ``None``.
+        self.speech = speech
+        #: Pictures made and changed (IMAGE_MODEL), else ``None``.
+        self.pictures = pictures
         #: Answers being generated now, for Telegram's stop button.
         self.stops = StopButtons()
         #: What this process may still send to each group (Telegram's per-minute limit).
@@ -190,8 +200,9 @@ class Engine:
         journal = self.parts.journal(inbound, state)
         writer = self._writer(inbound, state, mine, journal)
         turn = Turn(
-            inbound, state, writer, journal, ack, lost_part=state.sending, album=tuple(album),
-            prefs=prefs, follows=follows, allowance=spend.allowance if spend else None,
+            inbound, state, writer, journal, ack, lost=lost_part(state), album=tuple(album),
+            prefs=prefs, mine=mine, follows=follows,
+            allowance=spend.allowance if spend else None,
         )  # fmt: skip
         try:
             try:
@@ -212,11 +223,11 @@ class Engine:
                 await self.topics.answered(inbound, reply.node, titler)  # a topic's first answer
         except ChatUnavailableError as exc:
             log.info("chat %s is unavailable (%s); dropping its answer", inbound.chat_id, exc)
-            await self.states.finish(inbound, state, writer.message_ids, with_writes=[ack])
+            await self.states.finish(inbound, state, self._ids(writer), with_writes=[ack])
             self.metrics.turn("chat_unavailable", started)
         except AnswerRejectedError as exc:
             log.warning("Telegram refused the answer in chat %s: %s", inbound.chat_id, exc)
-            ids, shown = writer.message_ids, state.answer or state.user
+            ids, shown = self._ids(writer), state.answer or state.user
             writes: list[Queued] = [ack]
             if shown is not None:  # a reply to what is on screen goes on from there
                 writes.append(lambda pipe: self.store.queue_alias(pipe, inbound.scope, ids, shown))
@@ -243,6 +254,7 @@ class Engine:
             thread_id=inbound.thread_id,
             edit_interval=GROUP_EDIT_INTERVAL if inbound.is_group else PRIVATE_EDIT_INTERVAL,
             existing=state.parts,
+            attached=state.attached,
             # drafts (with a stop button) exist in private chats only
             draft_of=None if inbound.is_group else inbound.message_id,
             budget=self.group_budget if inbound.is_group else None,
@@ -260,7 +272,17 @@ class Engine:
             raise TurnEnded(Reply(_(notices.LOST_TRACK), user.id, notice=True))
         if turn.state.answer is not None:  # an earlier run stored it: show it
             stored = await self.store.current(turn.state.answer)
-            return Reply(stored.messages[-1].content or "", stored.id)
+            message = stored.messages[-1]
+            pictures = await self._drawn(turn, stored.id, own=bool(message.images))
+            return Reply(
+                message.content or "", stored.id, pictures=pictures, captioned=bool(message.images)
+            )
+        if self.pictures is not None and asks_for_picture(turn.inbound, user):
+            await self.limits.guard(turn, user)
+            await self.limits.spend(turn, user)  # payments: the allowance or the credit left
+            inbound = turn.inbound  # a picture takes a while: "typing…" meanwhile
+            async with self.out.typing(inbound.chat_id, inbound.thread_id, TYPING_EVERY):
+                return await self.pictures.answer(turn, user, self.states)
         turn.branch = await self._branch(turn, user)
         turn.writer.prefix += turn.branch.note
         await self.limits.check_input(turn, user)
@@ -293,7 +315,14 @@ class Engine:
         except Exception:  # met again when it is shown, once the answer is stored
             first_new = 0  # (failing here would ask the model again on the next try)
         node = await self.asking.store_answer(turn, leaf, (window, answer), announce=first_new)
-        return Reply(shown, node, reasoning=thoughts)
+        return Reply(shown, node, reasoning=thoughts, pictures=await self._drawn(turn, node))
+
+    async def _drawn(self, turn: Turn, node: NodeId, *, own: bool = False) -> tuple[Drawn, ...]:
+        """The pictures an answer shows: its own (``own``: an ``/image`` answer), or those
+        its tool rounds made (none elsewhere: nothing to read)."""
+        if not (own or (self.pictures is not None and turn.state.tool_steps)):
+            return ()
+        return drawn(await self.store.path(node))
 
     async def _deliver(self, turn: Turn, reply: Reply) -> None:
         """The one place a turn finishes: show the reply, then one write records it all.
@@ -310,7 +339,9 @@ class Engine:
                 ids = personal
         else:
             text = reply.text if reply.text.strip() else _(notices.EMPTY_ANSWER)
-            ids = await turn.writer.finish(text, reasoning=reply.reasoning)
+            if not reply.captioned:
+                ids = await turn.writer.finish(text, reasoning=reply.reasoning)
+            ids = await self._attachments(turn, reply, text)
         writes: list[Queued] = [turn.ack, self.accounting.queue_settled(inbound.scope)]
         newest = self.threads.queue_newest(inbound, node) if self.threads else None
         if newest is not None:  # before the end, which lets the topic's next turn go on
@@ -319,14 +350,44 @@ class Engine:
             writes.append(lambda pipe: self.store.queue_unthreaded(pipe, inbound.scope, ids))
         else:
             writes.append(lambda pipe: self.store.queue_alias(pipe, inbound.scope, ids, node))
-            lost = turn.journal.lost_range(
-                node, ids, turn.writer.existing, lost=turn.lost_part, depth=turn.depth
-            )
+            writer = turn.writer
+            earlier = writer.existing
+            if isinstance(writer, AnswerWriter):
+                earlier += writer.existing_attached
+            lost = turn.journal.lost_range(node, ids, earlier, lost=turn.lost, depth=turn.depth)
             if lost is not None:  # a part an earlier run sent may be on screen unrecorded
                 writes.append(lost)
         await self._durably(
             lambda: self.states.finish(inbound, turn.state, ids, with_writes=writes, holding=node)
         )
+
+    async def _attachments(self, turn: Turn, reply: Reply, text: str) -> list[int]:
+        """After the answer's text, its attachments: its pictures, then the text read
+        aloud (when the asker wants it); every part's id. A voice note that could not be
+        sent leaves one line under the text instead (:mod:`bot.turn.speaking`)."""
+        writer, node = turn.writer, reply.node
+        if not isinstance(writer, AnswerWriter) or node is None:
+            return self._ids(writer)  # (a guest answer is one message of text)
+        scope = turn.inbound.scope
+        speaks = self.speech is not None and not reply.captioned and self.speech.wanted(turn)
+        if reply.pictures or speaks:
+            await writer.settle()  # before an attachment is announced
+        for number, shown in enumerate(reply.pictures, 1):
+            if number <= len(writer.attached):
+                continue  # on screen: an earlier run of this turn sent it
+            image = shown.image
+            data = (await self.store.blobs(scope, [image.digest]))[image.digest]
+            await writer.attach(number, Attachment("photo", data, shown.caption, image.mime))
+        if speaks and self.speech is not None:
+            line = await self.speech.speak(turn, writer, node, text, first=len(reply.pictures) + 1)
+            if line:  # the text answer stands, with one line under it
+                await writer.finish(f"{text}\n\n{line}", reasoning=reply.reasoning)
+        return writer.every_id
+
+    @staticmethod
+    def _ids(writer: Writer) -> list[int]:
+        """The ids of every part of the answer on screen (its attachments too)."""
+        return writer.every_id if isinstance(writer, AnswerWriter) else writer.message_ids
 
     async def _personal(self, turn: Turn, reply: Reply) -> list[int] | None:
         """A notice for the asker alone, as an ephemeral message of a group where the
@@ -412,9 +473,9 @@ class Engine:
         state = await self.states.read(inbound)
         if state.topic:  # its parts, and the notice, are in the topic it opened
             inbound = replace(inbound, thread_id=state.topic)
-        shown = state.answer or state.user
-        if shown is not None and state.parts:
-            await self.store.alias(inbound.scope, state.parts, shown)
+        shown, parts = state.answer or state.user, [*state.parts, *state.attached]
+        if shown is not None and parts:
+            await self.store.alias(inbound.scope, parts, shown)
         with speaking(inbound.language):
             text = _(notices.GAVE_UP)
         try:
@@ -434,4 +495,4 @@ class Engine:
                 await self.store.alias(inbound.scope, [notice], state.user)
             else:
                 await self.store.unthreaded(inbound.scope, [notice])
-        await self.states.release(inbound, state.parts)
+        await self.states.release(inbound, parts)

@@ -60,6 +60,24 @@ class Limits:
 
     async def check(self, turn: Turn, user: Node) -> None:
         """The per-turn guard and the user's daily limit: no model call past them."""
+        await self.guard(turn, user)
+        inbound, rules = turn.inbound, self.rules
+        daily, budget = rules.user_daily_tokens, rules.user_daily_dollars
+        if self.stars is not None:  # the free allowance and the credit, not the budget
+            budget = 0.0
+            await self.spend(turn, user)
+        if daily or budget:
+            today = await self.accounting.user_today(inbound.user_id)
+            if daily and today.tokens >= daily:
+                text = notices.daily_limit(daily, self.accounting.clock())
+                raise TurnEnded(Reply(text, user.id, notice=True, personal=True))
+            if budget and today.dollars >= budget:
+                reset = clock_time(next_reset(self.accounting.clock()))  # as the token limit's
+                text = _(choice_texts.BUDGET_REACHED).format(budget=dollars(budget, 2), reset=reset)
+                raise TurnEnded(Reply(text, user.id, notice=True, personal=True))
+
+    async def guard(self, turn: Turn, user: Node) -> None:
+        """The per-turn guard alone (the model calls and tokens of one message)."""
         inbound, state, rules = turn.inbound, turn.state, self.rules
         spent = 0
         if rules.max_tokens_per_turn:
@@ -73,24 +91,13 @@ class Limits:
                 inbound.message_id, inbound.chat_id, state.calls - 1, spent,
             )  # fmt: skip
             raise TurnEnded(Reply(_(notices.TURN_GUARD), user.id, notice=True))
-        daily, budget = rules.user_daily_tokens, rules.user_daily_dollars
-        if self.stars is not None:  # the free allowance and the credit, not the budget
-            budget = 0.0
-            await self._spend(turn, user)
-        if daily or budget:
-            today = await self.accounting.user_today(inbound.user_id)
-            if daily and today.tokens >= daily:
-                text = notices.daily_limit(daily, self.accounting.clock())
-                raise TurnEnded(Reply(text, user.id, notice=True, personal=True))
-            if budget and today.dollars >= budget:
-                reset = clock_time(next_reset(self.accounting.clock()))  # as the token limit's
-                text = _(choice_texts.BUDGET_REACHED).format(budget=dollars(budget, 2), reset=reset)
-                raise TurnEnded(Reply(text, user.id, notice=True, personal=True))
 
-    async def _spend(self, turn: Turn, user: Node) -> None:
+    async def spend(self, turn: Turn, user: Node) -> None:
         """Payments: the day's free allowance or the credit left, else the notice (with the
-        /buy button). The first check uses what the claim read; later ones read again."""
-        assert self.stars is not None
+        /buy button); nothing without them. The first check uses what the claim read;
+        later ones read again."""
+        if self.stars is None:
+            return
         allowance, turn.allowance = turn.allowance, None
         if allowance is None:
             allowance = await self.stars.spending.check(turn.inbound.user_id)
@@ -98,3 +105,29 @@ class Limits:
             text = payment_texts.no_credit(allowance, self.accounting.clock())
             reply = Reply(text, user.id, notice=True, personal=True, markup=buy_button())
             raise TurnEnded(reply)
+
+
+class Spending:
+    """Whether a user's day is spent (USER_DAILY_TOKEN_LIMIT, USER_DAILY_BUDGET_USD; with
+    payments, the day's free allowance and the credit in place of the budget, as
+    :meth:`Limits.check`): the extras that cost money besides the answer (a voice note, a
+    picture) are refused then, before their call. Without a limit it reads nothing."""
+
+    def __init__(
+        self, accounting: Accounting, *, daily_tokens: int, daily_dollars: float,
+        stars: Stars | None = None,
+    ) -> None:  # fmt: skip
+        self.accounting, self.stars = accounting, stars
+        self.daily_tokens = daily_tokens
+        self.daily_dollars = 0.0 if stars is not None else daily_dollars
+
+    async def spent(self, user_id: int) -> bool:
+        """Whether ``user_id`` may spend no more today (a call recorded counts at once)."""
+        if self.stars is not None and not (await self.stars.spending.check(user_id)).ok:
+            return True
+        if not (self.daily_tokens or self.daily_dollars):
+            return False
+        today = await self.accounting.user_today(user_id)
+        if self.daily_tokens and today.tokens >= self.daily_tokens:
+            return True
+        return bool(self.daily_dollars) and today.dollars >= self.daily_dollars

@@ -18,9 +18,9 @@ from babel.numbers import format_decimal
 from redis.asyncio import Redis
 
 from transcript import Image, Node, TranscriptStore
+from transcript.outage import guarded
 
 from ..bus.inbound import Inbound, MediaRef
-from ..data.connection import guarded
 from ..data.keys import unheard_key
 from ..i18n import N_, _, current, number
 from ..model import ModelError

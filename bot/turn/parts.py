@@ -1,8 +1,10 @@
 """An answer's parts: announced before they are sent, recorded once Telegram names them,
 and found again when a crash lost one.
 
-Every message of an answer is a *part*. Before it is sent it is announced in the chat's
-part ledger (``rc:{S}:part``: "turn t is about to send part n, above message id a");
+Every message of an answer is a *part*: its text in one or more messages, then its
+*attachments*, the parts that are not text (its voice notes, its pictures), numbered
+apart. Before a part is sent it is announced in the chat's part ledger (``rc:{S}:part``:
+"turn t is about to send part n, above message id a");
 once Telegram names its id it is recorded (the turn's list of parts, and the ledger
 names the id in place of the announcement); the turn's final write aliases it to the
 answer's node and clears the ledger. Both writes go through the turn's state
@@ -31,10 +33,11 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from transcript import NodeId, StoreUnavailableError, TranscriptStore
+from transcript.outage import guarded
 
 from ..bus.inbound import Inbound
 from ..data import keys
-from ..data.connection import Queued, guarded
+from ..data.connection import Queued
 from ..retry import Outage
 from ..telegram.format import tagged_depth
 from ..telegram.writer import JournalUnavailableError
@@ -60,19 +63,40 @@ ORPHAN_TTL_SECONDS = 30 * 24 * 3600
 @dataclass(frozen=True, slots=True)
 class LostPart:
     """A part an earlier run of a turn announced and never recorded: its number in the
-    answer, and the answer's depth (``0``: not known)."""
+    answer (among its attachments, for one), and the answer's depth (``0``: not known)."""
 
     part: int
     depth: int
+    attached: bool = False
+
+    @classmethod
+    def parse(cls, part: str, depth: str) -> LostPart:
+        """The part as a range notes it (``"2"``; an attachment ``"a2"``)."""
+        return cls(int(part.removeprefix("a")), int(depth), part.startswith("a"))
+
+    def __str__(self) -> str:
+        return f"{'a' if self.attached else ''}{self.part}:{self.depth}"
 
     def shown_as(self, head: str) -> bool:
         """Whether a message whose text starts with ``head`` can be this part: the first
         part starts with the answer's ``[depth:N]`` tag; a later one shows text, untagged.
+        An attachment shows no text (a voice note) or a caption (a picture's), tagged
+        only when it is the answer's first message.
         """
         tagged = tagged_depth(head)
+        if self.attached:
+            return tagged is None or tagged == self.depth
         if self.part == 1:
             return tagged is not None and tagged == self.depth
         return bool(head) and tagged is None
+
+
+def lost_part(state: TurnState) -> LostPart | None:
+    """The part an earlier run of the turn announced and never recorded, as the claim
+    read it (its depth not known yet); ``None``: none."""
+    if state.attaching:
+        return LostPart(state.attaching, 0, attached=True)
+    return LostPart(state.sending, 0) if state.sending else None
 
 
 def message_of(turn: str) -> int:
@@ -145,41 +169,50 @@ class AnswerParts:
         self.states, self.inbound, self.state = states, inbound, state
         self._durably, self._outage = durably, outage
 
-    async def sending(self, count: int, *, wait: bool, again: bool = False) -> None:
+    async def sending(
+        self, count: int, *, wait: bool, again: bool = False, attached: bool = False
+    ) -> None:
         states, inbound, state = self.states, self.inbound, self.state
-        if count == state.sending and not again:
+        announced = count == (state.attaching if attached else state.sending)
+        if announced and not again and states.holds(inbound):
             return  # announced already (with the answer): a persisted fact, not a clock
+        # (a claim not confirmed lately announces again: that waits for a confirmation)
         if wait:
-            await self._durably(lambda: states.sending(inbound, state, count))
+            await self._durably(lambda: states.sending(inbound, state, count, attached=attached))
             return
         try:
-            await states.sending(inbound, state, count)
+            await states.sending(inbound, state, count, attached=attached)
         except StoreUnavailableError as exc:
             self._outage.failed(exc, again=False)  # the wait confirms it
             raise JournalUnavailableError from exc
 
-    async def sent(self, parts: list[int], *, last: bool = False) -> None:
+    async def sent(self, parts: list[int], *, last: bool = False, attached: bool = False) -> None:
         if last and self.state.answer is not None:
             return  # the turn's final write, the next thing that happens, records it
-        await self._durably(lambda: self.states.add_part(self.inbound, self.state, parts))
+        await self._durably(
+            lambda: self.states.add_part(self.inbound, self.state, parts, attached=attached)
+        )
 
     def lost_range(
-        self, node: NodeId, ids: list[int], existing: tuple[int, ...], *, lost: int, depth: int
-    ) -> Queued | None:
-        """The range where part ``lost`` (0: none), announced by an earlier run and never
-        recorded, may be on screen, to note with the turn's final write: above the parts
-        that run recorded, below the first one sent now. Without a new part there is no
-        bound, and a guest answer has no message id: no range."""
+        self, node: NodeId, ids: list[int], existing: tuple[int, ...], *,
+        lost: LostPart | None, depth: int,
+    ) -> Queued | None:  # fmt: skip
+        """The range where ``lost``, the part an earlier run announced and never recorded
+        (read with the claim, :func:`lost_part`), may be on screen, to note with the
+        turn's final write: above the parts that run recorded (``existing``, text and
+        attachments: each was recorded before the next was announced), below the first
+        one sent now (``ids``: every part). Without a new part there is no bound, and a
+        guest answer has no message id: no range."""
         inbound = self.inbound
         new = [i for i in ids if i not in existing]
-        if not lost or not new or inbound.guest is not None:
+        if lost is None or not new or inbound.guest is not None:
             return None
         low, high = max([inbound.message_id, *existing]), min(new)
-        part = LostPart(lost, depth)
+        part = LostPart(lost.part, depth, lost.attached)
 
         def queue(pipe: Pipeline) -> None:
             key = keys.orphans_key(inbound.scope)
-            pipe.hset(key, inbound.turn, f"{low}:{high}:{node.ref}:{part.part}:{part.depth}")
+            pipe.hset(key, inbound.turn, f"{low}:{high}:{node.ref}:{part}")
             pipe.expire(key, ORPHAN_TTL_SECONDS)
 
         return queue
@@ -227,7 +260,7 @@ class Parts:
             width = int(high) - int(low)
             if not int(low) < message_id < int(high) or (best is not None and width >= best[0]):
                 continue
-            if noted and not LostPart(int(noted[0]), int(noted[1])).shown_as(head):
+            if noted and not LostPart.parse(noted[0], noted[1]).shown_as(head):
                 continue
             best = (width, f"{tree}:{seg}", int(low), int(high), owner)
         if best is None:

@@ -19,7 +19,8 @@ from transcript.codec import decode_message
 
 # Whether the turn is done: its id in one of the done sets KEYS[from..].
 # The turn's fields, plus the number of the part it announced in the chat's part
-# ledger and has not named yet, as field 's'. Shared by the scripts below.
+# ledger and has not named yet, as field 's' ("a<n>" for an attachment). Shared by the
+# scripts below.
 COMMON_LUA = """
 local function done(from, turn)
   for i = from, #KEYS do
@@ -32,7 +33,7 @@ local function fields(state, ledger, turn)
   local announced = redis.call('HGET', ledger, '~' .. turn)
   if announced then
     flat[#flat + 1] = 's'
-    flat[#flat + 1] = string.match(announced, '^%d+')
+    flat[#flat + 1] = string.match(announced, '^a?%d+')
   end
   return flat
 end
@@ -100,11 +101,12 @@ if KEYS[5] then redis.call('ZREM', KEYS[5], ARGV[1]) end
 return 1
 """
 
-# A part sent: the turn's list of parts, and the ledger names it in place of the
-# turn's announcement.
-#   KEYS: state, ledger.  ARGV: the parts ("a,b,c"), the new part, turn id, announcement.
+# A part sent: the turn's list of parts (field 'p'; its attachments: 'm'), and the ledger
+# names it in place of the turn's announcement.
+#   KEYS: state, ledger.
+#   ARGV: the parts ("a,b,c"), the new part, turn id, announcement, the list's field.
 ADD_PART_LUA = """
-redis.call('HSET', KEYS[1], 'p', ARGV[1])
+redis.call('HSET', KEYS[1], ARGV[5], ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
 redis.call('HDEL', KEYS[2], ARGV[4])
 return 1
@@ -141,9 +143,14 @@ class TurnState:
     answer: NodeId | None = None
     #: Answer (or notice) parts Telegram accepted, in order.
     parts: list[int] = field(default_factory=list)
+    #: The answer's attachments Telegram accepted (parts that are not text: its voice
+    #: notes, its pictures), in order.
+    attached: list[int] = field(default_factory=list)
     #: The part this turn announced in the chat's part ledger and has not named (0:
     #: none): it may be on screen unrecorded, if an earlier run died after sending it.
     sending: int = 0
+    #: The same for an attachment (the ledger holds one announcement: one of the two is 0).
+    attaching: int = 0
     #: Model calls counted for this turn, the one about to be made included.
     calls: int = 0
     #: Unexpected failures so far.
@@ -176,7 +183,8 @@ class TurnState:
             value = raw.get(name)
             return NodeId.parse(scope, value) if value else None
 
-        parts = raw.get("p")
+        parts, attached = raw.get("p"), raw.get("m")
+        announced = bytes(raw.get("s") or b"0")
         state = cls(
             key,
             scope,
@@ -184,7 +192,9 @@ class TurnState:
             user=node("u"),
             answer=node("a"),
             parts=[int(p) for p in parts.split(b",")] if parts else [],
-            sending=int(raw.get("s") or 0),
+            attached=[int(p) for p in attached.split(b",")] if attached else [],
+            sending=0 if announced.startswith(b"a") else int(announced),
+            attaching=int(announced[1:]) if announced.startswith(b"a") else 0,
             calls=int(raw.get("c") or 0),
             failures=int(raw.get("x") or 0),
             lost_track=raw.get("l") == b"1",

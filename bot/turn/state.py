@@ -16,6 +16,8 @@ shapes in :mod:`bot.data.keys`):
                 before its calls run
       q<k>.<i>  msgpack message: the result of call i of round k, as it arrives
       p         ids of the answer parts Telegram accepted, in order
+      m         ids of the answer's attachments Telegram accepted (its parts that are
+                not text: voice notes, pictures), in order
       c         model calls counted (the per-turn guard)
       x         unexpected failures (the runner parks the turn after too many)
       l         "1": the message replied to a bot message nothing knows; it is
@@ -32,8 +34,9 @@ shapes in :mod:`bot.data.keys`):
 * **the done mark**: the finished turn's id in the chat's set of the UTC day
   (``rc:{S}:done:<day>``); its hash is deleted then;
 * **the chat's part ledger** ``rc:{S}:part``: every part of a running turn is
-  announced there before it is sent (``~<turn>`` -> ``<number>:<after>``: its id
-  will be above ``after``, the newest id of the chat the turn knows) and named there
+  announced there before it is sent (``~<turn>`` -> ``<number>:<after>``, an attachment
+  ``a<number>:<after>``: its id will be above ``after``, the newest id of the chat the
+  turn knows) and named there
   once Telegram gave its id (``<id>`` -> turn), until the final write aliases it;
   a reply to a part still being written finds it here. An announcement a run
   never replaced means a part may be on screen unrecorded (:attr:`TurnState.sending`);
@@ -68,11 +71,12 @@ from transcript import (
     TranscriptStore,
 )
 from transcript.codec import encode_message
+from transcript.outage import guarded
 
 from ..bus.inbound import Inbound
 from ..bus.intake import join_topic
 from ..data import keys
-from ..data.connection import Queued, guarded, replica_ack, run_kept, run_together
+from ..data.connection import Queued, replica_ack, run_kept, run_together
 from ..usage.calls import Clock, day_of, utc_now
 from . import record as lua
 from .record import ClaimReads, TurnState
@@ -274,14 +278,14 @@ class TurnStates:
         state.user = node
 
     async def answer_placement(
-        self, state: TurnState, parent: Node, text: str, parts: Sequence[int]
+        self, state: TurnState, parent: Node, text: str | ChatMessage, parts: Sequence[int]
     ) -> Placement:
         """The answer's node below ``parent`` (the user's node or the last tool step, as
         the turn read it: placed only if Redis still holds it), prepared to go on a round
-        trip with the call's usage (:meth:`answer_placed`)."""
-        return await self.store.child(
-            parent, [ChatMessage("assistant", text)], record_in=(state.key, "a"), aliases=parts
-        )
+        trip with the call's usage (:meth:`answer_placed`); ``text``, or the whole
+        message (a picture's)."""
+        message = text if isinstance(text, ChatMessage) else ChatMessage("assistant", text)
+        return await self.store.child(parent, [message], record_in=(state.key, "a"), aliases=parts)
 
     async def answer_placed(self, state: TurnState, placement: Placement, reply: Any) -> Node:
         """The answer's node, from the append's reply."""
@@ -364,8 +368,11 @@ class TurnStates:
 
     # --------------------------------------------------- the answer's parts
 
-    async def sending(self, inbound: Inbound, state: TurnState, count: int) -> None:
-        """Part number ``count`` is about to be sent (its id is recorded by :meth:`add_part`).
+    async def sending(
+        self, inbound: Inbound, state: TurnState, count: int, *, attached: bool = False
+    ) -> None:
+        """Part number ``count`` is about to be sent (its id is recorded by :meth:`add_part`);
+        ``attached``: attachment number ``count`` (a part that is not text, numbered apart).
 
         The announcement is in the chat's part ledger, where a reply to that part
         finds it before its id is known (Telegram may deliver the reply before it
@@ -379,32 +386,45 @@ class TurnStates:
                 "not confirmed lately (Redis did not answer the renewals)"
             )
         async with self._redis.pipeline(transaction=False) as pipe:
-            self.queue_sending(pipe, inbound, state, count)
+            self.queue_sending(pipe, inbound, state, count, attached=attached)
             await guarded(pipe.execute())
-        state.sending = count
+        state.sending, state.attaching = (0, count) if attached else (count, 0)
 
     @staticmethod
-    def queue_sending(pipe: Pipeline, inbound: Inbound, state: TurnState, count: int) -> None:
+    def queue_sending(
+        pipe: Pipeline, inbound: Inbound, state: TurnState, count: int, *, attached: bool = False
+    ) -> None:
         """:meth:`sending` queued on a caller's round trip (set ``state.sending`` once it
         went through)."""
-        after = max([inbound.message_id, *state.parts])  # the part's id will be higher
+        # the part's id will be higher than every id the turn knows
+        after = max([inbound.message_id, *state.parts, *state.attached])
         ledger = keys.pending_parts_key(inbound.scope)
-        pipe.hset(ledger, _announced(inbound.turn), f"{count}:{after}")
+        number = f"a{count}" if attached else str(count)
+        pipe.hset(ledger, _announced(inbound.turn), f"{number}:{after}")
 
-    async def add_part(self, inbound: Inbound, state: TurnState, parts: list[int]) -> None:
+    async def add_part(
+        self, inbound: Inbound, state: TurnState, parts: list[int], *, attached: bool = False
+    ) -> None:
         """Record the parts sent so far (the last one is new): in the turn's state, and in
         the chat's part ledger in place of its announcement (one script). Like the
-        turn's end, kept by a replica on a Redis Cluster: the part is on screen."""
+        turn's end, kept by a replica on a Redis Cluster: the part is on screen.
+        ``attached``: ``parts`` are the answer's attachments."""
         ledger = keys.pending_parts_key(inbound.scope)
         listed, new, turn = ",".join(map(str, parts)), str(parts[-1]), inbound.turn
+        field = "m" if attached else "p"
 
         def record(pipe: Pipeline) -> None:
             # EVAL with the text: a pipeline cannot count on the script cache
-            pipe.eval(lua.ADD_PART_LUA, 2, state.key, ledger, listed, new, turn, _announced(turn))
+            pipe.eval(
+                lua.ADD_PART_LUA, 2, state.key, ledger, listed, new, turn, _announced(turn), field
+            )
 
         await run_kept(self._redis, self.replicas, state.key, record)
-        state.parts = list(parts)
-        state.sending = 0
+        if attached:
+            state.attached = list(parts)
+        else:
+            state.parts = list(parts)
+        state.sending = state.attaching = 0
 
     # ------------------------------------------------------------ the end
 

@@ -198,7 +198,10 @@ class ToolLoop:
         if len(text) > most:
             text = text[:most] + f"\n[cut: {len(result.text)} characters in all]"
         return ChatMessage(
-            "tool", (ERROR_MARK + text) if result.error else text, tool_call_id=call.id
+            "tool",
+            (ERROR_MARK + text) if result.error else text,
+            tool_call_id=call.id,
+            images=result.images,
         )
 
     async def _store(

@@ -38,10 +38,11 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from transcript import ChatMessage, NodeId, StoreUnavailableError, TranscriptStore
+from transcript.outage import guarded
 
 from ..bus.inbound import MESSAGE, Inbound
 from ..data import keys
-from ..data.connection import Queued, guarded, run_together
+from ..data.connection import Queued, run_together
 from ..model import Model, ModelError
 from ..telegram.errors import UnknownMethodError
 from ..telegram.out import ChatUnavailableError, TelegramOut, TelegramUnavailableError

@@ -6,16 +6,17 @@ from dataclasses import dataclass, field
 
 from aiogram.types import InlineKeyboardMarkup
 
-from transcript import NodeId
+from transcript import Image, NodeId
 
 from ..bus.inbound import Inbound
 from ..bus.runner import Ack
+from ..data.userprefs import UserPrefs
 from ..model import Model
 from ..payments import Allowance
 from ..telegram.guest import GuestWriter
 from ..telegram.writer import AnswerWriter
 from .branch import Branch, Prefs
-from .parts import AnswerParts
+from .parts import AnswerParts, LostPart
 from .record import TurnState
 
 
@@ -39,6 +40,14 @@ class Rules:
 
 
 @dataclass(frozen=True, slots=True)
+class Drawn:
+    """A picture an answer shows: the image (a blob of the chat) and its caption."""
+
+    image: Image
+    caption: str
+
+
+@dataclass(frozen=True, slots=True)
 class Reply:
     """What the user is shown, and the node a reply to it continues from.
 
@@ -53,6 +62,10 @@ class Reply:
     reasoning: str = ""
     #: A notice for the asker alone: in a group, an ephemeral message (Bot API 10.2).
     personal: bool = False
+    #: The pictures the answer shows, sent after its text (bot/turn/pictures.py).
+    pictures: tuple[Drawn, ...] = ()
+    #: The text is the pictures' caption, not a message of its own (``/image``).
+    captioned: bool = False
     #: Buttons under a notice sent as a new message (the /buy button).
     markup: InlineKeyboardMarkup | None = None
 
@@ -77,15 +90,17 @@ class Turn:
     #: Queues the bus's acknowledgement on the turn's final write.
     ack: Ack
     #: An earlier run may have left a part on screen unrecorded: it announced this part
-    #: (its number; 0: none) in the chat's part ledger and never recorded it (read with
-    #: the claim).
-    lost_part: int = 0
+    #: in the chat's part ledger and never recorded it (read with the claim; ``None``:
+    #: none).
+    lost: LostPart | None = None
     #: The answer's depth, its first part's ``[depth:N]`` (0 until the user's node is known).
     depth: int = 0
     #: The message ids of an album's photos (the user's node is aliased to each).
     album: tuple[int, ...] = ()
     #: The user's defaults (read with the claim).
     prefs: Prefs = field(default_factory=Prefs)
+    #: The asker's own settings: /format, /voice (read with the claim).
+    mine: UserPrefs = field(default_factory=UserPrefs)
     #: The model and personas answering (resolved once the user's node is known).
     branch: Branch | None = None
     #: A message replying to nothing in a private chat's topic goes on from here: the

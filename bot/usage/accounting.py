@@ -34,9 +34,10 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from transcript import StoreUnavailableError
+from transcript.outage import guarded
 
 from ..data import keys
-from ..data.connection import Queued, guarded, replica_ack, run_kept, run_together
+from ..data.connection import Queued, replica_ack, run_kept, run_together
 from ..metrics import Metrics
 from ..retry import Outage
 from .calls import (

@@ -15,9 +15,9 @@ from cachetools import LRUCache
 from redis.asyncio import Redis
 
 from transcript import NodeId
+from transcript.outage import guarded
 
 from ..data import keys
-from ..data.connection import guarded
 from .calls import NANO, Clock, Prices, Totals, _text, day_of
 
 #: Calls whose size :meth:`Accounting.last_call` answers from memory.

@@ -17,9 +17,10 @@ from collections.abc import Awaitable, Callable
 
 from redis.asyncio import Redis
 
+from transcript.outage import guarded
+
 from .. import choice_texts
 from ..data import keys
-from ..data.connection import guarded
 from ..i18n import _, dollars, speaking
 from .accounting import Accounting
 from .calls import NANO, day_of

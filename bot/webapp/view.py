@@ -23,9 +23,9 @@ from typing import Any
 from redis.asyncio import Redis
 
 from transcript import ChatMessage, NodeId, TranscriptStore, codec, keys
+from transcript.outage import guarded
 
 from ..data import keys as bot_keys
-from ..data.connection import guarded
 from ..ops import conversations
 from ..usage.calls import Prices, Totals
 
