@@ -60,6 +60,7 @@ from .model import ModelClient, estimate_text
 from .model.client import load_sdk
 from .model.transcribe import Transcriber
 from .model.vision import Vision
+from .payments import Stars
 from .retry import Outage, cancel_until_done, retrying
 from .settings import Settings, webhook_rule
 from .telegram.errors import UnknownMethodError
@@ -190,10 +191,13 @@ class App:
             self.redis, self.store, settings.bot_instance, lease_ms=lease_ms(settings),
             clock=clock,
         )  # fmt: skip
+        #: Telegram Stars buy credit (STARS_USD), else ``None``.
+        self.stars = Stars.of(settings, self.redis, clock=clock)
         able = capabilities(
             settings, store=self.store, redis=self.redis, transcriber=self.transcriber,
             files=Files(self.bot, local_files=settings.telegram_local_files),
             models=self.models, accounting=self.accounting, context=self.context,
+            stars=self.stars,
         )  # fmt: skip
         hub = None
         if settings.mcp_config is not None:  # checked by load_settings
@@ -254,6 +258,7 @@ class App:
             tools=tool_loop,
             speech=able.speech,
             pictures=able.pictures,
+            stars=self.stars,
         )
         telegram_outage = Outage(
             "Telegram", "Answers being written are kept and finished when it is back."
@@ -296,7 +301,7 @@ class App:
             notifier=self.notifier, intake=self.intake, albums=self.albums,
             stopping=self.stopping, accounting=self.accounting, store=self.store,
             redis=self.redis, settings=settings, stops=self.stops, topics=self.topics,
-            branches=self.engine.branches, catalogue=self.catalogue,
+            branches=self.engine.branches, catalogue=self.catalogue, stars=self.stars,
         )  # fmt: skip
         self.webhook, self.viewer = self._servers(settings)
         self.poller = self._poller(settings)
@@ -605,7 +610,7 @@ class App:
         """The set-up calls of the bot's profile: the commands menu, and with
         TOPIC_THREADS the topic sidebar (bot/chat/sidebar.py)."""
         steps: list[tuple[str, Callable[[], Awaitable[object]]]] = [
-            ("register the commands", lambda: sync_menu(self.bot)),
+            ("register the commands", lambda: sync_menu(self.bot, payments=bool(self.stars))),
         ]
         if self.settings.topic_threads:
             steps.append(("list the topics in the sidebar", lambda: show_topic_sidebar(self.bot)))

@@ -25,6 +25,7 @@ from transcript import TranscriptStore
 
 from .catalogue import Models
 from .model.transcribe import Transcriber
+from .payments import Stars
 from .reading.fetch import Fetcher, FetchPolicy
 from .reading.search import NAMES, ReadingTools, SearXNG
 from .settings import Settings
@@ -63,8 +64,10 @@ class Capabilities:
 def capabilities(
     settings: Settings, *, store: TranscriptStore, files: Files, transcriber: Transcriber,
     redis: Redis, models: Models, accounting: Accounting, context: ContextWindow,
+    stars: Stars | None = None,
 ) -> Capabilities:  # fmt: skip
-    """Every capability these settings turn on, in the order the turn asks them."""
+    """Every capability these settings turn on, in the order the turn asks them
+    (``stars``: payments, what the extras that cost money are checked against)."""
     download = Download(files)
     voice = VoiceReader(download, transcriber, redis, max_seconds=settings.audio_max_seconds)
     rules = prompt_rules(search_tools=settings.search_url is not None)
@@ -88,7 +91,7 @@ def capabilities(
     tools: list[BuiltinTool] = []
     spending = Spending(
         accounting, daily_tokens=settings.user_daily_token_limit,
-        daily_dollars=settings.user_daily_budget_usd,
+        daily_dollars=settings.user_daily_budget_usd, stars=stars,
     )  # fmt: skip
     catalogue, speech, pictures = models.catalogue, None, None
     speaker, maker = models.speaker(), models.image_maker()

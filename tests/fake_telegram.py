@@ -2214,6 +2214,10 @@ class FakeTelegram:
             description = _default_description(status, retry_after)
         self._faults.append(_Fault(canonical, status, description, retry_after, count, chat_id))
 
+    def clear_faults(self) -> None:
+        """Drop the faults :meth:`fail_next` queued and not used up."""
+        self._faults.clear()
+
     def misbehave_next(
         self,
         method: str,
@@ -3531,8 +3535,10 @@ class FakeTelegram:
         return True
 
     def _refund_star_payment(self, params: JSON) -> bool:
-        """Gives a payment's Stars back, once per charge."""
-        charge = self.stars.charges.get(str(params.get("telegram_payment_charge_id") or ""))
+        """Gives a payment's Stars back, once per charge; as Telegram does, the payer's chat
+        with the bot gets a ``refunded_payment`` service message (an update)."""
+        charge_id = str(params.get("telegram_payment_charge_id") or "")
+        charge = self.stars.charges.get(charge_id)
         if charge is None:
             raise _ApiError(400, "Bad Request: CHARGE_ID_INVALID")
         if charge.user_id != _coerce_int(params.get("user_id")):
@@ -3540,6 +3546,16 @@ class FakeTelegram:
         if charge.refunded:
             raise _ApiError(400, "Bad Request: CHARGE_ALREADY_REFUNDED")
         charge.refunded = True
+        if charge.user_id in self._chats:
+            refunded = {
+                "currency": "XTR", "total_amount": charge.total_amount,
+                "invoice_payload": charge.payload, "telegram_payment_charge_id": charge_id,
+            }  # fmt: skip
+            message = self._store(
+                self._chat(charge.user_id), self._ensure_user(charge.user_id).as_dict(),
+                is_bot=False, extra={"refunded_payment": refunded},
+            )  # fmt: skip
+            self._payment_update({"message": copy.deepcopy(message.raw)})
         return True
 
     def _edit_ephemeral_message_text(self, params: JSON) -> bool:

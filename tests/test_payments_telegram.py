@@ -370,12 +370,12 @@ async def test_the_users_texts_show_exact_money_in_their_language(redis: Redis) 
     allowance = await spending.check(USER)
     entries = await ledger.payments_of(USER)
     with i18n.speaking("en"):
-        assert texts.paid(credited, allowance) == (
+        assert texts.paid(credited, allowance.credit) == (
             "Thank you! 1 Star added $0.01 to your credit, which is now $0.0099."
         )
         shown = texts.balance(allowance, entries, clock.now).splitlines()
         assert shown[0] == "Credit: $0.0099"  # $0.009999: never shown larger
         assert shown[1].startswith("Free today: $0.00 of $0.0000 left (renewed at 12:00")
     with i18n.speaking("de"):
-        assert "1 Stern" in texts.paid(credited, allowance)
+        assert "1 Stern" in texts.paid(credited, allowance.credit)
         assert "Guthaben" in texts.balance(allowance, entries, clock.now)

@@ -13,7 +13,9 @@ import msgpack
 #: reply_to_bot, kind, media, group, guest, language, reply_head, links (the layout's
 #: version is rc:layout, bot/data/layout.py). An entry of the first 13 (written before
 #: reply_head) reads with an empty one, and one of 14 (before links) without links;
-#: fields after those known are ignored, so a later version's entries still read here.
+#: fields after those known are ignored, so a later version's entries still read here,
+#: and so is an entry of a kind this version does not know: it does not decode (the
+#: runner parks it, docs/operating.md "Upgrading"), never is it answered as a message.
 _OLDEST_FIELDS = 13
 #: How much of the bot's message replied to an entry keeps (:attr:`Inbound.reply_head`).
 REPLY_HEAD_CHARS = 24
@@ -28,6 +30,9 @@ RETRY = "retry"
 #: replying to one, a picture made from it (bot/turn/pictures.py).
 IMAGE = "image"
 IMAGE_COMMAND = "/image "
+#: A ``successful_payment`` in Telegram Stars (:attr:`Inbound.payment`): credit it, once.
+PAYMENT = "payment"
+_MESSAGE_KINDS: frozenset[str] = frozenset((MESSAGE, EDIT, RETRY, IMAGE, PAYMENT))
 
 MediaKind = Literal["photo", "voice", "audio", "document"]
 _KINDS: frozenset[str] = frozenset(("photo", "voice", "audio", "document"))
@@ -66,6 +71,36 @@ class MediaRef:
 
 
 @dataclass(frozen=True, slots=True)
+class Paid:
+    """A Telegram Stars payment as its ``successful_payment`` message told it (the credit
+    it buys fixed when it was taken in: bot/payments/).
+
+    It travels in the entry's list of files, tagged ``payment``: a process older than
+    payments fails to decode that item and parks the entry (the runner's dead letters;
+    ``dead-letters --replay`` once it is upgraded) instead of answering an empty message.
+    """
+
+    charge_id: str  # telegram_payment_charge_id
+    stars: int
+    credit: int  # nano-dollars
+    at: int  # unix seconds
+
+    def encode(self) -> list[Any]:
+        return ["payment", self.charge_id, self.stars, self.credit, self.at]
+
+    @classmethod
+    def decode(cls, raw: list[Any]) -> Paid:
+        _tag, charge_id, stars, credit, at = raw
+        if not isinstance(charge_id, str) or not charge_id:
+            raise ValueError("payment")
+        return cls(charge_id, int(stars), int(credit), int(at))
+
+
+def _is_payment(raw: Any) -> bool:
+    return isinstance(raw, list) and bool(raw) and raw[0] == "payment"
+
+
+@dataclass(frozen=True, slots=True)
 class Inbound:
     """A user's message, stripped of everything Telegram-specific but ids.
 
@@ -83,7 +118,7 @@ class Inbound:
     is_group: bool = False
     #: The message replied to is the bot's (it may be a part the bot lost track of).
     reply_to_bot: bool = False
-    #: :data:`MESSAGE`, :data:`EDIT`, :data:`RETRY` or :data:`IMAGE`.
+    #: :data:`MESSAGE`, :data:`EDIT`, :data:`RETRY`, :data:`IMAGE` or :data:`PAYMENT`.
     kind: str = MESSAGE
     media: tuple[MediaRef, ...] = ()
     group: str | None = None
@@ -99,6 +134,8 @@ class Inbound:
     #: The URLs behind the words of the text (``text_link`` entities, not in ``text``
     #: itself): the links a message's reader may read too.
     links: tuple[str, ...] = ()
+    #: The payment of a :data:`PAYMENT` (``user_id`` paid it).
+    payment: Paid | None = None
 
     @property
     def turn(self) -> str:
@@ -140,7 +177,8 @@ class Inbound:
                 self.is_group,
                 self.reply_to_bot,
                 self.kind,
-                [m.encode() for m in self.media],
+                [m.encode() for m in self.media]
+                + ([self.payment.encode()] if self.payment is not None else []),
                 self.group,
                 self.guest,
                 self.language,
@@ -174,11 +212,14 @@ class Inbound:
                 guest,
                 lang,
             ) = fields[:_OLDEST_FIELDS]
+            paid = [Paid.decode(m) for m in media if _is_payment(m)]
+            if str(kind) not in _MESSAGE_KINDS or (str(kind) == PAYMENT) != bool(paid):
+                return None  # a kind of a later version (or a payment without its kind)
             return cls(
                 chat, message, user, text, reply_to, thread, bool(group), bool(to_bot),
-                str(kind), tuple(MediaRef.decode(m) for m in media), album,
-                None if guest is None else str(guest), str(lang), str(head),
-                tuple(str(url) for url in links),
+                str(kind), tuple(MediaRef.decode(m) for m in media if not _is_payment(m)),
+                album, None if guest is None else str(guest), str(lang), str(head),
+                tuple(str(url) for url in links), paid[0] if paid else None,
             )  # fmt: skip
         except Exception:  # a damaged entry must not stop the bus
             return None

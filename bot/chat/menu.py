@@ -25,19 +25,19 @@ log = logging.getLogger("replychain.telegram")
 T = TypeVar("T")
 
 
-def wanted() -> dict[str | None, list[BotCommand]]:
+def wanted(*, payments: bool = False) -> dict[str | None, list[BotCommand]]:
     """Each menu the bot should have, by ``language_code`` (None: the default); an
-    empty list: none for that language."""
+    empty list: none for that language. ``payments``: /buy and /balance in them."""
     forced = i18n.forced()
     with i18n.I18N.use_locale(forced or i18n.DEFAULT):
-        menus: dict[str | None, list[BotCommand]] = {None: command_menu()}
+        menus: dict[str | None, list[BotCommand]] = {None: command_menu(payments=payments)}
     for locale in i18n.languages():
         # Telegram's language_code is two letters: a regional catalogue (pt_BR) is
         # reached only through its language's menu
         if locale == i18n.DEFAULT or len(locale) != 2:
             continue
         with i18n.I18N.passing(locale):
-            menus[locale] = [] if forced else command_menu()
+            menus[locale] = [] if forced else command_menu(payments=payments)
     return menus
 
 
@@ -57,14 +57,14 @@ async def _every(calls: list[Coroutine[Any, Any, T]]) -> list[T]:
     return cast(list[T], results)
 
 
-async def sync_menu(bot: Bot) -> int:
+async def sync_menu(bot: Bot, *, payments: bool = False) -> int:
     """Bring Telegram's menus in line with :func:`wanted`; the number changed.
 
     The default menu goes first, alone: a server that lacks the methods (or fails them)
     says so once, not once per language. A server that cannot read menus
     (``getMyCommands`` unknown) has each one set.
     """
-    menus = wanted()
+    menus = wanted(payments=payments)
     codes = list(menus)
     try:
         current: list[list[BotCommand] | None] = [await bot.get_my_commands()]

@@ -35,11 +35,14 @@ from ..bus.inbound import EDIT, MESSAGE, RETRY, Inbound, MediaRef
 from ..bus.intake import Intake
 from ..bus.relay import Relay
 from ..i18n import N_, _
+from ..payments import Stars
 from ..settings import Settings
 from ..telegram import guest
 from ..telegram.out import Notifier
 from ..usage.accounting import Accounting
 from ..usage.reports import OWNER_ONLY_TEXT, stats_chart, stats_report, usage_report
+from .buying import COMMANDS as BUY_COMMANDS
+from .buying import buy_router, credit_lines, help_line, payment_router, stars_line
 from .choices import COMMANDS as CHOICE_COMMANDS
 from .choices import choices_router
 from .messages import (
@@ -80,12 +83,13 @@ COMMANDS = (
 )
 
 
-def command_menu() -> list[BotCommand]:
-    """The command menu in the current language."""
-    return [
-        BotCommand(command=name, description=_(text))
-        for name, text in (*COMMANDS, *CHOICE_COMMANDS, *STYLE_COMMANDS, *OUTPUT_COMMANDS)
-    ]
+def command_menu(*, payments: bool = False) -> list[BotCommand]:
+    """The command menu in the current language (``payments``: with /buy and /balance)."""
+    listed = (
+        *COMMANDS, *CHOICE_COMMANDS, *STYLE_COMMANDS, *OUTPUT_COMMANDS,
+        *(BUY_COMMANDS if payments else ()),
+    )  # fmt: skip
+    return [BotCommand(command=name, description=_(text)) for name, text in listed]
 
 
 HELP_TEXT = N_(
@@ -231,6 +235,7 @@ def build_router(allowed_user_ids: frozenset[int]) -> Router:
     """The bot's router; ``notifier``, ``intake`` and the rest come from the dispatcher's data."""
     root = Router(name="replychain")
     access = AccessControl(allowed_user_ids)
+    root.include_router(payment_router())  # a payment is taken in whoever paid
     for child in (
         _usage_router(),
         steering_router(),
@@ -238,6 +243,7 @@ def build_router(allowed_user_ids: frozenset[int]) -> Router:
         style_router(),
         voice_router(),
         pictures_router(),
+        buy_router(),
         _conversation_router(),
         _guest_router(),
     ):
@@ -271,8 +277,10 @@ def _conversation_router() -> Router:
 
     @router.message(CommandStart())
     @router.message(Command("help"))
-    async def on_help(message: Message, notifier: Notifier, bot: Bot, settings: Settings) -> None:
-        text = _(HELP_TEXT)
+    async def on_help(
+        message: Message, *, notifier: Notifier, bot: Bot, settings: Settings, stars: Stars | None
+    ) -> None:
+        text = _(HELP_TEXT) + help_line(stars)
         if settings.topic_threads and not is_group(message) and (await bot.me()).has_topics_enabled:
             text += "\n\n" + _(TOPICS_HELP)
         notice(notifier, message, text)
@@ -421,6 +429,7 @@ def _usage_router() -> Router:
         accounting: Accounting,
         store: TranscriptStore,
         settings: Settings,
+        stars: Stars | None,
     ) -> None:
         user = message.from_user.id if message.from_user else 0
         replied = replied_id(message)
@@ -434,14 +443,16 @@ def _usage_router() -> Router:
                 replied_to=replied,
                 daily_limit=settings.user_daily_token_limit,
             )
+            text = "\n".join([text, *await credit_lines(stars, user)])
             notice(notifier, message, text, personal=True)
 
         notifier.run(reply, name=f"usage-{message.chat.id}")
 
     @router.message(Command("stats"))
     async def on_stats(
-        message: Message, notifier: Notifier, accounting: Accounting, settings: Settings
-    ) -> None:
+        message: Message, *, notifier: Notifier, accounting: Accounting, settings: Settings,
+        stars: Stars | None,
+    ) -> None:  # fmt: skip
         user = message.from_user.id if message.from_user else 0
         if user not in settings.owner_user_ids:
             notice(notifier, message, _(OWNER_ONLY_TEXT), personal=True)
@@ -449,7 +460,7 @@ def _usage_router() -> Router:
 
         async def reply() -> list[int]:
             chat, thread = message.chat.id, thread_of(message)
-            text = await stats_report(accounting)
+            text = "\n".join([await stats_report(accounting), *await stars_line(stars)])
             report = await notifier.out.send_text(
                 chat, text, reply_to=message.message_id, thread_id=thread
             )

@@ -9,20 +9,24 @@
 - :mod:`~bot.payments.spending`: a user's spend drawn from the day's free allowance,
   then the credit; the check before a model call.
 - :mod:`~bot.payments.texts`: what users read about it, in their language.
+- :mod:`~bot.payments.stars`: all of it built once from the settings (``None``:
+  payments off), for the handlers (bot/chat/buying.py) and the turns.
 
 How a payment flows, and what closes each crash window::
 
     /buy                 Invoices.invoices(chat, user)      -> sendInvoice per pack
     pre_checkout_query   Invoices.answer(query)             -> answerPreCheckoutQuery
                          (no Redis, no network: Telegram's 10 s)
-    successful_payment   through the durable intake, then in its turn:
-                         Invoices.payment(message)          -> Payment
+    successful_payment   Invoices.payment(message) -> the intake (an Inbound of kind
+                         PAYMENT), then in its turn (bot/turn/paying.py):
                          Ledger.credit(payment)             once per charge id
-                         Spending.check(user)               the balance to show
-                         texts.paid(...)                    the confirmation
-    a turn               Spending.check(user) before each model call (ok false:
+                         Spending.check(user)               the balance to show,
+                                                            noted in the turn's record
+                         texts.paid(...)                    the confirmation, once
+    a turn               Spending.check(user) before each model call, the first on
+                         the claim's round trip (SpendReads) (ok false:
                          texts.no_credit, no call); Spending.queue_settle(user) rides
-                         on the round trip that records the call's usage, so its
+                         on the round trip that records the answer's usage, so its
                          cost is drawn at once (a crash in between: the next check
                          draws it)
     refund CHARGE_ID     Ledger.refund(charge, refund_stars=..., force=...)
@@ -45,9 +49,11 @@ from .records import (
     StarsTotals,
 )
 from .spending import Allowance, Spending, owed, split
+from .stars import BUY_DATA, SpendReads, Stars, buy_button
 from .terms import NANO_PER_USD, Terms, nano
 
 __all__ = [
+    "BUY_DATA",
     "CURRENCY",
     "NANO_PER_USD",
     "Allowance",
@@ -64,9 +70,12 @@ __all__ = [
     "PaymentNotFoundError",
     "Refund",
     "Refunded",
+    "SpendReads",
     "Spending",
+    "Stars",
     "StarsTotals",
     "Terms",
+    "buy_button",
     "nano",
     "order_of",
     "owed",

@@ -78,21 +78,27 @@ def buy_intro(terms: Terms) -> str:
     return _(BUY_INTRO).format(star=money(terms.nano_per_star))
 
 
-def paid(credited: Credited, allowance: Allowance) -> str:
-    """The confirmation of a payment, with the credit after it (settled)."""
+def paid(credited: Credited, balance: int) -> str:
+    """The confirmation of a payment, with the credit after it (``balance``, settled)."""
     payment = credited.payment
     return _(PAID).format(
-        stars=stars(payment.stars), credit=money(payment.credit), balance=money(allowance.credit)
+        stars=stars(payment.stars), credit=money(payment.credit), balance=money(balance)
     )
 
 
-def balance(allowance: Allowance, entries: Sequence[Entry], now: datetime) -> str:
-    """/balance: the credit, today's free allowance left, the last payments."""
+def credit_lines(allowance: Allowance, now: datetime) -> list[str]:
+    """The credit and today's free allowance left (/balance's first lines, and /usage's)."""
     lines = [_(BALANCE_CREDIT).format(credit=money(allowance.credit))]
     left, free = allowance.free_left, allowance.free
     if left is not None and free:
         reset = clock_time(next_reset(now))
         lines.append(_(BALANCE_FREE).format(left=money(left), free=money(free), reset=reset))
+    return lines
+
+
+def balance(allowance: Allowance, entries: Sequence[Entry], now: datetime) -> str:
+    """/balance: the credit, today's free allowance left, the last payments."""
+    lines = credit_lines(allowance, now)
     if not entries:
         return "\n".join([*lines, "", _(BALANCE_NONE)])
     lines += ["", _(BALANCE_LAST)]

@@ -203,8 +203,9 @@ class GuestWriter:
     async def finish(self, text: str, *, reasoning: str = "") -> list[int]:
         return await self._post(_one_message(text, self.prefix, reasoning))
 
-    async def fail(self, notice: str) -> list[int]:
-        """End with a notice, after what the model said so far, if anything."""
+    async def fail(self, notice: str, *, markup: InlineKeyboardMarkup | None = None) -> list[int]:
+        """End with a notice, after what the model said so far, if anything (a guest
+        answer has its own button: ``markup`` is not shown)."""
         text = f"{self._latest}\n\n{notice}" if self._latest.strip() else notice
         if self._latest.strip():
             return await self._post(_one_message(text, self.prefix, ""))

@@ -76,7 +76,7 @@ from .errors import (
     UnknownMethodError,
 )
 from .format import Chunk
-from .session import BadResponseError, CallerWaits, FloodControl, UnreadableResultError
+from .session import AGAIN, BadResponseError, CallerWaits, FloodControl, UnreadableResultError
 
 log = logging.getLogger("replychain.telegram")
 
@@ -325,9 +325,11 @@ class TelegramOut:
         reply_to: int | None,
         thread_id: int | None,
         ready: Callable[[bool], Awaitable[None]],
+        markup: InlineKeyboardMarkup | None = None,
     ) -> int:
         """Send a new answer part, ``ready(again)`` awaited just before each try: a part
-        is noted (the part ledger) right before it leaves, never flood seconds before.
+        is noted (the part ledger) right before it leaves, never flood seconds before
+        (``markup``: buttons under it).
 
         A flood window (open before the call or opened by its 429) is waited out here,
         then the part is noted again (``again``) and sent; for at most the flood
@@ -335,7 +337,9 @@ class TelegramOut:
         """
         return await self._caller_waits(
             chat_id, ready,
-            lambda: self.send(chat_id, chunk, reply_to=reply_to, thread_id=thread_id, part=True),
+            lambda: self.send(
+                chat_id, chunk, reply_to=reply_to, thread_id=thread_id, markup=markup, part=True
+            ),
         )  # fmt: skip
 
     async def send_attachment(
@@ -383,6 +387,7 @@ class TelegramOut:
             if floods is not None:
                 await floods.clear(chat_id)
             await ready(again)
+            retried = AGAIN.set(lambda: ready(True))  # a 5xx's next try: announced anew
             try:
                 return await send()
             except TelegramRetryAfter as exc:
@@ -393,6 +398,8 @@ class TelegramOut:
                 else:
                     floods.metrics.telegram_retry("flood_control")  # as its own retries count
                 again = True
+            finally:
+                AGAIN.reset(retried)
 
     async def edit(self, chat_id: int, message_id: int, chunk: Chunk) -> None:
         """Replace a part's text; "not modified" counts as done.

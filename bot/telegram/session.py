@@ -43,7 +43,8 @@ import math
 import random
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any, cast
 
 from aiogram import Bot
@@ -84,7 +85,16 @@ SERVER_ERROR_ATTEMPTS = 3
 
 class CallerWaits:
     """Marks a request whose flood windows its caller waits out itself (see the module
-    text): :class:`FloodControl` raises ``TelegramRetryAfter`` instead of waiting."""
+    text): :class:`FloodControl` raises ``TelegramRetryAfter`` instead of waiting, and
+    before trying it again after a 5xx awaits :data:`AGAIN`."""
+
+
+#: Set by the caller of a :class:`CallerWaits` request (a new answer part: announced anew,
+#: and only while its turn's claim is confirmed, bot/telegram/out.py ``send_part``):
+#: awaited before the request is tried again after a 5xx, so a process frozen through
+#: the backoff (and the turn's takeover by another process) raises there instead of
+#: sending a part the other process sends too.
+AGAIN: ContextVar[Callable[[], Awaitable[None]] | None] = ContextVar("again", default=None)
 
 
 class BadResponseError(TelegramAPIError):
@@ -326,6 +336,9 @@ class FloodControl(BaseRequestMiddleware):
         caller_waits = isinstance(method, CallerWaits)
 
         async def attempt() -> Response[TelegramType]:
+            again = AGAIN.get() if caller_waits and server_errors else None
+            if again is not None:
+                await again()
             async with self._one_at_a_time(chat):
                 # asked again after each wait: another process may have met the next
                 # 429 meanwhile and told this one (the relay), extending the window

@@ -46,6 +46,8 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
+from aiogram.types import InlineKeyboardMarkup
+
 from .drafts import draft_id
 from .format import Chunk, render_chunks
 from .out import (
@@ -379,8 +381,9 @@ class AnswerWriter:
         await self._push(text, reasoning, final=True)
         return self.message_ids
 
-    async def fail(self, notice: str) -> list[int]:
-        """End with a notice: after the partial text if some was shown, else alone."""
+    async def fail(self, notice: str, *, markup: InlineKeyboardMarkup | None = None) -> list[int]:
+        """End with a notice: after the partial text if some was shown, else alone (then
+        with ``markup``'s buttons under it, when it is sent as a new message)."""
         await self._stop()
         if self._fatal is not None:
             raise self._fatal
@@ -388,14 +391,14 @@ class AnswerWriter:
             await self._pace()
             await self._push(f"{self._latest}\n\n{notice}", final=True)
         else:
-            await self._push_plain(notice)
+            await self._push_plain(notice, markup)
         return self.message_ids
 
     async def close(self) -> None:
         """Stop every background activity (after a failure); nothing more is sent."""
         await self._stop()
 
-    async def _push_plain(self, text: str) -> None:
+    async def _push_plain(self, text: str, markup: InlineKeyboardMarkup | None = None) -> None:
         chunk = Chunk(text, text)
         if self.parts:
             try:
@@ -405,7 +408,7 @@ class AnswerWriter:
             self.parts[0].chunk = chunk
             await self._drop_extra(1)
             return
-        self.parts.append(Part(await self._send_new(chunk, 1), chunk))
+        self.parts.append(Part(await self._send_new(chunk, 1, markup), chunk))
         await self.journal.sent(self.message_ids)
 
     async def _pace(self) -> None:
@@ -660,7 +663,9 @@ class AnswerWriter:
             self.first_shown_at = self._last_draft  # the first text on screen is a draft
         return True
 
-    async def _send_new(self, chunk: Chunk, number: int) -> int:
+    async def _send_new(
+        self, chunk: Chunk, number: int, markup: InlineKeyboardMarkup | None = None
+    ) -> int:
         """Send a new message as part ``number``: announced to the journal first.
 
         While streaming, a journal that cannot record it now (Redis away) means
@@ -672,8 +677,9 @@ class AnswerWriter:
 
         self._spend()
         message_id = await self._out.send_part(
-            self._chat_id, chunk, reply_to=self._reply_to, thread_id=self._thread_id, ready=note
-        )
+            self._chat_id, chunk, reply_to=self._reply_to, thread_id=self._thread_id, ready=note,
+            markup=markup,
+        )  # fmt: skip
         if number <= len(self.parts):  # a replacement: record it before anything else
             self.parts[number - 1].message_id = message_id
             await self.journal.sent(self.message_ids)

@@ -149,12 +149,15 @@ class Asking:
         placement = await self._durably(
             lambda: self.states.answer_placement(state, user, answer.text, parts)
         )
+        settle = self.limits.settle(inbound.user_id)
 
         def writes(pipe: Pipeline) -> None:
             # independent idempotent writes, one round trip with the call's usage
             self.store.queue_place(pipe, placement)
             if announce:
                 TurnStates.queue_sending(pipe, inbound, state, announce)
+            if settle is not None:  # payments: the call's cost drawn now, after its totals
+                settle(pipe)
 
         [reply, *_others] = await self.accounting.record(call, with_writes=writes)
         if announce:

@@ -16,6 +16,10 @@ redelivery or an outage continues it instead of repeating it::
     -> finish sending (the text, then its attachments: pictures, voice notes), alias
        every part, mark the turn done
 
+A payment (a ``successful_payment`` in Telegram Stars) is a turn of its own kind: its
+one step, after the claim, credits it and replies with the confirmation
+(:mod:`bot.turn.paying`); it finishes as every turn does.
+
 A step that ends the turn early raises :class:`TurnEnded` with the notice to
 show; the turn then finishes in one place, :meth:`Engine._deliver`, whatever
 the reply. Failures no step foresaw go to the runner (:mod:`bot.bus.runner`),
@@ -44,13 +48,14 @@ from transcript import (
 )
 
 from ..bus.albums import Albums
-from ..bus.inbound import RETRY, Inbound
+from ..bus.inbound import PAYMENT, RETRY, Inbound
 from ..bus.runner import Ack, InFlight, TurnBusy
 from ..data.connection import Queued
 from ..data.userprefs import UserPrefs, UserReads
 from ..i18n import _, speaking
 from ..metrics import Metrics
 from ..model import Model
+from ..payments import SpendReads, Stars
 from ..retry import Outage
 from ..telegram.drafts import StopButtons
 from ..telegram.format import Chunk, depth_tag, escape_html
@@ -68,6 +73,7 @@ from .inputs import Inputs
 from .limits import Limits
 from .media import VoiceReader, voice_quote
 from .parts import AnswerParts, Parts, lost_part
+from .paying import Paying
 from .pictures import Pictures, asks_for_picture, drawn
 from .record import ClaimReads, TurnState
 from .state import TurnStates
@@ -110,6 +116,7 @@ class Engine:
         tools: ToolLoop | None = None,
         speech: VoiceAnswers | None = None,
         pictures: Pictures | None = None,
+        stars: Stars | None = None,
     ) -> None:
         self.store = store
         self.model = model
@@ -134,8 +141,14 @@ class Engine:
         self.parts = Parts(states.redis, store, states, durably=self._durably, outage=redis_outage)
         #: What a turn and a user may cost, checked before each model call.
         self.limits = Limits(
-            rules, store=store, accounting=accounting, tool_rounds=tools.max_rounds if tools else 0
-        )
+            rules, store=store, accounting=accounting, tool_rounds=tools.max_rounds if tools else 0,
+            stars=stars,
+        )  # fmt: skip
+        #: A payment's turn: credited once, confirmed once (STARS_USD).
+        self.paying = Paying(
+            states.redis, states, spending=stars.spending if stars else None,
+            durably=self._durably,
+        )  # fmt: skip
         #: The model step: the window, the call and its tool rounds, the answer stored.
         self.asking = Asking(
             store=store, states=states, accounting=accounting, context=context,
@@ -171,7 +184,7 @@ class Engine:
     async def _run(self, inbound: Inbound, ack: Ack) -> bool:
         started = time.monotonic()
         follows = await self.attach.follows(inbound)
-        state, prefs, mine = await self._claim_reading(inbound, follows)
+        state, prefs, mine, spend = await self._claim_reading(inbound, follows)
         if state is None:
             raise TurnBusy
         if state.done:
@@ -189,6 +202,7 @@ class Engine:
         turn = Turn(
             inbound, state, writer, journal, ack, lost=lost_part(state), album=tuple(album),
             prefs=prefs, mine=mine, follows=follows,
+            allowance=spend.allowance if spend else None,
         )  # fmt: skip
         try:
             try:
@@ -248,6 +262,8 @@ class Engine:
         )
 
     async def _steps(self, turn: Turn) -> Reply:
+        if turn.inbound.kind == PAYMENT:  # no model, no conversation: credited, confirmed
+            return await self.paying.confirmation(turn)
         user = await self.attach.user_node(turn)
         turn.depth = user.depth + 1
         notes = "".join(f"{note}\n" for note in turn.notes)
@@ -265,6 +281,7 @@ class Engine:
             )
         if self.pictures is not None and asks_for_picture(turn.inbound, user):
             await self.limits.guard(turn, user)
+            await self.limits.spend(turn, user)  # payments: the allowance or the credit left
             inbound = turn.inbound  # a picture takes a while: "typing…" meanwhile
             async with self.out.typing(inbound.chat_id, inbound.thread_id, TYPING_EVERY):
                 return await self.pictures.answer(turn, user, self.states)
@@ -324,8 +341,11 @@ class Engine:
         """
         inbound, node = turn.inbound, reply.node
         if reply.notice:
-            personal = await self._personal(turn, reply.text) if reply.personal else None
-            ids = await turn.writer.fail(reply.text) if personal is None else personal
+            personal = await self._personal(turn, reply) if reply.personal else None
+            if personal is None:
+                ids = await turn.writer.fail(reply.text, markup=reply.markup)
+            else:
+                ids = personal
         else:
             text = reply.text if reply.text.strip() else _(notices.EMPTY_ANSWER)
             if not reply.captioned:
@@ -378,7 +398,7 @@ class Engine:
         """The ids of every part of the answer on screen (its attachments too)."""
         return writer.every_id if isinstance(writer, AnswerWriter) else writer.message_ids
 
-    async def _personal(self, turn: Turn, text: str) -> list[int] | None:
+    async def _personal(self, turn: Turn, reply: Reply) -> list[int] | None:
         """A notice for the asker alone, as an ephemeral message of a group where the
         server has them (nothing to alias: it has no message id); ``None``: not here (a
         private or guest chat, an answer on screen, a server without them)."""
@@ -390,8 +410,8 @@ class Engine:
         ):
             return None
         sent = await self.out.send_personal(
-            inbound.chat_id, text, receiver=inbound.user_id, reply_to=inbound.message_id,
-            thread_id=inbound.thread_id,
+            inbound.chat_id, reply.text, receiver=inbound.user_id, reply_to=inbound.message_id,
+            thread_id=inbound.thread_id, markup=reply.markup,
         )  # fmt: skip
         return [sent] if sent else []
 
@@ -403,15 +423,19 @@ class Engine:
 
     async def _claim_reading(
         self, inbound: Inbound, follows: NodeId | None = None
-    ) -> tuple[TurnState | None, Prefs, UserPrefs]:
+    ) -> tuple[TurnState | None, Prefs, UserPrefs, SpendReads | None]:
         """Claim the turn and read its state (``None``: another worker has it); the
         user's node goes along when it can (:meth:`_early_user_node`), and so do the
         reads that resolve the branch's model (:class:`~bot.turn.branch.BranchReads`):
-        the tree's choices, fresh on every turn, and the user's defaults; and the
-        asker's own settings (:class:`~bot.data.userprefs.UserReads`)."""
+        the tree's choices, fresh on every turn, and the user's defaults; the asker's
+        own settings (:class:`~bot.data.userprefs.UserReads`); and with payments, the
+        asker's spend settled (:class:`~bot.payments.SpendReads`)."""
         early = await self.attach.early(inbound, follows)
         mine = UserReads(inbound.user_id)
         reads: list[ClaimReads] = [mine]
+        spend = self.limits.reads(inbound.user_id) if inbound.kind != PAYMENT else None
+        if spend is not None:
+            reads.append(spend)
         branch = None
         if self.branches is not None:
             node = early.parent if early is not None else None
@@ -422,7 +446,7 @@ class Engine:
             state = await self.states.begin(inbound, reads)
         else:
             state = await self.states.begin_with_user(inbound, early.placement, reads)
-        return state, branch.prefs if branch is not None else Prefs(), mine.prefs
+        return state, branch.prefs if branch is not None else Prefs(), mine.prefs, spend
 
     async def _branch(self, turn: Turn, user: Node) -> Branch:
         """The model and personas of this turn's branch (/retry <model>: that model)."""

@@ -67,15 +67,22 @@ return fields(KEYS[1], KEYS[2], ARGV[1])
 )
 
 # Heartbeat of one running turn: extends the claim of ARGV[1]; 0 when another
-# worker holds it (this one lost it: it was away longer than the lease).
-#   KEYS: lease.  ARGV: owner, lease ms.
-RENEW_LUA = """
+# worker holds it, or finished the turn (this one lost it: it was away longer than
+# the lease). A claim that lapsed with nobody taking it is still this worker's.
+#   KEYS: lease, done sets.  ARGV: owner, lease ms, turn id.
+RENEW_LUA = (
+    COMMON_LUA
+    + """
 local holder = redis.call('GET', KEYS[1])
-if not holder then return 1 end
+if not holder then
+  if done(2, ARGV[3]) then return 0 end
+  return 1
+end
 if holder ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 """
+)
 
 # Marks the turn done in the day's set, drops its state and its claim, and takes
 # its parts and its announcement out of the chat's part ledger, and the turn out of
@@ -164,6 +171,9 @@ class TurnState:
     #: The topic this new conversation opened (0: none could be, answered in place);
     #: ``None``: none was asked for.
     topic: int | None = None
+    #: A payment's turn: the credit its confirmation shows (nano-dollars), noted before
+    #: it is sent; ``None``: not yet.
+    paid_balance: int | None = None
 
     @classmethod
     def parse(cls, key: str, scope: str, flat: list[Any]) -> TurnState:
@@ -189,6 +199,7 @@ class TurnState:
             failures=int(raw.get("x") or 0),
             lost_track=raw.get("l") == b"1",
             topic=int(raw["o"]) if "o" in raw else None,
+            paid_balance=int(raw["b"]) if "b" in raw else None,
             done=raw.get("d") == b"1",
         )
         k = 1

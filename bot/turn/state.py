@@ -25,6 +25,9 @@ shapes in :mod:`bot.data.keys`):
       o         the topic this new conversation opened in a private chat (0: none
                 could be; it is answered in place), noted right after Telegram
                 created it, so a run again answers in it and creates no other
+      b         a payment's turn: the credit its confirmation shows, noted after the
+                payment was credited and before the confirmation is sent, so a run
+                again confirms with the same numbers (bot/turn/paying.py)
 
 * **the claim** ``rc:{S}:lease:<turn>``: the worker running the turn (renewed by its
   heartbeat; another worker may take the turn once it lapses);
@@ -188,26 +191,32 @@ class TurnStates:
     async def renew(self, running: Sequence[Inbound]) -> list[bool]:
         """Heartbeat: extend this worker's claims on the running turns.
 
-        ``False`` for a turn whose claim another worker holds now (this process
-        was away longer than the lease, and the turn was taken over); a turn not
-        claimed yet, or finished, counts as kept. On a Redis Cluster each renewal
-        returns once a replica holds it (a failover that loses it is a renewal that
-        never returned); a renewal that returned confirms the claim (:meth:`holds`).
+        ``False`` for a turn whose claim another worker holds now, or that another
+        worker finished (this process was away longer than the lease, and the turn was
+        taken over); a turn this process has not claimed yet or has finished, or whose
+        claim lapsed with nobody taking it, counts as kept. On a Redis Cluster each
+        renewal returns once a replica holds it (a failover that loses it is a renewal
+        that never returned); a renewal that returned confirms the claim (:meth:`holds`).
         """
 
         async def one(inbound: Inbound) -> bool:
             key = keys.lease_key(inbound.scope, inbound.turn)
-            args: list[str | int] = [self.owner, self.lease_ms]
+            found = [key, *self._done_keys(inbound)]
+            args: list[str | int] = [self.owner, self.lease_ms, inbound.turn]
             if self.replicas is None:
-                return bool(await self._renew(keys=[key], args=args))
+                return bool(await self._renew(keys=found, args=args))
             [reply] = await self.replicas.write(
-                key, lambda pipe: pipe.eval(lua.RENEW_LUA, 1, key, *args)
+                key, lambda pipe: pipe.eval(lua.RENEW_LUA, len(found), *found, *args)
             )
             return bool(reply)
 
-        kept = await guarded(asyncio.gather(*(one(inbound) for inbound in running)))
-        for inbound, ok in zip(running, kept, strict=True):
-            if ok:
+        # only the claims this process holds (a turn it finished is done, not taken)
+        mine = [(inbound.scope, inbound.turn) in self._confirmed for inbound in running]
+        claimed = [inbound for inbound, held in zip(running, mine, strict=True) if held]
+        renewed = iter(await guarded(asyncio.gather(*(one(inbound) for inbound in claimed))))
+        kept = [next(renewed) if held else True for held in mine]
+        for inbound, held, ok in zip(running, mine, kept, strict=True):
+            if held and ok:
                 self._confirm((inbound.scope, inbound.turn))
         return kept
 
@@ -344,6 +353,12 @@ class TurnStates:
                 with_writes(pipe)
             await guarded(pipe.execute())
         state.topic = topic
+
+    async def paid(self, state: TurnState, balance: int) -> None:
+        """A payment's turn credited it: the credit its confirmation shows, noted before
+        the confirmation is sent (a run again shows the same numbers)."""
+        await guarded(self._redis.hset(state.key, "b", balance))
+        state.paid_balance = balance
 
     async def lost_track(self, state: TurnState) -> None:
         """The message replied to a bot message no conversation knows (before its node

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from aiogram.types import InlineKeyboardMarkup
+
 from transcript import Image, NodeId
 
 from ..bus.inbound import Inbound
 from ..bus.runner import Ack
 from ..data.userprefs import UserPrefs
 from ..model import Model
+from ..payments import Allowance
 from ..telegram.guest import GuestWriter
 from ..telegram.writer import AnswerWriter
 from .branch import Branch, Prefs
@@ -63,6 +66,8 @@ class Reply:
     pictures: tuple[Drawn, ...] = ()
     #: The text is the pictures' caption, not a message of its own (``/image``).
     captioned: bool = False
+    #: Buttons under a notice sent as a new message (the /buy button).
+    markup: InlineKeyboardMarkup | None = None
 
 
 class TurnEnded(Exception):
@@ -104,6 +109,9 @@ class Turn:
     #: Lines for the user above the answer from reading the message ("read pages 1–42
     #: of 130"; only on the run that read it).
     notes: tuple[str, ...] = ()
+    #: With payments: what the asker may still spend, read with the claim (for the
+    #: first model call's check; ``None`` once used).
+    allowance: Allowance | None = None
 
     @property
     def model(self) -> Model:
