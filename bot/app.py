@@ -41,7 +41,6 @@ from transcript import StoreUnavailableError, TranscriptStore
 from . import i18n
 from .bus.albums import Albums
 from .bus.intake import Intake
-from .bus.leader import Lease
 from .bus.relay import Relay
 from .bus.runner import LEASE_SHARE, InFlight, TurnRunner
 from .capabilities import capabilities
@@ -54,6 +53,7 @@ from .chat.viewer import continue_router
 from .data import keys
 from .data.connection import connect
 from .data.layout import UnknownLayoutError, check_layout
+from .data.lease import Lease
 from .data.sweep import ColdSweep
 from .metrics import Metrics
 from .model import ModelClient, estimate_text

@@ -1,7 +1,7 @@
 """Long polling by one process among several: the holder of the poller lease.
 
 Every process runs a :class:`Poller`. The one that holds the lease
-(``rc:poller``, :class:`bot.bus.leader.Lease`) polls Telegram; the others only
+(``rc:poller``, :class:`bot.data.lease.Lease`) polls Telegram; the others only
 run turns (they read the shared intake) and try the lease every fifth of its
 length, so one of them polls within seconds after the poller died, and at once
 after it stopped (a stopping poller lets the lease go). A poller that cannot
@@ -23,7 +23,7 @@ from aiogram import Dispatcher
 
 from transcript import StoreUnavailableError
 
-from ..bus.leader import Lease
+from ..data.lease import Lease
 from ..retry import cancel_until_done
 
 log = logging.getLogger("replychain.polling")

@@ -25,7 +25,7 @@ The message bus:
                          Telegram flood windows (chat, seconds; a starting process
                          reads back those still open)
     rc:poller          the BOT_INSTANCE that polls Telegram (a lease, SET PX,
-                         renewed while it polls; bot/bus/leader.py)
+                         renewed while it polls; bot/data/lease.py)
     rc:cold-sweep      the BOT_INSTANCE that compacts trees at rest (a lease like the
                          poller's; bot/data/sweep.py). The store's cold keys, the index of
                          hot trees it reads, are in transcript/keys.py

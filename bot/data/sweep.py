@@ -2,7 +2,7 @@
 in place (transcript/compact.py), so that Redis holds what nobody reads in a few bytes.
 
 One process sweeps at a time: the holder of the sweep lease (``rc:cold-sweep``, a
-:class:`~bot.bus.leader.Lease` like the poller's), taken or renewed before each tick.
+:class:`~bot.data.lease.Lease` like the poller's), taken or renewed before each tick.
 Every COLD_SWEEP_SECONDS it reads the index of hot trees by last append
 (``rc:{trees:<k>}``, 16 sorted sets: a few keys on any Redis Cluster, the oldest trees
 first) and compacts the trees older than COLD_AFTER_DAYS, at most :data:`TICK_TREES` a
@@ -35,9 +35,9 @@ from transcript import StoreUnavailableError, TranscriptStore
 from transcript import keys as store_keys
 from transcript.outage import guarded
 
-from ..bus.leader import Lease
 from ..metrics import Metrics
 from . import keys
+from .lease import Lease
 
 log = logging.getLogger("replychain.sweep")
 
