@@ -6,29 +6,19 @@ the Watch) show them as "message not supported". ``/format`` answers with two bu
 user's own (:mod:`bot.data.userprefs`): it applies in every chat, through every process,
 from their next answer on, and overrides RICH_MESSAGES=auto (and always); with
 RICH_MESSAGES=off every answer is plain whatever is chosen. Answered locally, never sent
-to the model; a reply to the answer starts a new conversation.
+to the model; a reply to the answer starts a new conversation (bot/chat/preference.py,
+as /voice).
 """
 
 from __future__ import annotations
 
-import logging
-
-from aiogram import F, Router
-from aiogram.filters import Command, CommandObject
-from aiogram.types import CallbackQuery, InlineKeyboardButton, InlineKeyboardMarkup, Message
+from aiogram import Router
 from redis.asyncio import Redis
 
-from transcript import StoreUnavailableError
-
-from .. import choice_texts as texts
-from ..data.userprefs import FORMATS, Format, set_format, user_prefs
-from ..i18n import N_, _
+from ..data.userprefs import FORMATS, UserPrefs, set_format
+from ..i18n import N_
 from ..settings import Settings
-from ..telegram.format import Chunk, escape_html
-from ..telegram.out import Notifier
-from .messages import Checked, notice, thread_of
-
-log = logging.getLogger("replychain.handlers")
+from .preference import Preference
 
 #: The menu's entry for the command (a message id).
 COMMANDS = (("format", N_("How answers look: rich (tables, math) or plain")),)
@@ -54,86 +44,25 @@ CHOSEN = {
 }
 USAGE = N_("Send /format rich or /format plain, or /format alone to choose with buttons.")
 ALL_PLAIN = N_("This bot sends plain messages only: every Telegram app shows them.")
-#: Callback data of the buttons: "fmt:<asker>:<choice>".
-_PREFIX = "fmt:"
+
+
+async def _save(redis: Redis, user: int, choice: str) -> None:
+    await set_format(redis, user, next(f for f in FORMATS if f == choice))
+
+
+def _off(settings: Settings) -> str | None:
+    return ALL_PLAIN if settings.rich_messages == "off" else None
+
+
+def _read(prefs: UserPrefs) -> str | None:
+    return prefs.format
+
+
+FORMAT = Preference(
+    "format", "fmt:", {"rich": RICH_BUTTON, "plain": PLAIN_BUTTON}, MENU, CURRENT, CHOSEN,
+    USAGE, read=_read, save=_save, off=_off,
+)  # fmt: skip
 
 
 def style_router() -> Router:
-    router = Router(name="style")
-    router.message.register(on_format, Command("format"))
-    router.callback_query.register(on_pick, Checked(F.data.startswith(_PREFIX)))
-    return router
-
-
-async def on_format(
-    message: Message,
-    command: CommandObject,
-    *,
-    notifier: Notifier,
-    redis: Redis,
-    settings: Settings,
-) -> None:
-    if settings.rich_messages == "off":
-        notice(notifier, message, _(ALL_PLAIN))
-        return
-    user = message.from_user.id if message.from_user else 0
-    wanted = (command.args or "").strip().lower()
-    if wanted:
-        chosen = next((f for f in FORMATS if f == wanted), None)
-        if chosen is None:
-            notice(notifier, message, _(USAGE))
-            return
-        try:
-            await set_format(redis, user, chosen)
-        except StoreUnavailableError:
-            notice(notifier, message, _(texts.CHOICE_FAILED))
-            return
-        log.info("user %s chose %s answers", user, chosen)
-        notice(notifier, message, _(CHOSEN[chosen]))
-        return
-    chat = message.chat.id
-
-    async def menu() -> int:
-        try:
-            current = (await user_prefs(redis, user)).format
-        except StoreUnavailableError:
-            current = None
-        buttons = [
-            InlineKeyboardButton(
-                text=("✓ " if current == choice else "") + _(label),
-                callback_data=f"{_PREFIX}{user}:{choice}",
-            )
-            for choice, label in (("rich", RICH_BUTTON), ("plain", PLAIN_BUTTON))
-        ]
-        return await notifier.out.send_buttons(
-            chat,
-            _(MENU).format(current=_(CURRENT[current])),
-            InlineKeyboardMarkup(inline_keyboard=[[button] for button in buttons]),
-            reply_to=message.message_id,
-            thread_id=thread_of(message),
-        )
-
-    notifier.run(menu, name=f"format-menu-{chat}", chat_id=chat)
-
-
-async def on_pick(query: CallbackQuery, *, notifier: Notifier, redis: Redis) -> None:
-    """A button pressed: the presser's choice, once the presser is the asker."""
-    asker, _sep, choice = (query.data or "").removeprefix(_PREFIX).partition(":")
-    chosen: Format | None = next((f for f in FORMATS if f == choice), None)
-    if chosen is None or not asker.isdigit():
-        await query.answer(_(texts.MENU_EXPIRED))
-        return
-    if query.from_user.id != int(asker):
-        await query.answer(_(texts.NOT_YOURS), show_alert=True)
-        return
-    try:
-        await set_format(redis, query.from_user.id, chosen)
-    except StoreUnavailableError:
-        await query.answer(_(texts.CHOICE_FAILED), show_alert=True)
-        return
-    log.info("user %s chose %s answers", query.from_user.id, chosen)
-    text = _(CHOSEN[chosen])
-    await query.answer(text)
-    message = query.message
-    if isinstance(message, Message):
-        await notifier.out.edit(message.chat.id, message.message_id, Chunk(escape_html(text), text))
+    return FORMAT.router()
