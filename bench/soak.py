@@ -10,6 +10,7 @@ runs one soak per seed with those options)::
     .venv/bin/python -m bench.soak --seed 1 --cluster                # on a failing cluster
     .venv/bin/python -m bench.soak --seed 1 --cluster --lossy        # failovers lose writes
     .venv/bin/python -m bench.soak --seed 2 --minutes 1 --chats 8    # a smoke run
+    .venv/bin/python -m bench.soak --seed 1 --no-payments            # no Stars payments
 
 Everything runs on loopback: the Bot API test server (``tests.fake_telegram``) and the
 OpenAI test server (``tests.fake_openai``) in this process, real redis-servers
@@ -67,9 +68,16 @@ progress, such as which visible answer is replied to, follow the run)
   with several processes, every other kill (at random) leaves the process down for
   ``--takeover`` + 3-12 s, so the others take its turns over. Redis is restarted twice
   (once gracefully, once SIGKILLed), down 1-5 s each time, or (``--cluster``) fails over.
+* Payments (bench/soak_pay.py; ``--no-payments`` leaves them out): the bots run with
+  Telegram Stars on (``STARS_USD``, a small ``FREE_DAILY_USD``, token prices), every user
+  has a private chat with the bot and pays at once, then at random; an accepted
+  payment's ``successful_payment`` update is sometimes delivered again, a payment with
+  another user's invoice must be refused, and the owner refunds a few payments with
+  ``python -m bot refund`` (some twice).
 * Then a quiet drain: no new messages, queued faults dropped, fast model; it ends when
-  every message has a finished answer, no update is pending and Telegram has been quiet for
-  3 s (checked again 5 s later), or after ``--drain`` seconds. The bots then get SIGTERM.
+  every message has a finished answer and every payment its confirmation, no update is
+  pending and Telegram has been quiet for 3 s (checked again 5 s later), or after
+  ``--drain`` seconds. The bots then get SIGTERM.
 
 What is checked (bench/soak_check.py)
 -------------------------------------
@@ -107,8 +115,13 @@ What is checked (bench/soak_check.py)
   the kill, takes to show its finished answer: by another process when the killed one
   stays down past ``TAKEOVER_SECONDS``, else by the restarted process. A turn taken over
   later than ``TAKEOVER_SECONDS`` + 20 s fails the run.
+* *Payments*: every payment Telegram charged is credited once, to its payer (credited
+  twice: must be 0) and confirmed once; every refund called refundStarPayment once and
+  took back what the payment added; and per user, to the nano-dollar, credit = payments
+  - refunds - spend (the ledger's readers, each user's spend settled first), the spend
+  drawn being the day's spend over the free allowance as the usage totals hold it.
 * Exit status 1 when any message was lost, duplicated or mixed (any wrong-* count), a
-  reply lost track outside a failover, or a takeover was late.
+  reply lost track outside a failover, a takeover was late, or a payment check failed.
 """
 
 from __future__ import annotations
@@ -147,6 +160,8 @@ from .soak_check import (
     reply_text,
 )
 from .soak_deploy import ClusterRedis, Fleet, SingleRedis, Worker, pending_turns
+from .soak_pay import SETTINGS as PAYMENT_SETTINGS
+from .soak_pay import Payments, PayResult
 
 EXCEPTION_RE = re.compile(r"^\s*[\d.]+ p\d+g\d+ \w+(Error|Exception): ")
 BOT_NAME = "replychain_bot"  # FakeTelegram's default username
@@ -290,6 +305,17 @@ class Soak:
         self.sigterm_notes: list[str] = []
         self.tasks: set[asyncio.Task[Any]] = set()
         self.chaos_over = False
+        #: Every user of every chat (each has a private chat with the bot: payments).
+        self.users = sorted({user for spec in self.specs for user in spec.users})
+        self.payments = (
+            Payments(
+                self.tg, self.users, seed=args.seed, note=self.note, spawn=self.spawn,
+                chaos_over=lambda: self.chaos_over, env=self.bot_env, cwd=run_dir,
+                redis=lambda: self.client,
+            )
+            if args.payments
+            else None
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ plumbing
 
@@ -311,6 +337,8 @@ class Soak:
 
     def bot_env(self) -> dict[str, str]:
         extra = {"REDIS_CLUSTER": "true"} if self.store.cluster else {}
+        if self.payments is not None:
+            extra |= PAYMENT_SETTINGS
         return env_for(
             self.tg,
             self.llm,
@@ -435,6 +463,8 @@ class Soak:
                 self.polled_through = max([self.polled_through, *ids])
             elif call.method == "sendMessage" and isinstance(call.result, dict):
                 await self.new_part(call.result, call.at - self.t0)
+            elif call.method == "refundStarPayment" and self.payments is not None:
+                self.payments.on_refund_call(call.params, call.status == 200)
         except Exception as exc:  # a bug of the soak: noted, never a 500 to the bot
             self.note(f"SOAK after_call failed: {exc!r}")
 
@@ -682,7 +712,8 @@ class Soak:
             f"[{self.now():6.0f}s] sent {len(self.sent)}, answered {answered}, "
             f"pending {len(self.sent) - answered}, model calls {self.model_calls}, "
             f"kills {self.kills}, redis {'failovers' if self.store.cluster else 'restarts'} "
-            f"{self.store.restarts}",
+            f"{self.store.restarts}"
+            + (f", payments {len(self.tg.stars.charges)}" if self.payments else ""),
             flush=True,
         )
 
@@ -719,6 +750,8 @@ class Soak:
             found = copies(replies.get((s.chat_id, s.message_id), []))[0]
             if not found or not found[-1].complete(reply_text(s.key, self.seed)):
                 return False
+        if self.payments is not None and not self.payments.settled():
+            return False
         outs = [c.at for c in self.tg.calls[-200:] if c.method in OUT_METHODS]
         return not outs or time.monotonic() - outs[-1] >= 3
 
@@ -770,6 +803,9 @@ class Soak:
                 self.tg.add_private_chat(spec.chat_id, f"User{spec.chat_id}")
             else:
                 self.tg.add_group(spec.chat_id, f"Group{spec.idx}", forum=spec.kind == "forum")
+        for user in self.users:  # a group's users have started the bot too (payments)
+            if user not in self.by_chat:
+                self.tg.add_private_chat(user, f"User{user}")
         forum = next((s for s in self.specs if s.kind == "forum"), None)
         if forum is not None:
             topics = tuple(self.tg.add_topic(forum.chat_id, name) for name in ("Ideas", "Bugs"))
@@ -784,7 +820,8 @@ class Soak:
             f"soak seed {self.seed} ({self.mode}): {len(self.specs)} chats, "
             f"{self.chaos / 60:g} min of chaos, "
             f"{sum(e.kind == 'msg' for e in self.events)} planned sends, "
-            f"{len(self.kill_times)} kills, {redis_chaos}; log {self.log_path}",
+            f"{len(self.kill_times)} kills, {redis_chaos}"
+            f"{', payments on' if self.payments else ''}; log {self.log_path}",
             flush=True,
         )
         self.client = self.store.client()
@@ -795,9 +832,10 @@ class Soak:
                 await self.fleet.start(worker)
             self.spawn(self.watchdog())
             self.spawn(self.takeovers())
-            loops = [
-                asyncio.create_task(c) for c in (self.timeline(), self.killer(), self.redis_chaos())
-            ]
+            runs = [self.timeline(), self.killer(), self.redis_chaos()]
+            if self.payments is not None:
+                runs.append(self.payments.run(self.chaos))
+            loops = [asyncio.create_task(c) for c in runs]
             await asyncio.gather(*loops)
             drained = await self.drain()
             async with self.fleet.lock:
@@ -805,6 +843,18 @@ class Soak:
         self.absorb()
         bot_messages = {s.chat_id: self.tg.bot_messages(s.chat_id) for s in self.specs}
         self.dump(bot_messages)
+        paid: PayResult | None = None
+        if self.payments is not None:
+            assert self.client is not None
+            paid = await self.payments.check(
+                self.client, accepted_at=self.accepted_at, requested_at=self.requested_at,
+                kill_times=self.killed_at,
+            )  # fmt: skip
+            # a payment's confirmation answers no soak message: not for the message checks
+            bot_messages = {
+                chat: [m for m in messages if not self.payments.is_confirmation(m)]
+                for chat, messages in bot_messages.items()
+            }
         result = Checker(
             self.sent, bot_messages, self.observed, self.seed,
             sent_at=self.accepted_at, requested_at=self.requested_at,
@@ -812,8 +862,8 @@ class Soak:
             failovers=self.store.failovers,
             store_outages=getattr(self.store, "outages", ()),
         ).run()  # fmt: skip
-        late = self.report(result, drained)
-        return 1 if result.failed or late else 0
+        late = self.report(result, drained, paid)
+        return 1 if result.failed or late or (paid is not None and paid.failed) else 0
 
     def dump(self, bot_messages: dict[int, list[StoredMessage]]) -> None:
         """Every bot message as the run left it (``<run dir>/messages.jsonl``), for the
@@ -838,7 +888,7 @@ class Soak:
 
     # ------------------------------------------------------------------ report
 
-    def report(self, result: Result, drained: float) -> int:
+    def report(self, result: Result, drained: float, paid: PayResult | None = None) -> int:
         """Print the table; returns how many takeovers were late."""
         bound = self.args.takeover + TAKEOVER_MARGIN
         taken = [t for o in self.orphans if o.taken_over for t in o.finished.values()]
@@ -885,7 +935,7 @@ class Soak:
                 "model faults / Telegram faults / gate closures",
                 f"{self.faults['model']} / {self.faults['telegram']} / {self.faults['gate']}",
             ),
-            ("Telegram calls inside a retry_after window", len(self.tg.violations)),
+            ("Telegram calls inside a retry_after window", len(self.retry_violations())),
             ("bot SIGKILLs / exits by itself", f"{self.kills} / {self.self_exits}"),
             (
                 f"turns taken over (process down > {self.args.takeover:g} s): n, p50, max",
@@ -895,6 +945,7 @@ class Soak:
             (f"takeovers later than {bound:g} s, or never", late),
             ("poller replaced after a poller kill: n, p50, max", spread(self.poller_gaps())),
             *self.redis_rows(result),
+            *(Payments.rows(paid) if paid is not None else ()),
             ("drain (s)", f"{drained:.0f}"),
             ("wall time (s)", f"{self.now():.0f}"),
         ]
@@ -907,11 +958,11 @@ class Soak:
         print(f"{'-' * width}  -----")
         for name, value in rows:
             print(f"{name:<{width}}  {value}")
-        for violation in self.tg.violations[:3]:
+        for violation in self.retry_violations()[:3]:
             print(f"Telegram violation (e.g.): {violation}")
         for line in self.sigterm_notes:
             print(f"shutdown: {line}")
-        failed = result.failed or late
+        failed = result.failed or late or (paid is not None and paid.failed)
         print(f"verdict: {'FAIL' if failed else 'ok'}; bot log {self.log_path}")
         for orphans in self.orphans:
             slow = {k: t for k, t in orphans.finished.items() if t > bound and orphans.taken_over}
@@ -921,7 +972,16 @@ class Soak:
                     f"finished late {slow}, never {sorted(orphans.waiting)}"
                 )
         self.print_problems(result.problems)
+        if paid is not None and paid.problems:
+            print(f"\npayment problems ({len(paid.problems)}):")
+            for line in paid.problems[:40]:
+                print(f"- {line}")
         return late
+
+    def retry_violations(self) -> list[str]:
+        """The test server's violations but late pre-checkout answers (counted with the
+        payments: the bot was down when the query came)."""
+        return [v for v in self.tg.violations if not v.startswith("answerPreCheckoutQuery")]
 
     @staticmethod
     def notice_kinds(result: Result) -> str:
@@ -1029,6 +1089,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--takeover", type=float, default=8.0, help="TAKEOVER_SECONDS of the bots (8)"
+    )
+    parser.add_argument(
+        "--no-payments",
+        dest="payments",
+        action="store_false",
+        help="no Telegram Stars payments (on by default: bench/soak_pay.py)",
     )
     parser.add_argument("--drain", type=float, default=180.0, help="longest quiet drain, s")
     parser.add_argument("--details", type=int, default=12, help="problems shown with log lines")
