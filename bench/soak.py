@@ -964,6 +964,8 @@ class Soak:
             print(f"shutdown: {line}")
         failed = result.failed or late or (paid is not None and paid.failed)
         print(f"verdict: {'FAIL' if failed else 'ok'}; bot log {self.log_path}")
+        if paid is not None:
+            print(Payments.verdict(paid))
         for orphans in self.orphans:
             slow = {k: t for k, t in orphans.finished.items() if t > bound and orphans.taken_over}
             if slow or orphans.waiting:

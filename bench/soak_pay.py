@@ -558,6 +558,18 @@ class Payments:
                     )
 
     @staticmethod
+    def verdict(result: PayResult) -> str:
+        """The payments' verdict in one line."""
+        off = result.credit_mismatches
+        return (
+            f"payments: {result.made} paid, {result.credited} credited, "
+            f"{result.credited_twice} credited twice, {result.not_credited} never; "
+            f"credit = payments - refunds - spend for every payer: "
+            f"{'ok' if not off else f'{off} users off by a nano-dollar or more'}; "
+            f"{'ok' if not result.failed else 'FAIL'}"
+        )
+
+    @staticmethod
     def rows(result: PayResult) -> list[tuple[str, object]]:
         """The verdict's payment rows."""
         return [
