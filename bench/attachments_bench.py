@@ -29,7 +29,7 @@ from bot.data.userprefs import set_voice
 from bot.model.images import ImageMaker
 from bot.model.speech import Speaker
 from bot.telegram.format import Chunk
-from bot.telegram.out import Attachment
+from bot.telegram.uploads import Attachment
 from bot.turn.engine import Engine
 from bot.turn.limits import Spending
 from bot.turn.pictures import Pictures

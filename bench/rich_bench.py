@@ -32,11 +32,12 @@ from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.enums import ParseMode
 
+from bot.telegram.budget import ChatBudget
 from bot.telegram.format import Chunk, render_chunks
 from bot.telegram.out import TelegramOut
 from bot.telegram.rich import render_rich
 from bot.telegram.session import BotApiSession, FloodControl
-from bot.telegram.writer import AnswerWriter, ChatBudget
+from bot.telegram.writer import AnswerWriter
 from bot.turn.engine import GROUP_EDIT_INTERVAL, PRIVATE_EDIT_INTERVAL
 from tests.fake_telegram import FakeTelegram
 

@@ -65,7 +65,9 @@ from .retry import Outage, cancel_until_done, retrying
 from .settings import Settings, webhook_rule
 from .telegram.errors import UnknownMethodError
 from .telegram.files import Files
-from .telegram.out import Notifier, TelegramOut, TelegramUnavailableError
+from .telegram.notifier import Notifier
+from .telegram.out import TelegramOut
+from .telegram.outcomes import TelegramUnavailableError
 from .telegram.session import BadResponseError, BotApiSession, FloodControl, UnreadableResultError
 from .tools.box import Toolbox
 from .tools.config import load_config

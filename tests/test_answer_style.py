@@ -15,8 +15,8 @@ import pytest
 
 from bot.chat.style import ALL_PLAIN, CHOSEN, USAGE
 from bot.data.userprefs import user_prefs
+from bot.telegram.rendering import answer_style
 from bot.telegram.rich import needs_rich
-from bot.telegram.writer import answer_style
 from transcript import TranscriptStore
 
 from .fake_openai import FakeOpenAI

@@ -26,7 +26,8 @@ from redis.asyncio import Redis
 from bot.data import keys
 from bot.telegram.drafts import draft_id
 from bot.telegram.format import Chunk
-from bot.telegram.out import AnswerRejectedError, RichUnavailableError, TelegramOut
+from bot.telegram.out import TelegramOut
+from bot.telegram.outcomes import AnswerRejectedError, RichUnavailableError
 from bot.telegram.rich import render_rich
 from bot.telegram.session import BotApiSession
 from bot.telegram.writer import AnswerWriter

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-import bot.telegram.writer
+import bot.telegram.rendering
 from bot.bus.inbound import Inbound
 from bot.bus.intake import Intake
 from bot.data import keys
@@ -178,7 +178,7 @@ async def test_an_unforeseen_failure_ends_in_a_notice_and_a_dead_letter(
             raise RuntimeError("a bug nobody foresaw")
         return render_chunks(text, prefix=prefix, reasoning=reasoning)
 
-    monkeypatch.setattr(bot.telegram.writer, "render_chunks", fragile)
+    monkeypatch.setattr(bot.telegram.rendering, "render_chunks", fragile)
     async with start_bot(turn_max_attempts=2) as app:
         message = tg.send_user_message(USER, USER, "boom")["message_id"]
         await turns_done(tg, app, 1, timeout=30)

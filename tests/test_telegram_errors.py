@@ -22,7 +22,8 @@ from bot.telegram.errors import (
     UnknownMethodError,
 )
 from bot.telegram.format import Chunk
-from bot.telegram.out import DraftsUnavailableError, MessageGoneError, TelegramOut
+from bot.telegram.out import TelegramOut
+from bot.telegram.outcomes import DraftsUnavailableError, MessageGoneError
 from bot.telegram.session import BotApiSession
 
 from .fake_telegram import FakeTelegram

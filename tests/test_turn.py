@@ -24,9 +24,10 @@ from bot.data.connection import connect
 from bot.data.userprefs import UserPrefs
 from bot.model import Answer, Media, ModelError, Usage
 from bot.retry import Outage
+from bot.telegram.budget import ChatBudget
 from bot.telegram.format import Chunk
 from bot.telegram.out import TelegramOut
-from bot.telegram.writer import AnswerWriter, ChatBudget
+from bot.telegram.writer import AnswerWriter
 from bot.turn import notices
 from bot.turn.context import ContextWindow
 from bot.turn.engine import Engine
@@ -552,7 +553,7 @@ def test_a_groups_budget_lets_a_burst_through_then_one_message_per_interval(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     now = [100.0]
-    monkeypatch.setattr("bot.telegram.writer.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("bot.telegram.budget.time.monotonic", lambda: now[0])
     budget = ChatBudget(per_minute=20, burst=3)  # one message per 3 s
     for _ in range(3):
         assert budget.wait(-5) == 0.0

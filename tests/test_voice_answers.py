@@ -22,7 +22,7 @@ from bot.chat.voice import CHOSEN, NO_SPEECH
 from bot.data.userprefs import set_voice
 from bot.media_texts import SPEECH_FAILED, VOICE_BUDGET
 from bot.model.speech import MAX_INPUT_CHARS, Speaker
-from bot.telegram.out import Attachment
+from bot.telegram.uploads import Attachment
 from bot.turn.limits import Spending
 from bot.turn.speaking import VoiceAnswers
 from transcript import TranscriptStore

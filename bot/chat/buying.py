@@ -28,7 +28,7 @@ from ..bus.inbound import PAYMENT, Inbound, Paid
 from ..bus.intake import Intake
 from ..i18n import N_, _
 from ..payments import BUY_DATA, Invoices, NotStarsError, Stars, Terms, texts
-from ..telegram.out import Notifier
+from ..telegram.notifier import Notifier
 from .messages import Checked, is_group, notice, thread_of
 
 log = logging.getLogger("replychain.payments")

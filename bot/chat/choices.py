@@ -31,7 +31,7 @@ from .. import choice_texts as texts
 from ..catalogue import MODEL, PERSONA, Catalogue
 from ..i18n import N_, _
 from ..telegram.format import Chunk, escape_html
-from ..telegram.out import Notifier
+from ..telegram.notifier import Notifier
 from .messages import NOT_A_THREAD, Checked, notice, replied_id, thread_of
 
 if TYPE_CHECKING:  # (the turn's, passed in by the dispatcher: this edge sits below it)

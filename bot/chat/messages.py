@@ -18,7 +18,7 @@ from ..bus.inbound import REPLY_HEAD_CHARS, Inbound, MediaRef
 from ..i18n import N_
 from ..telegram import guest
 from ..telegram.format import Chunk, escape_html
-from ..telegram.out import Notifier
+from ..telegram.notifier import Notifier
 
 #: A command sent as a reply to a message no conversation holds (/tree, /model …).
 NOT_A_THREAD = N_(

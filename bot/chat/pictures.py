@@ -19,7 +19,7 @@ from ..bus.inbound import IMAGE, IMAGE_COMMAND
 from ..bus.intake import Intake
 from ..i18n import N_, _
 from ..settings import Settings
-from ..telegram.out import Notifier
+from ..telegram.notifier import Notifier
 from .messages import inbound_of, notice
 
 #: The menu's entry for the command (a message id).

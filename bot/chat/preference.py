@@ -26,7 +26,7 @@ from ..data.userprefs import UserPrefs, user_prefs
 from ..i18n import _
 from ..settings import Settings
 from ..telegram.format import Chunk, escape_html
-from ..telegram.out import Notifier
+from ..telegram.notifier import Notifier
 from .messages import Checked, notice, thread_of
 
 log = logging.getLogger("replychain.handlers")

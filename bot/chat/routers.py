@@ -38,7 +38,7 @@ from ..i18n import N_, _
 from ..payments import Stars
 from ..settings import Settings
 from ..telegram import guest
-from ..telegram.out import Notifier
+from ..telegram.notifier import Notifier
 from ..usage.accounting import Accounting
 from ..usage.reports import OWNER_ONLY_TEXT, stats_chart, stats_report, usage_report
 from .buying import COMMANDS as BUY_COMMANDS

@@ -37,7 +37,7 @@ from ..ops import conversations
 from ..ops.forget import forget_chat
 from ..settings import Settings
 from ..telegram.format import TELEGRAM_LIMIT, Chunk, escape_html
-from ..telegram.out import Notifier
+from ..telegram.notifier import Notifier
 from .choices import retry_model
 from .messages import NOT_A_THREAD, Checked, inbound_of, notice, replied_id, thread_of
 from .viewer import open_tree_markup

@@ -25,7 +25,7 @@ from transcript import StoreUnavailableError, TranscriptStore
 
 from ..i18n import _, current
 from ..settings import Settings
-from ..telegram.out import Notifier
+from ..telegram.notifier import Notifier
 from ..webapp.texts import CONTINUE_HERE, OPEN_TREE, error_text
 from .messages import Checked
 

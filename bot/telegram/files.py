@@ -50,7 +50,8 @@ from aiogram.exceptions import TelegramBadRequest
 
 from ..settings import OFFICIAL_API_HOST
 from .errors import OversizeFileError
-from .out import TelegramOut, TelegramUnavailableError
+from .out import TelegramOut
+from .outcomes import TelegramUnavailableError
 from .session import UnreadableResultError
 
 log = logging.getLogger("replychain.files")

@@ -40,9 +40,10 @@ from aiogram.types import (
 from ..i18n import N_, _
 from .errors import EntitiesRejectedError, QueryClosedError, UnknownMethodError
 from .format import TELEGRAM_LIMIT, Chunk, escape_html, render_chunks, utf16_len
-from .out import AnswerRejectedError, ChatUnavailableError, TelegramOut
+from .onscreen import NoJournal, PartJournal
+from .out import TelegramOut
+from .outcomes import AnswerRejectedError, ChatUnavailableError
 from .session import UnreadableResultError
-from .writer import PartJournal, _NoJournal
 
 log = logging.getLogger("replychain.guest")
 
@@ -126,7 +127,7 @@ async def post(out: TelegramOut, query_id: str, chunk: Chunk, *, name: int | Non
     ``inline_message_id``. Formatting Telegram rejects is dropped.
 
     Raises :class:`QueryClosedError` when the query was answered already or is too old,
-    and :mod:`bot.telegram.out`'s typed errors otherwise.
+    and :mod:`bot.telegram.outcomes`' typed errors otherwise.
     """
     markup = None
     if name is not None:
@@ -180,7 +181,7 @@ class GuestWriter:
         #: The part an earlier run recorded (posted: never posted again).
         self.existing = tuple(existing)
         self.message_ids: list[int] = list(existing)
-        self.journal: PartJournal = journal or _NoJournal()
+        self.journal: PartJournal = journal or NoJournal()
         self.first_shown_at: float | None = None
         self._latest = ""
 

@@ -12,27 +12,13 @@ messages; the final text is sent as messages (drafts are ephemeral). When the
 chat or the server takes no drafts, the writer goes on by editing, from the
 same text: nothing shown is lost or sent twice.
 
-An answer is HTML chunks (:mod:`bot.telegram.format`), which every Telegram app shows,
-unless it is rendered as rich messages (:mod:`bot.telegram.rich`: tables, formulas, up
-to 32,768 characters in one message; drafts are rich drafts), which some apps (Telegram
-Web, the Watch) show as "not supported". Its style (:func:`answer_style`: RICH_MESSAGES
-and the asker's /format) says when: ``always``; ``never``; or ``auto``, from the moment
-the text holds what HTML cannot show (a table, a formula, more than one HTML message
-holds) to its end. The server decides too: without rich messages, and for the rest of
-an answer Telegram refused a rich message of (or failed it), the answer is HTML.
+The text is rendered as HTML or as rich messages (:mod:`bot.telegram.rendering`).
 Switching, either way, renders the same text again and brings the parts on screen in
 line with it (a part edited from HTML into rich or back, the parts the new rendering
 needs beyond them sent), through the same journal: nothing is lost or sent twice.
-Every new message goes through the :class:`PartJournal`: it is announced before
-it is sent (so nothing is sent while the journal cannot record it, e.g. while
-Redis is away) and recorded once Telegram accepted it, before anything else
-is sent, so a part on screen is never forgotten by a crash. Drafts are not
-journaled: they vanish by themselves.
-
-After its text an answer may have *attachments*, parts that are not text (its voice
-notes, its pictures: :class:`~bot.telegram.out.Attachment`), sent by :meth:`AnswerWriter.attach`
-through the same journal, numbered apart from the text's parts (a run again may need more
-or fewer text parts, never other attachments).
+The parts on screen, the journal that records each before anything else is sent, and
+the answer's attachments are :class:`~bot.telegram.onscreen.OnScreen`'s, which the
+writer extends.
 """
 
 from __future__ import annotations
@@ -43,23 +29,21 @@ import logging
 import time
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, replace
-from typing import Literal, Protocol
 
 from aiogram.types import InlineKeyboardMarkup
 
+from .budget import ChatBudget
 from .drafts import draft_id
-from .format import Chunk, render_chunks
-from .out import (
-    CAPTION_LIMIT,
-    Attachment,
+from .format import Chunk
+from .onscreen import JournalUnavailableError, OnScreen, Part, PartJournal
+from .out import TelegramOut
+from .outcomes import (
     ChatUnavailableError,
     DraftsUnavailableError,
     MessageGoneError,
     RichUnavailableError,
-    TelegramOut,
 )
-from .rich import needs_rich, render_rich
+from .rendering import Rendering, Style
 
 log = logging.getLogger("replychain.answer")
 
@@ -73,101 +57,11 @@ FIRST_SHOW_DELAY = 0.5
 FIRST_TEXT_WAIT = 0.1
 #: A draft shows for about 30 s: one not updated for this long is shown again.
 DRAFT_REFRESH = 20.0
-
-#: When an answer is rich messages: ``auto`` once it holds what HTML cannot show.
-Style = Literal["auto", "always", "never"]
-
-
-def answer_style(setting: str, choice: str | None) -> Style:
-    """The style of an answer: the operator's RICH_MESSAGES (``auto``, ``always``, ``off``)
-    and the asker's /format choice (``rich``, ``plain``, ``None``). ``off`` and ``plain``
-    never send rich; ``rich`` sends it wherever ``auto`` would (``always`` stays so)."""
-    if setting == "off" or choice == "plain":
-        return "never"
-    return "always" if setting == "always" else "auto"
-
-
-@dataclass(slots=True)
-class Part:
-    message_id: int
-    chunk: Chunk | None  # None: sent by an earlier run, content unknown
-
-
 #: No draft shown yet (a draft of None is the "Thinking…" placeholder).
 _NO_DRAFT = object()
 
 
-class JournalUnavailableError(Exception):
-    """The journal cannot record a new part right now: do not send it yet."""
-
-
-class PartJournal(Protocol):
-    """Where an answer's parts are recorded (the turn's state)."""
-
-    async def sending(
-        self, count: int, *, wait: bool, again: bool = False, attached: bool = False
-    ) -> None:
-        """Part number ``count`` is about to be sent (``again``: after a wait, such as
-        flood control's, even if it was noted before; ``attached``: attachment number
-        ``count``).
-
-        Raises :class:`JournalUnavailableError` when that cannot be recorded
-        now, unless ``wait``, which waits until it can.
-        """
-
-    async def sent(self, parts: list[int], *, last: bool = False, attached: bool = False) -> None:
-        """Telegram accepted these parts (the last one is new; ``attached``: these are
-        the answer's attachments); waits until recorded.
-
-        ``last``: nothing more is sent or edited before the answer's final write,
-        which may record it instead.
-        """
-
-
-class _NoJournal:
-    async def sending(
-        self, count: int, *, wait: bool, again: bool = False, attached: bool = False
-    ) -> None:
-        return None
-
-    async def sent(self, parts: list[int], *, last: bool = False, attached: bool = False) -> None:
-        return None
-
-
-#: The least time between two edits of one message (Telegram's per-message pace).
-EDIT_GAP = 1.0
-
-
-class ChatBudget:
-    """What a bot may still send to a chat now: Telegram allows about 20 messages a
-    minute in a group, edits included. A token bucket per chat, refilled one message
-    per ``60 / per_minute`` seconds and holding at most ``burst``: streaming edits
-    take from it at their pace, so the final text, which waits for a token, goes out
-    at once unless the chat is busy (one bucket per process, shared by its answers)."""
-
-    def __init__(self, per_minute: int = 20, burst: int = 3) -> None:
-        self.every = 60.0 / per_minute
-        self.burst = float(burst)
-        self._chats: dict[int, tuple[float, float]] = {}  # chat -> (tokens, when)
-
-    def _tokens(self, chat_id: int, now: float) -> float:
-        tokens, at = self._chats.get(chat_id, (self.burst, now))
-        return min(self.burst, tokens + (now - at) / self.every)
-
-    def wait(self, chat_id: int) -> float:
-        """Seconds until a message may go to the chat (0: now)."""
-        tokens = self._tokens(chat_id, time.monotonic())
-        return 0.0 if tokens >= 1 else (1 - tokens) * self.every
-
-    def take(self, chat_id: int) -> None:
-        """One message went to the chat."""
-        now = time.monotonic()
-        self._chats[chat_id] = (self._tokens(chat_id, now) - 1, now)
-        if len(self._chats) > 10_000:  # chats whose bucket is full again need no entry
-            self._chats = {c: v for c, v in self._chats.items() if self._tokens(c, now) < 1}
-
-
-class AnswerWriter:
+class AnswerWriter(OnScreen):
     """One answer's Telegram messages, from the first token to the final text."""
 
     def __init__(  # noqa: PLR0913 - the answer's place and how it streams, each by name
@@ -189,27 +83,13 @@ class AnswerWriter:
         chats only) instead of editing messages, unless parts are already on screen.
         ``budget``: the group's message budget (groups only), which the final text
         waits for instead of the streaming interval. ``style``: when the answer is
-        rendered as rich messages (:func:`answer_style`). ``journal``: where its new
-        parts are announced and recorded (none by default)."""
-        self._out = out
-        self._budget = budget
-        self._chat_id = chat_id
-        self._reply_to = reply_to
-        self._thread_id = thread_id
-        #: Put before the first part's text (``[depth:N] ``); set once the depth is known.
-        self.prefix = ""
+        rendered as rich messages (:func:`~bot.telegram.rendering.answer_style`).
+        ``journal``: where its new parts are announced and recorded (none by default)."""
+        super().__init__(
+            out, chat_id=chat_id, reply_to=reply_to, thread_id=thread_id, existing=existing,
+            attached=attached, budget=budget, journal=journal,
+        )  # fmt: skip
         self._interval = edit_interval
-        #: Parts an earlier run of this turn already sent are edited, never re-sent.
-        self.existing = tuple(existing)
-        self.parts: list[Part] = [Part(m, None) for m in existing]
-        #: The attachments on screen, in order: those an earlier run sent, then this run's.
-        self.existing_attached = tuple(attached)
-        self.attached: list[int] = list(attached)
-        #: The last part was left for the turn's final write to record: an attachment,
-        #: sent before that write, has it recorded first.
-        self._left_to_the_end = False
-        #: Where new parts are announced and recorded.
-        self.journal: PartJournal = journal or _NoJournal()
         self._draft_of = draft_of if not self.existing else None
         #: The draft on screen: None for "Thinking…"; _NO_DRAFT before the first one.
         self._drafted: Chunk | object | None = _NO_DRAFT
@@ -220,13 +100,9 @@ class AnswerWriter:
         self._latest = ""
         self._shown = ""
         self._dirty = asyncio.Event()
-        self._closing = False
         #: The model's text is complete (:meth:`ended`); the final text follows.
         self._ended = False
         self._last_push = float("-inf")
-        #: When a part was last edited: the final edit keeps the per-message edit rate,
-        #: and nothing else delays it (the first part's send is not an edit).
-        self._last_edit = float("-inf")
         self._pump_task: asyncio.Task[None] | None = None
         #: The chat refused us while streaming: every later step raises this.
         self._fatal: ChatUnavailableError | None = None
@@ -237,22 +113,11 @@ class AnswerWriter:
         self._first_text_at: float | None = None
         #: When the first text of this run went on screen (monotonic; a draft or a part).
         self.first_shown_at: float | None = None
-        #: The last rendering, by its input: the final text often equals the last
-        #: draft's or edit's (a model ending right after its last delta).
-        self._rendered: tuple[tuple[str, str, str, str, bool], list[Chunk]] | None = None
-        #: False once Telegram refused a rich message of this answer: the rest is HTML.
-        self._rich_ok = True
-        self._style = style
-        #: The answer is rich from here on (``auto``: since its text needed it).
-        self._turned_rich = style == "always"
+        self._rendering = Rendering(out, style)
         #: A reasoning model's thoughts so far, before its answer (:meth:`think`), and
         #: those the draft on screen shows.
         self._thoughts = ""
         self._shown_thoughts = ""
-
-    @property
-    def closing(self) -> bool:
-        return self._closing
 
     @property
     def drafting(self) -> bool:
@@ -262,54 +127,7 @@ class AnswerWriter:
     @property
     def rich(self) -> bool:
         """Whether the answer is rendered as rich messages (else as HTML chunks)."""
-        return self._turned_rich and self._rich_ok and self._out.rich
-
-    @property
-    def message_ids(self) -> list[int]:
-        """The ids of the text's parts."""
-        return [p.message_id for p in self.parts]
-
-    @property
-    def every_id(self) -> list[int]:
-        """The ids of every part on screen: the text's, then the attachments'."""
-        return [*self.message_ids, *self.attached]
-
-    async def settle(self) -> None:
-        """Record the final text's last part now if it was left for the turn's final write
-        (which no longer follows it at once: the attachments come first)."""
-        if self._left_to_the_end:
-            await self.journal.sent(self.message_ids)
-            self._left_to_the_end = False
-
-    async def attach(self, number: int, attachment: Attachment) -> int:
-        """Send attachment ``number`` (the next one: those before it are on screen) as a
-        reply, announced to the journal before it is sent and recorded once Telegram names
-        its id (waiting for Redis if need be: the text is on screen). Its id.
-
-        An answer without text (a picture alone) shows the prefix (``[depth:N] ``) at the
-        start of its first attachment's caption; a caption is cut to Telegram's limit.
-
-        Raises :class:`~bot.telegram.out.AnswerRejectedError` when Telegram refuses it.
-        """
-        caption = attachment.caption
-        if number == 1 and not self.parts:
-            caption = self.prefix + caption
-        if len(caption) > CAPTION_LIMIT:
-            caption = caption[: CAPTION_LIMIT - 1] + "…"
-        attachment = replace(attachment, caption=caption)
-        await self.settle()
-
-        async def note(again: bool) -> None:  # again: after a flood wait, which made it stale
-            await self.journal.sending(number, wait=True, again=again, attached=True)
-
-        self._spend()
-        message_id = await self._out.send_attachment(
-            self._chat_id, attachment, reply_to=self._reply_to, thread_id=self._thread_id,
-            ready=note,
-        )  # fmt: skip
-        self.attached.append(message_id)
-        await self.journal.sent(self.attached, attached=True)  # before anything else
-        return message_id
+        return self._rendering.rich
 
     async def start(self) -> None:
         """Show that an answer is coming: "Thinking…" as a draft, else typing."""
@@ -397,49 +215,6 @@ class AnswerWriter:
     async def close(self) -> None:
         """Stop every background activity (after a failure); nothing more is sent."""
         await self._stop()
-
-    async def _push_plain(self, text: str, markup: InlineKeyboardMarkup | None = None) -> None:
-        chunk = Chunk(text, text)
-        if self.parts:
-            try:
-                await self._edit(self.parts[0].message_id, chunk)
-            except MessageGoneError:
-                self.parts[0].message_id = await self._send_new(chunk, 1)
-            self.parts[0].chunk = chunk
-            await self._drop_extra(1)
-            return
-        self.parts.append(Part(await self._send_new(chunk, 1, markup), chunk))
-        await self.journal.sent(self.message_ids)
-
-    async def _pace(self) -> None:
-        """The final text keeps the per-message edit pace and the group's budget, and
-        nothing else holds it (not the streaming interval)."""
-        if not self.parts:
-            return
-        wait = self._last_edit + EDIT_GAP - time.monotonic()
-        if self._budget is not None:
-            wait = max(wait, self._budget.wait(self._chat_id))
-        if wait > 0:
-            await asyncio.sleep(wait)  # a rate, not a retry
-
-    async def _edit(self, message_id: int, chunk: Chunk) -> None:
-        """Edit a part, within the per-message edit pace.
-
-        The pace runs from the end of the call too: Telegram counts an edit when it
-        arrives, which a large one (a rich message of 30,000 characters) or one slowed
-        on its way does late.
-        """
-        self._last_edit = time.monotonic()
-        self._spend()
-        try:
-            await self._out.edit(self._chat_id, message_id, chunk)
-        finally:
-            self._last_edit = time.monotonic()
-
-    def _spend(self) -> None:
-        """A message or an edit goes to the chat (the group's budget)."""
-        if self._budget is not None:
-            self._budget.take(self._chat_id)
 
     async def _stop(self) -> None:
         """Stop streaming; a push in progress is finished, never cut mid-call, except a
@@ -560,7 +335,7 @@ class AnswerWriter:
             # nothing of that call reached the screen; the parts that did are brought in
             # line with the HTML rendering (for this answer; for every answer when the
             # server has no rich messages at all)
-            self._rich_ok = False
+            self._rendering.rich_ok = False
             await self._push_rendered(text, reasoning, final)
 
     async def _push_rendered(self, text: str, reasoning: str, final: bool) -> None:
@@ -614,26 +389,9 @@ class AnswerWriter:
         return len(self.parts) + 1 if len(chunks) > len(self.parts) else 0
 
     def _render(self, text: str, reasoning: str, thinking: str = "") -> list[Chunk]:
-        rich = self.rich
-        source = (text, self.prefix, reasoning, thinking, rich)
-        if self._rendered is None or self._rendered[0] != source:
-            prefix = self.prefix
-            if rich:
-                chunks = render_rich(text, prefix=prefix, reasoning=reasoning, thinking=thinking)
-            else:
-                chunks = render_chunks(text, prefix=prefix, reasoning=reasoning)
-                if self._turns_rich(text, chunks):
-                    return self._render(text, reasoning, thinking)
-            self._rendered = (source, chunks)
-        return self._rendered[1]
-
-    def _turns_rich(self, text: str, html: list[Chunk]) -> bool:
-        """``auto``: the answer turns rich, once and for good, as soon as its text holds
-        what HTML cannot show (a table, a formula, more than one message)."""
-        if self._style != "auto" or self._turned_rich or not (self._rich_ok and self._out.rich):
-            return False
-        self._turned_rich = len(html) > 1 or needs_rich(text)
-        return self._turned_rich
+        return self._rendering.render(
+            text, prefix=self.prefix, reasoning=reasoning, thinking=thinking
+        )
 
     async def _draft(self, number: int, chunk: Chunk | None) -> bool:
         """Show part ``number`` as a draft; False when drafts turned out unavailable."""
@@ -662,32 +420,3 @@ class AnswerWriter:
         if chunk is not None and self.first_shown_at is None:
             self.first_shown_at = self._last_draft  # the first text on screen is a draft
         return True
-
-    async def _send_new(
-        self, chunk: Chunk, number: int, markup: InlineKeyboardMarkup | None = None
-    ) -> int:
-        """Send a new message as part ``number``: announced to the journal first.
-
-        While streaming, a journal that cannot record it now (Redis away) means
-        "not now"; the final text waits until it can.
-        """
-
-        async def note(again: bool) -> None:  # again: after a flood wait, which made it stale
-            await self.journal.sending(number, wait=self._closing, again=again)
-
-        self._spend()
-        message_id = await self._out.send_part(
-            self._chat_id, chunk, reply_to=self._reply_to, thread_id=self._thread_id, ready=note,
-            markup=markup,
-        )  # fmt: skip
-        if number <= len(self.parts):  # a replacement: record it before anything else
-            self.parts[number - 1].message_id = message_id
-            await self.journal.sent(self.message_ids)
-        return message_id
-
-    async def _drop_extra(self, keep: int) -> None:
-        """Parts an earlier run sent beyond what this answer needs are deleted."""
-        for part in self.parts[keep:]:
-            if part.chunk is None:
-                await self._out.delete(self._chat_id, part.message_id)
-        self.parts[keep:] = [p for p in self.parts[keep:] if p.chunk is not None]

@@ -57,12 +57,16 @@ from ..metrics import Metrics
 from ..model import Model
 from ..payments import SpendReads, Stars
 from ..retry import Outage
+from ..telegram.budget import ChatBudget
 from ..telegram.drafts import StopButtons
 from ..telegram.format import Chunk, depth_tag, escape_html
 from ..telegram.guest import GuestWriter, part_of
 from ..telegram.guest import post as post_guest
-from ..telegram.out import AnswerRejectedError, Attachment, ChatUnavailableError, TelegramOut
-from ..telegram.writer import TYPING_EVERY, AnswerWriter, ChatBudget, answer_style
+from ..telegram.out import TelegramOut
+from ..telegram.outcomes import AnswerRejectedError, ChatUnavailableError
+from ..telegram.rendering import answer_style
+from ..telegram.uploads import Attachment
+from ..telegram.writer import TYPING_EVERY, AnswerWriter
 from ..usage.accounting import Accounting
 from . import notices
 from .asking import Asking

@@ -40,7 +40,7 @@ from ..data import keys
 from ..data.connection import Queued
 from ..retry import Outage
 from ..telegram.format import tagged_depth
-from ..telegram.writer import JournalUnavailableError
+from ..telegram.onscreen import JournalUnavailableError
 from .record import TurnState
 from .state import TurnStates
 
@@ -152,7 +152,7 @@ class PartLedger:
 
 
 class AnswerParts:
-    """The journal of one answer (:class:`~bot.telegram.writer.PartJournal`): its parts,
+    """The journal of one answer (:class:`~bot.telegram.onscreen.PartJournal`): its parts,
     announced and recorded through the turn's state.
 
     Every new part is announced in the chat's part ledger before it is sent, and

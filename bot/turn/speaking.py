@@ -29,7 +29,8 @@ from ..i18n import _
 from ..media_texts import SPEECH_FAILED, SPOKEN_CODE, SPOKEN_FORMULA, SPOKEN_TABLE, VOICE_BUDGET
 from ..model import ModelError, Usage
 from ..model.speech import Speaker, Unread, spoken_parts
-from ..telegram.out import AnswerRejectedError, Attachment
+from ..telegram.outcomes import AnswerRejectedError
+from ..telegram.uploads import Attachment
 from ..telegram.writer import AnswerWriter
 from ..usage.accounting import Accounting
 from ..usage.calls import CallRecord

@@ -45,7 +45,8 @@ from ..data import keys
 from ..data.connection import Queued, run_together
 from ..model import Model, ModelError
 from ..telegram.errors import UnknownMethodError
-from ..telegram.out import ChatUnavailableError, TelegramOut, TelegramUnavailableError
+from ..telegram.out import TelegramOut
+from ..telegram.outcomes import ChatUnavailableError, TelegramUnavailableError
 from ..usage.accounting import Accounting
 from ..usage.calls import TITLE_VIEW, CallRecord
 

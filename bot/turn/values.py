@@ -35,7 +35,7 @@ class Rules:
     #: Dollars one user may spend per UTC day (USER_DAILY_BUDGET_USD; 0: no budget).
     user_daily_dollars: float = 0.0
     #: When answers are rich messages (RICH_MESSAGES: auto, always, off); each user's
-    #: /format choice overrides it (:func:`~bot.telegram.writer.answer_style`).
+    #: /format choice overrides it (:func:`~bot.telegram.rendering.answer_style`).
     rich: str = "auto"
 
 
