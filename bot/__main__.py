@@ -15,7 +15,9 @@ import sys
 import time
 from collections.abc import Callable
 
-from .settings import SETTINGS_HELP, Settings, SettingsError, describe_value, load_settings
+from .settings import Settings, SettingsError
+from .settings_help import SETTINGS_HELP
+from .settings_load import describe_value, load_settings
 
 #: Exit codes, as ``--help`` lists them.
 EXIT_OK = 0

@@ -18,7 +18,8 @@ from bot.app import App, StartupError
 from bot.bus.inbound import Inbound
 from bot.bus.intake import Intake
 from bot.data import keys
-from bot.settings import SettingsError, load_settings
+from bot.settings import SettingsError
+from bot.settings_load import load_settings
 from bot.usage.reports import OWNER_ONLY_TEXT
 
 from .fake_openai import FakeOpenAI

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..settings import Settings, describe_value
+from ..settings import Settings
+from ..settings_load import describe_value
 
 OK, WARN, FAIL = "✓", "⚠", "✗"
 #: Seconds one network check may take before it counts as unreachable.
