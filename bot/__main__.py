@@ -182,7 +182,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     configure_logging(settings)
     # Imported only now: aiogram alone takes seconds to import, and a settings
     # error must not wait for it.
-    from .app import StartupError, run  # noqa: PLC0415
+    from .app import run  # noqa: PLC0415
+    from .app_startup import StartupError  # noqa: PLC0415
 
     try:
         return asyncio.run(run(settings))

@@ -14,7 +14,8 @@ from matplotlib.image import imread
 from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
-from bot.app import App, StartupError
+from bot.app import App
+from bot.app_startup import StartupError
 from bot.bus.inbound import Inbound
 from bot.bus.intake import Intake
 from bot.data import keys
