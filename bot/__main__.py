@@ -15,7 +15,9 @@ import sys
 import time
 from collections.abc import Callable
 
-from .settings import SETTINGS_HELP, Settings, SettingsError, describe_value, load_settings
+from .settings import Settings, SettingsError
+from .settings_help import SETTINGS_HELP
+from .settings_load import describe_value, load_settings
 
 #: Exit codes, as ``--help`` lists them.
 EXIT_OK = 0
@@ -180,7 +182,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     configure_logging(settings)
     # Imported only now: aiogram alone takes seconds to import, and a settings
     # error must not wait for it.
-    from .app import StartupError, run  # noqa: PLC0415
+    from .app import run  # noqa: PLC0415
+    from .app_startup import StartupError  # noqa: PLC0415
 
     try:
         return asyncio.run(run(settings))

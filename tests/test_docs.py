@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.settings import SETTINGS_HELP, Settings
+from bot.settings import Settings
+from bot.settings_help import SETTINGS_HELP
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

@@ -17,8 +17,9 @@ from redis.asyncio import Redis
 from bot.bus.inbound import Inbound
 from bot.data import keys
 from bot.retry import Outage
+from bot.turn.claims import HOLD_SHARE, ClaimUnconfirmedError
 from bot.turn.parts import Parts
-from bot.turn.state import HOLD_SHARE, ClaimUnconfirmedError, TurnStates
+from bot.turn.state import TurnStates
 from transcript import ChatMessage, TranscriptStore
 
 CHAT = 77
@@ -64,7 +65,7 @@ async def test_a_holder_whose_renewals_do_not_come_back_sends_nothing_new(
     renewals lost to a failover, or Redis away) announces no part, so it sends none:
     another worker may have taken the turn over. A renewal that comes back lets it go on."""
     now = [1000.0]
-    monkeypatch.setattr("bot.turn.state.monotonic", lambda: now[0])
+    monkeypatch.setattr("bot.turn.claims.monotonic", lambda: now[0])
     states = TurnStates(redis, TranscriptStore(redis), "me", lease_ms=10_000)
     inbound = Inbound(CHAT, 1, 5, "hello")
     state = await states.begin(inbound)

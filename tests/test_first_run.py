@@ -23,7 +23,9 @@ from typing import Any
 import pytest
 import yaml
 
-from bot.settings import SETTINGS_HELP, Settings, SettingsError, is_local_endpoint, load_settings
+from bot.settings import Settings, SettingsError, is_local_endpoint
+from bot.settings_help import SETTINGS_HELP
+from bot.settings_load import load_settings
 
 from .test_docs import reference_settings
 
@@ -219,7 +221,7 @@ def test_http_client_lines_are_quiet_unless_debug(level: str, expected: str) -> 
     code = (
         "import logging\n"
         "from bot.logs import CHATTY_LOGGERS, configure_logging\n"
-        "from bot.settings import load_settings\n"
+        "from bot.settings_load import load_settings\n"
         "configure_logging(load_settings(env_file=None))\n"
         "names = CHATTY_LOGGERS + ('httpx', 'openai', 'aiohttp.access')\n"
         "print({logging.getLevelName(logging.getLogger(n).getEffectiveLevel()) for n in names})\n"

@@ -32,7 +32,8 @@ from bot.chat.routers import COMMANDS, HELP_TEXT, OUTPUT_COMMANDS, UNSUPPORTED_T
 from bot.chat.style import COMMANDS as STYLE_COMMANDS
 from bot.i18n import I18N, _
 from bot.paths import LOCALES
-from bot.settings import SettingsError, load_settings
+from bot.settings import SettingsError
+from bot.settings_load import load_settings
 from bot.telegram import guest
 from bot.telegram.session import BotApiSession
 from bot.turn import notices

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from bot.app import App, StartupError
+from bot.app import App
+from bot.app_startup import StartupError
 from bot.data import keys
 from bot.data.connection import connect
 from bot.data.layout import UnknownLayoutError, check_layout

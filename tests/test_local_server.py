@@ -22,7 +22,8 @@ from aiogram import Bot
 from aiogram.client.telegram import TelegramAPIServer
 from redis.asyncio import Redis
 
-from bot.app import App, StartupError
+from bot.app import App
+from bot.app_startup import StartupError
 from bot.reading import quoting
 from bot.reading.texts import FAILURES
 from bot.telegram.files import Files, FileUnreadableError

@@ -14,11 +14,13 @@ from matplotlib.image import imread
 from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
-from bot.app import App, StartupError
+from bot.app import App
+from bot.app_startup import StartupError
 from bot.bus.inbound import Inbound
 from bot.bus.intake import Intake
 from bot.data import keys
-from bot.settings import SettingsError, load_settings
+from bot.settings import SettingsError
+from bot.settings_load import load_settings
 from bot.usage.reports import OWNER_ONLY_TEXT
 
 from .fake_openai import FakeOpenAI

@@ -39,7 +39,8 @@ from bot.payments import (
     signing_key,
     texts,
 )
-from bot.settings import MAX_PACK_STARS, Settings, SettingsError, load_settings
+from bot.settings import MAX_PACK_STARS, Settings, SettingsError
+from bot.settings_load import load_settings
 from bot.telegram.errors import ChargeRefundedError, QueryClosedError
 from bot.telegram.session import BotApiSession
 from bot.usage.calls import utc_now

@@ -20,7 +20,8 @@ from redis.asyncio import Redis
 
 from bot.data import keys
 from bot.ops.doctor import doctor
-from bot.settings import SettingsError, load_settings
+from bot.settings import SettingsError
+from bot.settings_load import load_settings
 from bot.tools.box import ToolResult
 from bot.tools.config import parse_config
 from bot.tools.hub import ToolHub

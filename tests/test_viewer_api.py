@@ -22,7 +22,8 @@ from redis.asyncio import Redis
 
 from bot.ops import conversations
 from bot.prometheus import Health, MetricsServer, PrometheusMetrics
-from bot.settings import Settings, SettingsError, load_settings
+from bot.settings import Settings, SettingsError
+from bot.settings_load import load_settings
 from bot.telegram.session import BotApiSession
 from bot.usage.calls import Prices
 from bot.webapp.auth import MEMBER_TTL, Access

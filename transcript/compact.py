@@ -38,136 +38,9 @@ from typing import Any
 from . import cold as cold_codec
 from . import keys
 from .cold import ColdTree, Companion
+from .compact_lua import COMPACT_LUA, RESOLVE_LUA, WARM_LUA
 from .reads import StoreReads, _parse_ref
 from .records import NodeId
-
-# Removes one tree's entries from a cold alias index field (shared by the scripts).
-_WITHOUT_LUA = """
-local function without(packed, tree)
-  local kept = {}
-  for i = 1, #packed - 4, 5 do
-    local entry = string.sub(packed, i, i + 4)
-    if string.sub(entry, 2) ~= tree then kept[#kept + 1] = entry end
-  end
-  return table.concat(kept)
-end
-"""
-
-# The node (or tree) a message id of the scope is aliased to: {'h', ref} from the alias
-# hash (ref '': a message of no conversation), {'c', tree, cold value} from the cold
-# alias index (the value only when ARGV[5] is '1'), {} when unknown.
-#   KEYS: alias hash, cold alias index.
-#   ARGV: message id, its index field ('': not an integer), its low byte, cold key
-#         prefix, '1' to read the cold value.
-_RESOLVE_LUA = """
-local ref = redis.call('HGET', KEYS[1], ARGV[1])
-if ref then return {'h', ref} end
-if ARGV[2] == '' then return {} end
-local packed = redis.call('HGET', KEYS[2], ARGV[2])
-if not packed then return {} end
-local low = tonumber(ARGV[3])
-for i = 1, #packed - 4, 5 do
-  if string.byte(packed, i) == low then
-    local a, b, c, d = string.byte(packed, i + 1, i + 4)
-    local tree = ((a * 256 + b) * 256 + c) * 256 + d
-    if ARGV[5] == '1' then return {'c', tree, redis.call('GET', ARGV[4] .. tree)} end
-    return {'c', tree}
-  end
-end
-return {}
-"""
-
-# Compaction's step 3 (see the module docstring): {outcome, the tree's 'w'}; 'was':
-# cold already (a step 3 run again).
-#   KEYS: tree hash, cold key, alias hash, cold alias index, companion hashes...
-#   ARGV: 1 seconds a tree stays hot after its last write, 2 its field count as read,
-#         3 its 'w' as read, 4 the length of its 'C' as read, 5 the cold value, 6 the
-#         tree id (4 bytes), 7 n, the n alias fields, then n, n pairs (index field,
-#         entries)
-_COMPACT_LUA = (
-    _WITHOUT_LUA
-    + """
-if redis.call('EXISTS', KEYS[2]) == 1 then return {'was', ''} end
-if redis.call('EXISTS', KEYS[1]) == 0 then return {'gone', ''} end
-local w = redis.call('HGET', KEYS[1], 'w') or ''
-local now = tonumber(redis.call('TIME')[1])
-if w ~= '' and tonumber(w) > now - tonumber(ARGV[1]) then return {'fresh', w} end
-if w ~= ARGV[3] or redis.call('HLEN', KEYS[1]) ~= tonumber(ARGV[2])
-    or redis.call('HSTRLEN', KEYS[1], 'C') ~= tonumber(ARGV[4]) then
-  return {'changed', w}
-end
-local running = redis.call('HGET', KEYS[1], 'R')
-if running then
-  local prefix = string.sub(KEYS[1], 1, string.find(KEYS[1], '}:', 1, true) + 1)
-  for name in string.gmatch(running, '[^,]+') do
-    if redis.call('EXISTS', prefix .. name) == 1 then return {'busy', w} end
-  end
-end
-redis.call('SET', KEYS[2], ARGV[5])
-redis.call('DEL', KEYS[1])
-local at = 7
-local n = tonumber(ARGV[at])
-for i = at + 1, at + n do redis.call('HDEL', KEYS[3], ARGV[i]) end
-at = at + n + 1
-n = tonumber(ARGV[at])
-for i = at + 1, at + 2 * n, 2 do
-  local kept = without(redis.call('HGET', KEYS[4], ARGV[i]) or '', ARGV[6])
-  redis.call('HSET', KEYS[4], ARGV[i], kept .. ARGV[i + 1])
-end
-for k = 5, #KEYS do redis.call('DEL', KEYS[k]) end
-return {'cold', ''}
-"""
-)
-
-# Warms a cold tree: restores its hash (stamped 'w' now), its aliases, its companions
-# (unless expired), takes its entries out of the cold alias index and removes the
-# value; 'warm', or 'hot' / 'gone' / 'changed' (the value is not the one decoded).
-#   KEYS: tree hash, cold key, alias hash, cold alias index, companion hashes...
-#   ARGV: 1 SHA-1 of the value as decoded, 2 tree id (4 bytes), 3 now (unix ms), then
-#         n, (field, value)*; n, (message id, ref)*; n, index field*; for each companion
-#         hash: expires ms (0: never), n, (field, value)*
-_WARM_LUA = (
-    _WITHOUT_LUA
-    + """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 'hot' end
-local value = redis.call('GET', KEYS[2])
-if not value then return 'gone' end
-if redis.sha1hex(value) ~= ARGV[1] then return 'changed' end
-local at = 4
-local n = tonumber(ARGV[at])
-for i = at + 1, at + 2 * n, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
-redis.call('HSET', KEYS[1], 'w', redis.call('TIME')[1])
-at = at + 2 * n + 1
-n = tonumber(ARGV[at])
-for i = at + 1, at + 2 * n, 2 do redis.call('HSETNX', KEYS[3], ARGV[i], ARGV[i + 1]) end
-at = at + 2 * n + 1
-n = tonumber(ARGV[at])
-for i = at + 1, at + n do
-  local kept = without(redis.call('HGET', KEYS[4], ARGV[i]) or '', ARGV[2])
-  if kept == '' then
-    redis.call('HDEL', KEYS[4], ARGV[i])
-  else
-    redis.call('HSET', KEYS[4], ARGV[i], kept)
-  end
-end
-at = at + n + 1
-local now = tonumber(ARGV[3])
-for k = 5, #KEYS do
-  local expires = tonumber(ARGV[at])
-  n = tonumber(ARGV[at + 1])
-  if expires == 0 or expires > now then
-    for i = at + 2, at + 1 + 2 * n, 2 do redis.call('HSETNX', KEYS[k], ARGV[i], ARGV[i + 1]) end
-    local left = redis.call('PTTL', KEYS[k])
-    if expires > 0 and (left < 0 or left < expires - now) then
-      redis.call('PEXPIREAT', KEYS[k], expires)
-    end
-  end
-  at = at + 2 + 2 * n
-end
-redis.call('DEL', KEYS[2])
-return 'warm'
-"""
-)
 
 #: Tries of a warm whose value changed under it (warmed and compacted again meanwhile).
 _WARM_TRIES = 3
@@ -220,7 +93,7 @@ class StoreCold(StoreReads):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._resolve_script = self._redis.register_script(_RESOLVE_LUA)
+        self._resolve_script = self._redis.register_script(RESOLVE_LUA)
 
     # ------------------------------------------------------------- aliases
 
@@ -324,7 +197,7 @@ class StoreCold(StoreReads):
             self._cold.pop((scope, tree), None)
             pipe = self._redis.pipeline(transaction=False)
             found, args = _warm_call(scope, tree, cold, _digest_hex(data))
-            pipe.eval(_WARM_LUA, len(found), *found, *args)
+            pipe.eval(WARM_LUA, len(found), *found, *args)
             self.queue_touch(pipe, scope, tree)
             pipe.hincrby(keys.COLD_STATS, "n", -1)  # (approximate: the script may find
             pipe.hincrby(keys.COLD_STATS, "b", -len(data))  # it warmed by another)
@@ -409,7 +282,7 @@ class StoreCold(StoreReads):
     async def _swap(
         self, scope: str, hot: dict[int, HotTree], values: dict[int, bytes], *, cold_after: float
     ) -> dict[int, Compaction]:
-        """Step 3: one script a tree (see ``_COMPACT_LUA``), all in one round trip."""
+        """Step 3: one script a tree (see ``compact_lua.COMPACT_LUA``), all in one round trip."""
         if not hot:
             return {}
         pipe = self._redis.pipeline(transaction=False)
@@ -428,7 +301,7 @@ class StoreCold(StoreReads):
             ]  # fmt: skip
             for bucket, entries in packed.items():
                 args += [bucket, entries]
-            pipe.eval(_COMPACT_LUA, len(names), *names, *args)
+            pipe.eval(COMPACT_LUA, len(names), *names, *args)
         done: dict[int, Compaction] = {}
         for tree, (said, when) in zip(hot, await self._io(pipe.execute()), strict=True):
             outcome, stamp = _text(said), _text(when)

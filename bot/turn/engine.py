@@ -36,7 +36,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar
 
 from transcript import (
@@ -59,9 +58,8 @@ from ..payments import SpendReads, Stars
 from ..retry import Outage
 from ..telegram.budget import ChatBudget
 from ..telegram.drafts import StopButtons
-from ..telegram.format import Chunk, depth_tag, escape_html
-from ..telegram.guest import GuestWriter, part_of
-from ..telegram.guest import post as post_guest
+from ..telegram.format import depth_tag
+from ..telegram.guest import GuestWriter
 from ..telegram.out import TelegramOut
 from ..telegram.outcomes import AnswerRejectedError, ChatUnavailableError
 from ..telegram.rendering import answer_style
@@ -73,6 +71,7 @@ from .asking import Asking
 from .attach import Attach, NothingToDo
 from .branch import Branch, Branches, Prefs
 from .context import ContextWindow
+from .giving_up import give_up
 from .inputs import Inputs
 from .limits import Limits
 from .media import VoiceReader, voice_quote
@@ -476,36 +475,6 @@ class Engine:
         return await self.states.failed(inbound)
 
     async def give_up(self, inbound: Inbound, error: BaseException) -> None:
-        """After the last failed attempt: keep the thread usable and tell the user once.
-
-        The parts already on screen are aliased to the thread (replies to them
-        continue after the answer, or the question when no answer was stored),
-        and one notice says to reply to retry: replying to it asks the question
-        again. No second copy of an answer is sent.
-        """
-        state = await self.states.read(inbound)
-        if state.topic:  # its parts, and the notice, are in the topic it opened
-            inbound = replace(inbound, thread_id=state.topic)
-        shown, parts = state.answer or state.user, [*state.parts, *state.attached]
-        if shown is not None and parts:
-            await self.store.alias(inbound.scope, parts, shown)
-        with speaking(inbound.language):
-            text = _(notices.GAVE_UP)
-        try:
-            if inbound.guest is not None:
-                chunk = Chunk(escape_html(text), text)
-                await post_guest(self.out, inbound.guest, chunk, name=inbound.message_id)
-                notice = part_of(inbound.message_id)
-            else:
-                notice = await self.out.send_text(
-                    inbound.chat_id, text, reply_to=inbound.message_id,
-                    thread_id=inbound.thread_id,
-                )  # fmt: skip
-        except Exception as exc:  # the chat may be gone too; the dead letter has the turn
-            log.warning("could not tell chat %s: %s", inbound.chat_id, type(exc).__name__)
-        else:
-            if state.user is not None:
-                await self.store.alias(inbound.scope, [notice], state.user)
-            else:
-                await self.store.unthreaded(inbound.scope, [notice])
-        await self.states.release(inbound, parts)
+        """After the last failed attempt: keep the thread usable and tell the user once
+        (:func:`bot.turn.giving_up.give_up`)."""
+        await give_up(self.states, self.store, self.out, inbound)

@@ -55,7 +55,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from time import monotonic
 from typing import Any
 
 import msgpack
@@ -79,6 +78,7 @@ from ..data import keys
 from ..data.connection import Queued, replica_ack, run_kept, run_together
 from ..usage.calls import Clock, day_of, utc_now
 from . import record as lua
+from .claims import ClaimUnconfirmedError, Confirmations
 from .record import ClaimReads, TurnState
 
 #: A finished turn is recognised as done at least this long (Telegram keeps an update
@@ -90,15 +90,6 @@ DONE_DAYS = DONE_TTL_SECONDS // (24 * 3600) + 1
 #: A worker's claim on a turn, by default; its heartbeat renews it while the turn
 #: runs (:meth:`TurnStates.renew`), so it only lapses when the worker is gone.
 LEASE_MS = 24 * 1000
-#: A claim not confirmed within this share of the lease sends nothing new (see
-#: :meth:`TurnStates.holds`).
-HOLD_SHARE = 0.5
-_CONFIRMED_KEPT = 10_000
-
-
-class ClaimUnconfirmedError(StoreUnavailableError):
-    """This worker's claim on a turn was not confirmed lately: it sends nothing new until
-    a renewal comes back (a wait, like any while Redis is away)."""
 
 
 class TurnStates:
@@ -129,7 +120,7 @@ class TurnStates:
         self.replicas = replica_ack(redis)
         #: When each running turn's claim was last confirmed (the claim, or a renewal
         #: that returned), by (scope, turn): see :meth:`holds`.
-        self._confirmed: dict[tuple[str, str], float] = {}
+        self._confirmed = Confirmations(lease_ms)
 
     # ------------------------------------------------------------ the claim
 
@@ -183,7 +174,7 @@ class TurnStates:
             read.read(replies)
         state = None if flat is None else TurnState.parse(key, scope, flat)
         if state is not None and not state.done:
-            self._confirm((scope, turn))
+            self._confirmed.confirm((scope, turn))
         if user is not None and state is not None and not state.done and state.user is None:
             state.user = (await self.store.placed(user, placed)).id  # placed just now
         return state
@@ -217,7 +208,7 @@ class TurnStates:
         kept = [next(renewed) if held else True for held in mine]
         for inbound, held, ok in zip(running, mine, kept, strict=True):
             if held and ok:
-                self._confirm((inbound.scope, inbound.turn))
+                self._confirmed.confirm((inbound.scope, inbound.turn))
         return kept
 
     def holds(self, inbound: Inbound) -> bool:
@@ -226,15 +217,7 @@ class TurnStates:
         away, a failover that lost them) may have lost the turn to another worker that
         took it over: it sends nothing new until a renewal comes back (the heartbeat's,
         every sixth of the takeover time) or it learns the turn was taken."""
-        confirmed = self._confirmed.get((inbound.scope, inbound.turn))
-        return confirmed is None or monotonic() - confirmed < self.lease_ms * HOLD_SHARE / 1000
-
-    def _confirm(self, turn: tuple[str, str]) -> None:
-        now = monotonic()
-        self._confirmed[turn] = now
-        if len(self._confirmed) > _CONFIRMED_KEPT:  # turns long over (finished elsewhere)
-            stale = now - self.lease_ms * 4 / 1000
-            self._confirmed = {k: v for k, v in self._confirmed.items() if v > stale}
+        return self._confirmed.recent((inbound.scope, inbound.turn))
 
     async def read(self, inbound: Inbound) -> TurnState:
         """The state as it is, without claiming the turn."""
@@ -491,12 +474,12 @@ class TurnStates:
             state.end_failed = True
             raise
         state.done = True
-        self._confirmed.pop((inbound.scope, inbound.turn), None)
+        self._confirmed.forget((inbound.scope, inbound.turn))
 
     async def release(self, inbound: Inbound, parts: list[int]) -> None:
         """Let go of an unfinished turn (it was given up): its parts, and the later turns
         of its topic, no longer wait."""
-        self._confirmed.pop((inbound.scope, inbound.turn), None)
+        self._confirmed.forget((inbound.scope, inbound.turn))
         ledger = keys.pending_parts_key(inbound.scope)
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.delete(keys.lease_key(inbound.scope, inbound.turn))
