@@ -14,7 +14,6 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 from aiogram.exceptions import (
     TelegramBadRequest,
@@ -50,19 +49,13 @@ class StartupError(Exception):
     """The bot cannot start; the message says what to fix (one line, no secrets)."""
 
 
-def redis_location(url: str) -> str:
-    """host:port of a Redis URL, never its credentials."""
-    parts = urlsplit(url)
-    return f"{parts.hostname or 'localhost'}:{parts.port or 6379}"
-
-
 class Startup(Parts):
     """The parts, and their start: the checks and the set-up before updates are taken."""
 
     async def check(self) -> None:
         """Reach Redis (holding a key layout this bot knows) and Telegram before polling;
         one clear line when they are wrong."""
-        where = redis_location(self.settings.redis_url)
+        where = self.settings.redis_location
         server = self.settings.telegram_api_url
         try:
             await self._startup_step(

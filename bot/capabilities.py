@@ -8,7 +8,7 @@ A capability is a module that implements one small interface of the turn:
                       the per-node tool loop beside MCP_CONFIG's tools; a Footer adds
                       what an answer shows under its text from its tool rounds
     an output         what an answer sends besides its text, as its attachments
-                      (bot/telegram/writer.py): its voice notes (bot/turn/speaking.py),
+                      (bot/telegram/onscreen.py): its voice notes (bot/turn/speaking.py),
                       its pictures (bot/turn/pictures.py, also the /image turn)
 
 Adding one touches its module, its line here, its texts and its tests; the turn's

@@ -309,6 +309,12 @@ class Settings(SettingsFields):
         return tuple(ipaddress.ip_network(n) for n in sorted(self.url_fetch_allow))
 
     @property
+    def redis_location(self) -> str:
+        """host:port of REDIS_URL, never its credentials (for logs and notices)."""
+        parts = urlsplit(self.redis_url)
+        return f"{parts.hostname or 'localhost'}:{parts.port or 6379}"
+
+    @property
     def webhook_listen_address(self) -> tuple[str, int]:
         """(host, port) of WEBHOOK_LISTEN (an IPv6 host may be in brackets)."""
         return _address(self.webhook_listen)

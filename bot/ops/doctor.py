@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from ..settings import Settings
 from ..settings_load import describe_value
-from .doctor_redis import check_redis, redis_location
+from .doctor_redis import check_redis
 from .doctor_report import CHECK_TIMEOUT, FAIL, OK, WARN, Report
 
 
@@ -279,7 +279,7 @@ async def doctor(settings: Settings, *, call: bool = False) -> tuple[list[str], 
     first.ok(
         "settings",
         f"loaded (Telegram at {settings.telegram_api_url}, model {settings.openai_model} at "
-        f"{_endpoint(settings)}, Redis at {redis_location(settings.redis_url)})",
+        f"{_endpoint(settings)}, Redis at {settings.redis_location})",
     )
     telegram, redis, model, tools = Report(), Report(), Report(), Report()
 

@@ -4,19 +4,12 @@ policy and memory (with the trees the cold sweep would compact)."""
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
 
 from ..settings import Settings
 from .doctor_report import CHECK_TIMEOUT, Report
 
 #: The oldest Redis the bot supports (streams' XAUTOCLAIM, GETDEL).
 MIN_REDIS = (6, 2)
-
-
-def redis_location(url: str) -> str:
-    """host:port of a Redis URL, never its credentials."""
-    parts = urlsplit(url)
-    return f"{parts.hostname or 'localhost'}:{parts.port or 6379}"
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -47,7 +40,7 @@ async def check_redis(settings: Settings, report: Report) -> None:
 
     from ..data.connection import connect  # noqa: PLC0415
 
-    where = redis_location(settings.redis_url)
+    where = settings.redis_location
     redis = connect(
         settings.redis_url,
         socket_timeout=CHECK_TIMEOUT / 3,

@@ -13,7 +13,7 @@ A tool-capable model may draw too (:class:`DrawTool`): the picture is stored the
 way, as an image of the tool's result, and shown after the answer's text.
 
 Either way the answer's pictures (:func:`drawn`) are sent after its text as
-*attachments* (bot/telegram/writer.py): through the part ledger, each aliased to the
+*attachments* (bot/telegram/onscreen.py): through the part ledger, each aliased to the
 answer's node, so a reply to a picture continues its thread. A model sees a picture the
 bot made in a user message of its own right after the message holding it
 (bot/model/wire.py): OpenAI takes images in user messages only.

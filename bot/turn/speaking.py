@@ -5,7 +5,7 @@ Whether a turn's answer is spoken is the asker's ``/voice`` (bot/chat/voice.py):
 answer goes out as always; then what it reads aloud as (:func:`~bot.model.speech.spoken_parts`:
 code, tables and formulas said in one short phrase) is spoken part by part, each at most
 4,096 characters, and each sent as a reply to the question with ``sendVoice``: an
-*attachment* of the answer (bot/telegram/writer.py), announced in the part ledger before
+*attachment* of the answer (bot/telegram/onscreen.py), announced in the part ledger before
 it is sent and recorded once Telegram names it, aliased to the answer's node by the
 turn's final write. A run again after a crash sends only the parts not on screen yet.
 
