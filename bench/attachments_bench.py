@@ -34,8 +34,8 @@ from bot.turn.engine import Engine
 from bot.turn.limits import Spending
 from bot.turn.pictures import Pictures
 from bot.turn.speaking import VoiceAnswers
-from tests.fake_openai import FakeOpenAI
-from tests.stub_model import StubModel
+from tests.fakes.model import FakeOpenAI
+from tests.fakes.stub_model import StubModel
 
 from .bot_bench import ANSWER, QUESTION, InstantTelegram, RoundTrips, _engine
 from .common import progress, redis_server, table

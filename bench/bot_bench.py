@@ -48,7 +48,7 @@ from bot.turn.state import TurnStates
 from bot.turn.values import Rules
 from bot.usage.accounting import Accounting
 from bot.usage.calls import Prices, Totals, utc_now
-from tests.stub_model import StubModel
+from tests.fakes.stub_model import StubModel
 from transcript import TranscriptStore
 
 from .common import median, percentile, redis_server, script_time, sized, table

@@ -1,6 +1,6 @@
 """Redis bytes per turn: conversation trees hot and cold, and the bookkeeping around them.
 
-Drives the engine (tests/stub_model.py's model, bench/bot_bench.py's Telegram) through
+Drives the engine (tests/fakes/stub_model.py's model, bench/bot_bench.py's Telegram) through
 ``CHATS`` chats of ``TREES`` conversations of ``TURNS`` turns each on a fresh redis-server
 (config/redis.conf's encodings), then sums ``MEMORY USAGE`` of every key by family and
 divides by the turns:
@@ -39,7 +39,7 @@ from redis.asyncio import Redis
 from bot.bus.inbound import Inbound
 from bot.data.connection import connect
 from bot.data.sweep import ColdSweep
-from tests.stub_model import StubModel
+from tests.fakes.stub_model import StubModel
 from transcript import keys as store_keys
 
 from .bot_bench import InstantTelegram, RoundTrips, _engine, turn

@@ -26,7 +26,7 @@ from bot.turn.state import TurnStates
 from bot.turn.values import Rules
 from bot.usage.accounting import Accounting
 from bot.usage.calls import utc_now
-from tests.fake_openai import FakeOpenAI
+from tests.fakes.model import FakeOpenAI
 from transcript import TranscriptStore
 
 from .bot_bench import InstantTelegram, turn

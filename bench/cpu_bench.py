@@ -1,7 +1,7 @@
 """The bot's CPU per model call against chain length, on the real request path.
 
 :class:`bot.model.ModelClient.stream` talks to the strict test server
-(``tests/fake_openai.py``) over loopback; the server runs in a child process so
+(``tests/fakes/model.py``) over loopback; the server runs in a child process so
 ``time.process_time`` of this process is the bot's CPU alone: building the
 request, the SDK (auth, httpx, SSE parsing), the streamed chunks. Each call
 sends a chain of the given length that ends in a new user message (the rest is
@@ -25,7 +25,7 @@ import time
 from collections.abc import AsyncIterator
 
 from bot.model import ModelClient
-from tests.fake_openai import FakeOpenAI
+from tests.fakes.model import FakeOpenAI
 from transcript import ChatMessage
 
 from .common import median, progress, table

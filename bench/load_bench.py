@@ -41,8 +41,8 @@ from aiohttp import web
 
 from bot.data.connection import connect
 from bot.settings import Settings
-from tests.fake_openai import FakeOpenAI, Request
-from tests.fake_telegram import FakeTelegram
+from tests.fakes.model import FakeOpenAI, Request
+from tests.fakes.telegram import FakeTelegram
 from tests.harness import running_bot, settings_for
 
 from .common import percentile, progress, redis_server, sized, table

@@ -4,8 +4,8 @@
 long poll, one streamed completion, one reply, one Redis pipeline, no framework) and the
 SDK floor (``bench/floor_sdk.py``: the same job through aiogram and the openai SDK, used
 plainly; what those two libraries cost by themselves is its gap to the floor). All run
-against the same loopback servers: each its own ``tests/fake_telegram.py`` (one poller
-per server), one ``tests/fake_openai.py`` with an instant model (the reply streamed in
+against the same loopback servers: each its own ``tests/fakes/telegram.py`` (one poller
+per server), one ``tests/fakes/model.py`` with an instant model (the reply streamed in
 8-character chunks without delay), one real redis-server. The test servers run in this
 process; each child's CPU is read from ``/proc/<pid>/task/*/schedstat`` (its threads'
 time on a CPU).
@@ -44,8 +44,8 @@ from typing import IO
 import aiohttp
 from redis.asyncio import Redis
 
-from tests.fake_openai import FakeOpenAI
-from tests.fake_telegram import FakeTelegram
+from tests.fakes.model import FakeOpenAI
+from tests.fakes.telegram import FakeTelegram
 from tests.harness import ROOT, answers_to, env_for
 from tests.redis_server import free_port
 

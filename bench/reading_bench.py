@@ -34,7 +34,7 @@ from bot.reading.documents import Limits, read_document
 from bot.reading.extract import main_text
 from bot.reading.fetch import Fetcher, FetchPolicy
 from bot.reading.pages import read_page
-from tests.page_server import PageServer
+from tests.fakes.web import PageServer
 from tests.reading_files import text_pdf
 
 from .common import median, sized, table

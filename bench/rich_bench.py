@@ -39,7 +39,7 @@ from bot.telegram.rich import render_rich
 from bot.telegram.session import BotApiSession, FloodControl
 from bot.telegram.writer import AnswerWriter
 from bot.turn.engine import GROUP_EDIT_INTERVAL, PRIVATE_EDIT_INTERVAL
-from tests.fake_telegram import FakeTelegram
+from tests.fakes.telegram import FakeTelegram
 
 from .common import median, progress, sized, table
 

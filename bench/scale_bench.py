@@ -36,8 +36,8 @@ import redis
 from bot.bus.inbound import Inbound
 from bot.bus.intake import Intake
 from bot.data.connection import connect
-from tests.fake_openai import FakeOpenAI
-from tests.fake_telegram import FakeTelegram
+from tests.fakes.model import FakeOpenAI
+from tests.fakes.telegram import FakeTelegram
 from tests.harness import BotProcess, answers_to, env_for
 from tests.redis_server import RedisCluster, RedisServer, cluster_supported
 

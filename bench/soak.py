@@ -12,8 +12,8 @@ runs one soak per seed with those options)::
     .venv/bin/python -m bench.soak --seed 2 --minutes 1 --chats 8    # a smoke run
     .venv/bin/python -m bench.soak --seed 1 --no-payments            # no Stars payments
 
-Everything runs on loopback: the Bot API test server (``tests.fake_telegram``) and the
-OpenAI test server (``tests.fake_openai``) in this process, real redis-servers
+Everything runs on loopback: the Bot API test server (``tests.fakes.telegram``) and the
+OpenAI test server (``tests.fakes.model``) in this process, real redis-servers
 (``tests.redis_server``, ``appendfsync always``) and the bot as subprocesses
 (``tests.harness.BotProcess``, environment from ``tests.harness.env_for``). The bots'
 output (each line prefixed ``p<process>g<generation>``) and the soak's own events (every
@@ -143,8 +143,8 @@ from typing import Any, TextIO
 from redis.asyncio import Redis
 
 from bot.data import keys
-from tests.fake_openai import FakeOpenAI
-from tests.fake_telegram import Call, FakeTelegram, StoredMessage
+from tests.fakes.model import FakeOpenAI
+from tests.fakes.telegram import Call, FakeTelegram, StoredMessage
 from tests.harness import env_for
 
 from .soak_check import (

@@ -16,7 +16,7 @@ from redis.crc import key_slot
 
 from bot.data.keys import INTAKE_STREAM
 from bot.turn import notices
-from tests.fake_telegram import StoredMessage
+from tests.fakes.telegram import StoredMessage
 from transcript.keys import scope_prefix
 
 #: Every user text carries one marker ``c<chat index>m<number>``; model replies echo it.

@@ -77,7 +77,7 @@ from bot.payments import (
 )
 from bot.usage.calls import day_of, utc_now
 from bot.usage.reads import UsageReads
-from tests.fake_telegram import FakeTelegram, StoredMessage
+from tests.fakes.telegram import FakeTelegram, StoredMessage
 from tests.harness import ROOT
 
 from .soak_check import CRASH_WINDOW

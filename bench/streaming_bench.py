@@ -27,7 +27,7 @@ from bot.telegram.out import TelegramOut
 from bot.telegram.session import BotApiSession, FloodControl
 from bot.telegram.writer import AnswerWriter
 from bot.turn.engine import PRIVATE_EDIT_INTERVAL
-from tests.fake_telegram import FakeTelegram
+from tests.fakes.telegram import FakeTelegram
 
 from .common import progress, sized, table
 

@@ -27,7 +27,7 @@ from bot.tools.hub import Tool, ToolHub
 from bot.tools.retention import stub_old_results
 from bot.turn.engine import Engine
 from bot.turn.tools import ToolLoop
-from tests.stub_model import StubModel
+from tests.fakes.stub_model import StubModel
 from transcript import ChatMessage, ToolCall
 
 from .bot_bench import InstantTelegram, _engine

@@ -36,7 +36,7 @@ from bot.telegram.session import BotApiSession
 from bot.usage.calls import Prices
 from bot.webapp.auth import Access
 from bot.webapp.server import Sources, ViewerApp, ViewerServer
-from tests.fake_telegram import FakeTelegram
+from tests.fakes.telegram import FakeTelegram
 from tests.viewer_data import seed_chain, sign_init_data
 from transcript import TranscriptStore
 

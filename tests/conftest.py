@@ -15,8 +15,8 @@ from bot.data.connection import connect
 from bot.usage.calls import Clock, utc_now
 from transcript import TranscriptStore
 
-from .fake_openai import FakeOpenAI
-from .fake_telegram import FakeTelegram
+from .fakes.model import FakeOpenAI
+from .fakes.telegram import FakeTelegram
 from .harness import OTHER_USER, USER, BotFactory, BotProcess, running_bot, settings_for
 from .redis_server import RedisServer
 

@@ -20,8 +20,8 @@ from bot.turn.reading import prompt_rules
 from bot.usage.calls import Clock, utc_now
 from transcript import TranscriptStore
 
-from .fake_openai import FakeOpenAI
-from .fake_telegram import Call, FakeTelegram, StoredMessage
+from .fakes.model import FakeOpenAI
+from .fakes.telegram import Call, FakeTelegram, StoredMessage
 
 ROOT = Path(__file__).resolve().parent.parent
 BotFactory = Callable[..., AbstractAsyncContextManager[App]]

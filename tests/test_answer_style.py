@@ -19,8 +19,8 @@ from bot.telegram.rendering import answer_style
 from bot.telegram.rich import needs_rich
 from transcript import TranscriptStore
 
-from .fake_openai import FakeOpenAI
-from .fake_telegram import FakeTelegram, StoredMessage
+from .fakes.model import FakeOpenAI
+from .fakes.telegram import FakeTelegram, StoredMessage
 from .harness import USER, BotFactory, answers_to, ask
 
 GROUP = -100555

@@ -19,8 +19,8 @@ from bot.chat import routers
 from bot.chat.routers import HELP_TEXT, REFUSAL_TEXT, UNKNOWN_COMMAND_TEXT, UNSUPPORTED_TEXT
 from transcript import TranscriptStore
 
-from .fake_openai import FakeOpenAI
-from .fake_telegram import FakeTelegram
+from .fakes.model import FakeOpenAI
+from .fakes.telegram import FakeTelegram
 from .harness import (
     OTHER_USER,
     ROOT_PROMPT,

@@ -12,8 +12,8 @@ from redis.asyncio import Redis
 
 from transcript import TranscriptStore
 
-from .fake_openai import FakeOpenAI
-from .fake_telegram import FakeTelegram
+from .fakes.model import FakeOpenAI
+from .fakes.telegram import FakeTelegram
 from .harness import USER, BotProcess, answers_to, env_for
 from .redis_server import RedisServer, free_port
 

@@ -18,8 +18,8 @@ from redis.asyncio import Redis
 from bot.data.connection import connect
 from transcript import TranscriptStore
 
-from .fake_openai import FakeOpenAI
-from .fake_telegram import FakeTelegram
+from .fakes.model import FakeOpenAI
+from .fakes.telegram import FakeTelegram
 from .harness import (
     USER,
     BotFactory,

@@ -34,8 +34,8 @@ from transcript import ChatMessage, NodeId, StoreUnavailableError, TranscriptSto
 from transcript import keys as transcript_keys
 from transcript.outage import guarded
 
-from .fake_openai import FakeOpenAI
-from .fake_telegram import FakeTelegram
+from .fakes.model import FakeOpenAI
+from .fakes.telegram import FakeTelegram
 from .harness import OTHER_USER, USER, answers_to, ask, running_bot, said, settings_for
 from .redis_server import RedisCluster, cluster_supported
 from .test_drafts import stop_passed_on

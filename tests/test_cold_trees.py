@@ -22,8 +22,8 @@ from bot.usage.calls import Prices, utc_now
 from bot.webapp import view
 from transcript import ChatMessage, Node, NodeId, TranscriptStore, keys
 
-from .fake_openai import FakeOpenAI
-from .fake_telegram import FakeTelegram
+from .fakes.model import FakeOpenAI
+from .fakes.telegram import FakeTelegram
 from .harness import USER, BotFactory, answers_to, ask, settings_for
 from .redis_server import RedisServer
 from .test_cluster import cluster, cluster_redis  # noqa: F401 (fixtures)

@@ -14,8 +14,8 @@ from bot.turn.context import SUMMARY_PREFIX
 from bot.turn.notices import TOO_LARGE as TOO_LARGE_NOTICE
 from transcript import TranscriptStore
 
-from .fake_openai import FakeOpenAI, Request
-from .fake_telegram import FakeTelegram
+from .fakes.model import FakeOpenAI, Request
+from .fakes.telegram import FakeTelegram
 from .harness import USER, answers_to, ask, running_bot, settings_for
 from .redis_server import RedisServer
 

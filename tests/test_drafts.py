@@ -32,8 +32,8 @@ from bot.telegram.drafts import StopButtons, draft_id, question_of
 from bot.turn.notices import STOPPED, STOPPED_EARLY
 from transcript import ChatMessage, TranscriptStore
 
-from .fake_openai import FakeOpenAI
-from .fake_telegram import FakeTelegram
+from .fakes.model import FakeOpenAI
+from .fakes.telegram import FakeTelegram
 from .harness import (
     OTHER_USER,
     ROOT_PROMPT,

@@ -19,8 +19,8 @@ from redis.asyncio import Redis
 from bot.data.connection import connect
 from transcript import TranscriptStore, keys
 
-from .fake_openai import FakeOpenAI
-from .fake_telegram import Call, FakeTelegram
+from .fakes.model import FakeOpenAI
+from .fakes.telegram import Call, FakeTelegram
 from .harness import USER, BotProcess, answers_to, env_for, running_bot, settings_for, turns_done
 from .redis_server import RedisServer
 

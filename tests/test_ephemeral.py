@@ -12,8 +12,8 @@ from bot.chat.routers import REFUSAL_TEXT, UNKNOWN_COMMAND_TEXT
 from bot.chat.steering import TREE_HINT
 from bot.turn.notices import DAILY_LIMIT
 
-from .fake_openai import FakeOpenAI
-from .fake_telegram import FakeTelegram, StoredMessage
+from .fakes.model import FakeOpenAI
+from .fakes.telegram import FakeTelegram, StoredMessage
 from .harness import OTHER_USER, USER, BotFactory, answers_to, ask
 from .test_usage import Clock
 

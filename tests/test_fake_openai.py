@@ -1,4 +1,4 @@
-"""Proves tests/fake_openai.py against the real openai SDK (AsyncOpenAI)."""
+"""Proves tests/fakes/model.py against the real openai SDK (AsyncOpenAI)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
 
-from .fake_openai import FakeOpenAI, Usage, message_tokens
+from .fakes.model import FakeOpenAI, Usage, message_tokens
 
 MODEL = "test-model"
 KEY = "sk-test"

@@ -44,7 +44,7 @@ from pydantic import ValidationError
 
 from bot.chat.sidebar import SetMySettings
 
-from .fake_telegram import FakeTelegram
+from .fakes.telegram import FakeTelegram
 
 PARSE_ERROR = "Bad Request: can't parse entities: "
 

@@ -16,8 +16,8 @@ from aiogram.client.telegram import TelegramAPIServer
 from aiogram.exceptions import TelegramBadRequest
 from aiogram.types import BufferedInputFile, ReplyParameters
 
-from .fake_openai import ogg_opus_sample
-from .fake_telegram import FakeTelegram
+from .fakes.model import ogg_opus_sample
+from .fakes.telegram import FakeTelegram
 from .harness import USER
 
 

@@ -27,8 +27,8 @@ from bot.turn.notices import MODEL_ERRORS as MODEL_ERROR_NOTICES
 from bot.turn.notices import RETRY_HINT
 from transcript import TranscriptStore
 
-from .fake_openai import FakeOpenAI, default_responder
-from .fake_telegram import Call, FakeTelegram
+from .fakes.model import FakeOpenAI, default_responder
+from .fakes.telegram import Call, FakeTelegram
 from .harness import OTHER_USER, ROOT_PROMPT, USER, BotFactory, answers_to, ask, said, turns_done
 
 SYSTEM = ("system", ROOT_PROMPT)

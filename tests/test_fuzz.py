@@ -49,9 +49,9 @@ from redis.asyncio import Redis
 from bot.app import App
 from transcript import TranscriptStore
 
-from .fake_openai import FakeOpenAI
-from .fake_rich import blocks_text
-from .fake_telegram import Call, FakeTelegram, StoredMessage
+from .fakes.model import FakeOpenAI
+from .fakes.rich_messages import blocks_text
+from .fakes.telegram import Call, FakeTelegram, StoredMessage
 from .harness import OTHER_USER, USER, BotFactory, answers_to, ask
 
 JSON = dict[str, Any]

@@ -20,8 +20,8 @@ from bot.telegram import guest
 from bot.turn.parts import PartLedger
 from transcript import TranscriptStore
 
-from .fake_openai import FakeOpenAI
-from .fake_telegram import Call, FakeTelegram, StoredMessage
+from .fakes.model import FakeOpenAI
+from .fakes.telegram import Call, FakeTelegram, StoredMessage
 from .harness import OTHER_USER, ROOT_PROMPT, USER, BotFactory, BotProcess, ask, env_for, said
 from .redis_server import RedisServer
 

@@ -40,7 +40,7 @@ from bot.turn import notices
 from bot.usage.reports import OWNER_ONLY_TEXT
 from bot.webapp.texts import ERRORS, PAGE
 
-from .fake_telegram import FakeTelegram, StoredMessage
+from .fakes.telegram import FakeTelegram, StoredMessage
 from .harness import OTHER_USER, USER, BotFactory, answers_to, ask
 
 #: The twelve languages the bot ships at least (English needs no catalogue).

@@ -15,7 +15,7 @@ from PIL import Image
 from bot.model import ModelError
 from bot.model.images import OUTAGE, ImageMaker, picture_info
 
-from .fake_openai import FakeOpenAI, png_bytes
+from .fakes.model import FakeOpenAI, png_bytes
 
 KEY = "sk-test"
 

@@ -15,8 +15,8 @@ from bot.data import keys
 from bot.data.connection import connect
 from bot.data.layout import UnknownLayoutError, check_layout
 
-from .fake_openai import FakeOpenAI
-from .fake_telegram import FakeTelegram
+from .fakes.model import FakeOpenAI
+from .fakes.telegram import FakeTelegram
 from .harness import USER, BotFactory, BotProcess, ask, env_for, settings_for
 from .redis_server import RedisServer
 

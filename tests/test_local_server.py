@@ -30,8 +30,8 @@ from bot.telegram.files import Files, FileUnreadableError
 from bot.telegram.session import BotApiSession
 from bot.turn import media
 
-from .fake_openai import FakeOpenAI
-from .fake_telegram import FakeTelegram
+from .fakes.model import FakeOpenAI
+from .fakes.telegram import FakeTelegram
 from .harness import USER, BotFactory, answers_to, ask, running_bot, settings_for
 from .redis_server import RedisServer, free_port
 from .test_first_run import TOKEN, one_line, run_bot

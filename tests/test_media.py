@@ -37,8 +37,8 @@ from bot.retry import Backoff, retrying
 from bot.turn import notices
 from transcript import ChatMessage, CorruptRecordError, Image, TranscriptStore, codec, keys
 
-from .fake_openai import FakeOpenAI
-from .fake_telegram import FakeTelegram
+from .fakes.model import FakeOpenAI
+from .fakes.telegram import FakeTelegram
 from .harness import (
     USER,
     BotFactory,

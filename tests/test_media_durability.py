@@ -14,8 +14,8 @@ from redis.asyncio import Redis
 
 from transcript.keys import alias_key
 
-from .fake_openai import FakeOpenAI, ToolCalls
-from .fake_telegram import Call, FakeTelegram, StoredMessage
+from .fakes.model import FakeOpenAI, ToolCalls
+from .fakes.telegram import Call, FakeTelegram, StoredMessage
 from .harness import USER, BotProcess, answers_to, env_for
 from .redis_server import RedisServer
 from .test_durability import part_journaled, stored

@@ -19,7 +19,7 @@ from bot.usage.calls import CallRecord, utc_now
 from bot.usage.costs import image_cost, nano, speech_cost
 from transcript import NodeId
 
-from .fake_openai import FakeOpenAI, ogg_opus_sample
+from .fakes.model import FakeOpenAI, ogg_opus_sample
 
 CATALOGUE = """
 [models.fast]

@@ -23,8 +23,8 @@ from bot.settings import SettingsError
 from bot.settings_load import load_settings
 from bot.usage.reports import OWNER_ONLY_TEXT
 
-from .fake_openai import FakeOpenAI
-from .fake_telegram import FakeTelegram
+from .fakes.model import FakeOpenAI
+from .fakes.telegram import FakeTelegram
 from .harness import OTHER_USER, USER, BotFactory, answers_to, ask, running_bot, settings_for
 from .redis_server import RedisServer, free_port
 

@@ -25,7 +25,7 @@ from bot.model.sdk import can_post_bytes
 from transcript import ChatMessage
 from transcript.records import ToolCall
 
-from .fake_openai import FakeOpenAI
+from .fakes.model import FakeOpenAI
 
 MODEL = "test-model"
 

@@ -30,8 +30,8 @@ from bot.usage.calls import AUDIT_FIELDS, day_of, utc_now
 from transcript import ChatMessage, TranscriptStore
 from transcript import keys as transcript_keys
 
-from .fake_openai import FakeOpenAI
-from .fake_telegram import FakeTelegram, StoredMessage
+from .fakes.model import FakeOpenAI
+from .fakes.telegram import FakeTelegram, StoredMessage
 from .harness import (
     OTHER_USER,
     ROOT_PROMPT,

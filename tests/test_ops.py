@@ -24,8 +24,8 @@ from redis.asyncio import Redis
 from bot.data import keys as bot_keys
 from bot.turn.context import SUMMARY_PREFIX
 
-from .fake_openai import FakeOpenAI
-from .fake_telegram import FakeTelegram
+from .fakes.model import FakeOpenAI
+from .fakes.telegram import FakeTelegram
 from .harness import ROOT, USER, BotFactory, answers_to, ask, env_for
 from .redis_server import RedisServer, _ping, free_port
 from .test_layout import REFUSED, holding

@@ -42,8 +42,8 @@ from bot.payments import (
 from bot.payments.terms import nano
 from bot.usage.calls import day_of, utc_now
 
-from .fake_openai import FakeOpenAI
-from .fake_telegram import FakeTelegram, StoredMessage
+from .fakes.model import FakeOpenAI
+from .fakes.telegram import FakeTelegram, StoredMessage
 from .harness import (
     OTHER_USER,
     USER,

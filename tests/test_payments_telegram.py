@@ -45,8 +45,8 @@ from bot.telegram.errors import ChargeRefundedError, QueryClosedError
 from bot.telegram.session import BotApiSession
 from bot.usage.calls import utc_now
 
-from .fake_openai import FakeOpenAI
-from .fake_telegram import FakeTelegram
+from .fakes.model import FakeOpenAI
+from .fakes.telegram import FakeTelegram
 from .harness import OTHER_USER, USER, env_for, settings_for
 from .redis_server import RedisServer
 from .test_ops import Result, cli

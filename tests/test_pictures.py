@@ -20,8 +20,8 @@ from bot.media_texts import IMAGE_BUDGET, IMAGE_REFUSED
 from bot.model.types import MADE_PICTURES
 from transcript import TranscriptStore
 
-from .fake_openai import FakeOpenAI, ToolCalls
-from .fake_telegram import FakeTelegram
+from .fakes.model import FakeOpenAI, ToolCalls
+from .fakes.telegram import FakeTelegram
 from .harness import USER, BotFactory, answers_to, ask
 
 PICTURES = {"image_model": "gpt-image-1"}

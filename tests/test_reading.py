@@ -1,6 +1,6 @@
 """Reading the world, end to end (issue 44): documents, links and web search through the
 real bot, the Bot API test server, the OpenAI test server, a loopback page server and
-a SearXNG stand-in (tests/page_server.py). Tests allow loopback fetches with
+a SearXNG stand-in (tests/fakes/web.py). Tests allow loopback fetches with
 URL_FETCH_ALLOW=127.0.0.1/32 where they read a page; one leaves it out on purpose."""
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from bot.tools.box import Toolbox
 from bot.turn.reading import WebTool
 from transcript import ToolCall, TranscriptStore
 
-from .fake_openai import FakeOpenAI, ToolCalls
-from .fake_telegram import FakeTelegram
+from .fakes.model import FakeOpenAI, ToolCalls
+from .fakes.telegram import FakeTelegram
+from .fakes.web import ARTICLE_TEXT, PageServer
 from .harness import SYSTEM_PROMPT, USER, BotFactory, answers_to, ask
-from .page_server import ARTICLE_TEXT, PageServer
 from .reading_files import encrypted_pdf, scanned_pdf, text_pdf, word_docx
 
 LOOPBACK = "127.0.0.1/32"

@@ -1,5 +1,5 @@
 """The guarded fetcher and pages (bot/reading/fetch.py, pages.py) against a loopback page
-server the tests start (tests/page_server.py), which counts every request it gets: a
+server the tests start (tests/fakes/web.py), which counts every request it gets: a
 refused fetch must never reach it."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from bot.reading.fetch import (
 )
 from bot.reading.pages import first_links, read_page
 
-from .page_server import ARTICLE_TEXT, PageServer
+from .fakes.web import ARTICLE_TEXT, PageServer
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.1/32"),)
 

@@ -1,5 +1,5 @@
 """Web search and the built-in tools (bot/reading/search.py) against a SearXNG stand-in on
-loopback (tests/page_server.py): the query reaches it, results come back numbered, pages
+loopback (tests/fakes/web.py): the query reaches it, results come back numbered, pages
 are read through the guarded fetcher, and the sources an answer cites are listed."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from bot.tools.box import ToolResult
 from bot.tools.hub import Tool
 from transcript import ChatMessage, ToolCall
 
-from .page_server import ARTICLE_TEXT, PageServer
+from .fakes.web import ARTICLE_TEXT, PageServer
 
 RESULTS = [
     {"url": f"https://example.org/{n}", "title": f"Result {n}", "content": f"About {n}."}

@@ -26,8 +26,8 @@ from bot.app import App
 from bot.data import keys
 from bot.turn import notices
 
-from .fake_openai import FakeOpenAI
-from .fake_telegram import Call, FakeTelegram
+from .fakes.model import FakeOpenAI
+from .fakes.telegram import Call, FakeTelegram
 from .harness import OTHER_USER, USER, BotFactory, answered_parts, answers_to, ask, said
 
 GROUP = -100642

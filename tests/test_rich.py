@@ -1,6 +1,6 @@
 """Markdown -> rich messages (bot.telegram.rich), checked as the strict test server checks them.
 
-Every rendering is read back by :func:`tests.fake_rich.parse_rich` (what FakeTelegram
+Every rendering is read back by :func:`tests.fakes.rich_messages.parse_rich` (what FakeTelegram
 accepts for ``sendRichMessage``: tags, nesting, entities, limits), whose ``RichMessage``
 aiogram must decode. The fuzz tests at the end feed thousands of generated Markdown
 answers (tables with pipes in cells, nested lists, unbalanced ``$``, stray HTML, code
@@ -29,7 +29,7 @@ from bot.telegram.rich import (
     render_rich,
 )
 
-from .fake_rich import Rich, RichError, parse_rich
+from .fakes.rich_messages import Rich, RichError, parse_rich
 
 JSON = dict[str, Any]
 

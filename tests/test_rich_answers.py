@@ -34,8 +34,8 @@ from bot.telegram.writer import AnswerWriter
 from bot.turn.notices import STOPPED
 from transcript import TranscriptStore
 
-from .fake_openai import FakeOpenAI
-from .fake_telegram import FakeTelegram, StoredMessage
+from .fakes.model import FakeOpenAI
+from .fakes.telegram import FakeTelegram, StoredMessage
 from .harness import (
     ROOT_PROMPT,
     USER,

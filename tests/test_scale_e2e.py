@@ -15,8 +15,8 @@ from redis.asyncio import Redis
 
 from bot.data import keys
 
-from .fake_openai import FakeOpenAI
-from .fake_telegram import FakeTelegram
+from .fakes.model import FakeOpenAI
+from .fakes.telegram import FakeTelegram
 from .harness import BotProcess, answers_to, env_for
 from .redis_server import RedisServer
 

@@ -30,8 +30,8 @@ from bot.turn import notices
 from bot.usage.calls import day_of, utc_now
 from transcript import TranscriptStore
 
-from .fake_openai import FakeOpenAI
-from .fake_telegram import Call, FakeTelegram
+from .fakes.model import FakeOpenAI
+from .fakes.telegram import Call, FakeTelegram
 from .harness import ROOT, USER, BotFactory, BotProcess, answers_to, ask, env_for, turns_done
 from .redis_server import RedisServer
 

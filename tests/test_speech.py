@@ -25,7 +25,7 @@ from bot.model.speech import (
     spoken_parts,
 )
 
-from .fake_openai import FakeOpenAI, ogg_opus_sample
+from .fakes.model import FakeOpenAI, ogg_opus_sample
 
 UNREAD = Unread(SPOKEN_CODE, SPOKEN_TABLE, SPOKEN_FORMULA)
 KEY = "sk-test"

@@ -31,8 +31,8 @@ from bot.ops.forget import forget_chat
 from bot.turn import notices
 from transcript import ChatMessage, TranscriptStore
 
-from .fake_openai import FakeOpenAI
-from .fake_telegram import FakeTelegram, StoredMessage
+from .fakes.model import FakeOpenAI
+from .fakes.telegram import FakeTelegram, StoredMessage
 from .harness import OTHER_USER, ROOT, USER, BotFactory, answers_to, ask, turns_done
 
 TIMEOUT = 15.0

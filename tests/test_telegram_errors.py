@@ -26,7 +26,7 @@ from bot.telegram.out import TelegramOut
 from bot.telegram.outcomes import DraftsUnavailableError, MessageGoneError
 from bot.telegram.session import BotApiSession
 
-from .fake_telegram import FakeTelegram
+from .fakes.telegram import FakeTelegram
 from .harness import USER
 
 GROUP = -100777

@@ -29,12 +29,12 @@ from bot.turn.notices import TOOL_ROUNDS, TURN_GUARD
 from bot.turn.tools import ERROR_MARK, INTERRUPTED
 from transcript import TranscriptStore
 
-from .fake_openai import FakeOpenAI, ToolCalls
-from .fake_telegram import FakeTelegram
+from .fakes.model import FakeOpenAI, ToolCalls
+from .fakes.telegram import FakeTelegram
 from .harness import USER, BotProcess, answers_to, ask, env_for, running_bot, settings_for
 from .redis_server import RedisServer
 
-SERVER = str(Path(__file__).with_name("mcp_tool_server.py"))
+SERVER = str(Path(__file__).parent / "fakes" / "mcp_server.py")
 GROUP = -100700
 
 

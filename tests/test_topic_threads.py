@@ -19,8 +19,8 @@ from redis.asyncio import Redis
 from bot.app import App
 from bot.chat.routers import HELP_TEXT, TOPICS_HELP
 
-from .fake_openai import FakeOpenAI
-from .fake_telegram import Call, FakeTelegram, StoredMessage
+from .fakes.model import FakeOpenAI
+from .fakes.telegram import Call, FakeTelegram, StoredMessage
 from .harness import (
     USER,
     BotFactory,

@@ -40,8 +40,8 @@ from bot.usage.calls import day_of, utc_now
 from transcript import ChatMessage, Node, StaleCacheError, StoreUnavailableError, TranscriptStore
 from transcript import keys as transcript_keys
 
+from .fakes.stub_model import StubModel
 from .redis_server import RedisServer
-from .stub_model import StubModel
 
 CHAT = 77
 SYSTEM = "You are a test assistant."

@@ -25,8 +25,8 @@ from bot.model.wire import data_url, named_image
 from bot.turn import notices
 from transcript import ChatMessage, Image, keys
 
-from .fake_openai import FakeOpenAI
-from .fake_telegram import FakeTelegram
+from .fakes.model import FakeOpenAI
+from .fakes.telegram import FakeTelegram
 from .harness import USER, BotFactory, answered_parts, answers_to, ask
 from .test_media import image_parts, sent_alike
 

@@ -24,8 +24,8 @@ from bot.usage.calls import AUDIT_FIELDS, CallRecord, Totals, utc_now
 from bot.usage.reports import OWNER_ONLY_TEXT
 from transcript import NodeId
 
-from .fake_openai import FakeOpenAI
-from .fake_telegram import FakeTelegram
+from .fakes.model import FakeOpenAI
+from .fakes.telegram import FakeTelegram
 from .harness import (
     OTHER_USER,
     USER,

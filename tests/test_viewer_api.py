@@ -1,7 +1,7 @@
 """The viewer's JSON API over HTTP: who may read what, and what the tree looks like.
 
 The real server (bot/webapp/server.py) on loopback, the real aiogram Bot asking
-tests/fake_telegram.py for group membership, a real Redis; ``initData`` is signed
+tests/fakes/telegram.py for group membership, a real Redis; ``initData`` is signed
 in the test from the Bot API's description (tests/viewer_data.py).
 """
 
@@ -32,7 +32,7 @@ from bot.webapp.texts import ERRORS, PAGE
 from bot.webapp.view import MAX_DETAILS
 from transcript import TranscriptStore
 
-from .fake_telegram import FakeTelegram
+from .fakes.telegram import FakeTelegram
 from .harness import OTHER_USER, USER
 from .viewer_data import MARKDOWN, XSS, Seeded, seed_chain, seed_tree, sign_init_data
 

@@ -13,7 +13,7 @@ import aiohttp
 from bot.chat.routers import HELP_TEXT
 from bot.webapp.texts import CONTINUE_HERE, ERRORS, OPEN_TREE
 
-from .fake_telegram import FakeTelegram, StoredMessage
+from .fakes.telegram import FakeTelegram, StoredMessage
 from .harness import USER, BotFactory, answers_to, ask
 from .viewer_data import sign_init_data
 

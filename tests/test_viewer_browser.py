@@ -35,7 +35,7 @@ from bot.webapp.server import Sources, ViewerApp, ViewerServer
 from bot.webapp.texts import ERRORS, PAGE
 from transcript import TranscriptStore
 
-from .fake_telegram import FakeTelegram
+from .fakes.telegram import FakeTelegram
 from .harness import ROOT, USER
 from .redis_server import RedisServer
 from .viewer_data import SUMMARY, XSS, Seeded, seed_tree, sign_init_data

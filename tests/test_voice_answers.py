@@ -27,8 +27,8 @@ from bot.turn.limits import Spending
 from bot.turn.speaking import VoiceAnswers
 from transcript import TranscriptStore
 
-from .fake_openai import FakeOpenAI, ogg_opus_sample
-from .fake_telegram import FakeTelegram, StoredMessage
+from .fakes.model import FakeOpenAI, ogg_opus_sample
+from .fakes.telegram import FakeTelegram, StoredMessage
 from .harness import USER, BotFactory, answered_parts, answers_to, ask
 from .test_turn import CHAT, RecordingTelegram, Rig, inbound
 

@@ -19,8 +19,8 @@ from redis.asyncio import Redis
 
 from bot.data import keys
 
-from .fake_openai import FakeOpenAI
-from .fake_telegram import FakeTelegram
+from .fakes.model import FakeOpenAI
+from .fakes.telegram import FakeTelegram
 from .harness import USER, BotProcess, answers_to, env_for
 from .redis_server import RedisServer, free_port
 from .test_scale_e2e import add_users, answered_once, processes

@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .reading_files import text_pdf
+from ..reading_files import text_pdf
 
 ARTICLE_TEXT = (
     "The lighthouse keeper logged every ship that passed the headland, and in the winter "

@@ -1,4 +1,4 @@
-"""A small MCP server of our own, for the tool tests: ``python tests/mcp_tool_server.py``
+"""A small MCP server of our own, for the tool tests: ``python tests/fakes/mcp_server.py``
 serves stdio; ``--http PORT`` serves Streamable HTTP at ``http://127.0.0.1:PORT/mcp``.
 
 Every call is appended to the file named by ``MCP_CALL_LOG`` (one line: tool and

@@ -1,7 +1,7 @@
 """A model that answers at once, for tests and benches that drive the engine directly.
 
 It stands in for :class:`bot.model.Model` (and the tool loop's model) where the
-model's HTTP edge is not what is tested or measured; ``tests/fake_openai.py`` is
+model's HTTP edge is not what is tested or measured; ``tests/fakes/model.py`` is
 the stand-in that speaks the wire.
 """
 
