@@ -32,7 +32,7 @@ from bot.telegram.format import Chunk
 from bot.telegram.uploads import Attachment
 from bot.turn.engine import Engine
 from bot.turn.limits import Spending
-from bot.turn.pictures import Pictures
+from bot.turn.pictures import PictureAttachments, Pictures
 from bot.turn.speaking import VoiceAnswers
 from tests.fakes.model import FakeOpenAI
 from tests.fakes.stub_model import StubModel
@@ -88,9 +88,10 @@ def _equip(engine: Engine, llm: FakeOpenAI, budget: float) -> list[Speaker | Ima
     accounting = engine.accounting
     engine.limits.rules = replace(engine.limits.rules, user_daily_dollars=budget)
     spending = Spending(accounting, daily_tokens=0, daily_dollars=budget)
-    engine.speech = VoiceAnswers(
+    voice = VoiceAnswers(
         speaker, accounting=accounting, prices=Prices(per_1m_chars=15.0), spending=spending
     )
+    engine.outputs = (PictureAttachments(engine.store), voice)
     engine.pictures = Pictures(
         maker, store=engine.store, accounting=accounting, prices=Prices(per_image=0.04),
         spending=spending,

@@ -223,7 +223,7 @@ class Parts:
                 else None
             ),
             tools=tool_loop,
-            speech=able.speech,
+            outputs=able.outputs,
             pictures=able.pictures,
             stars=self.stars,
         )

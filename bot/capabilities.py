@@ -7,9 +7,10 @@ A capability is a module that implements one small interface of the turn:
     a built-in tool   bot/tools/box.py: BuiltinTool, offered to tool-capable models in
                       the per-node tool loop beside MCP_CONFIG's tools; a Footer adds
                       what an answer shows under its text from its tool rounds
-    an output         what an answer sends besides its text, as its attachments
-                      (bot/telegram/onscreen.py): its voice notes (bot/turn/speaking.py),
-                      its pictures (bot/turn/pictures.py, also the /image turn)
+    an output         bot/turn/values.py: Output, what an answer sends after its text
+                      as its attachments (bot/telegram/onscreen.py): its pictures
+                      (bot/turn/pictures.py, also the /image turn), its voice notes
+                      (bot/turn/speaking.py)
 
 Adding one touches its module, its line here, its texts and its tests; the turn's
 steps and persistence stay as they are.
@@ -35,9 +36,10 @@ from .turn.context import ContextWindow
 from .turn.inputs import FileReader, Inputs, MessageReader
 from .turn.limits import Spending
 from .turn.media import Download, NotReadable, PhotoReader, VoiceReader
-from .turn.pictures import DrawTool, Pictures
+from .turn.pictures import DrawTool, PictureAttachments, Pictures
 from .turn.reading import DocumentReader, LinkReader, Room, WebTool, cited_sources, prompt_rules
 from .turn.speaking import VoiceAnswers
+from .turn.values import Output
 from .usage.accounting import Accounting
 
 
@@ -50,8 +52,9 @@ class Capabilities:
     voice: VoiceReader
     #: Tools the bot itself offers tool-capable models (beside MCP_CONFIG's).
     tools: tuple[BuiltinTool, ...] = ()
-    #: Answers read aloud (TTS_MODEL), else ``None``.
-    speech: VoiceAnswers | None = None
+    #: What answers send after their text, in this order: their pictures, then the
+    #: text read aloud (TTS_MODEL).
+    outputs: tuple[Output, ...] = ()
     #: Pictures made and changed (IMAGE_MODEL), else ``None``.
     pictures: Pictures | None = None
     #: What answers show under their text when their turn ran tools.
@@ -93,11 +96,14 @@ def capabilities(
         accounting, daily_tokens=settings.user_daily_token_limit,
         daily_dollars=settings.user_daily_budget_usd, stars=stars,
     )  # fmt: skip
-    catalogue, speech, pictures = models.catalogue, None, None
+    catalogue, pictures = models.catalogue, None
     speaker, maker = models.speaker(), models.image_maker()
+    outputs: list[Output] = [PictureAttachments(store)]
     if speaker is not None and catalogue.speech is not None:
         prices = catalogue.speech.prices
-        speech = VoiceAnswers(speaker, accounting=accounting, prices=prices, spending=spending)
+        outputs.append(
+            VoiceAnswers(speaker, accounting=accounting, prices=prices, spending=spending)
+        )
     if maker is not None and catalogue.images is not None:
         pictures = Pictures(
             maker, store=store, accounting=accounting, prices=catalogue.images.prices,
@@ -115,7 +121,7 @@ def capabilities(
         Inputs(readers, message_readers),
         voice,
         tuple(tools),
-        speech=speech,
+        outputs=tuple(outputs),
         pictures=pictures,
         footers=tuple(footers),
         rules=rules,

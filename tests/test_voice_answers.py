@@ -172,9 +172,8 @@ def voiced(redis: Redis, speaker: Speaker) -> tuple[Rig, Voiced]:
     rig.telegram = rig.engine.out = telegram
     accounting = rig.engine.accounting
     spending = Spending(accounting, daily_tokens=0, daily_dollars=0.0)
-    rig.engine.speech = VoiceAnswers(
-        speaker, accounting=accounting, prices=Prices(), spending=spending
-    )
+    voice = VoiceAnswers(speaker, accounting=accounting, prices=Prices(), spending=spending)
+    rig.engine.outputs = (voice,)
     return rig, telegram
 
 

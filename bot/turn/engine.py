@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from transcript import (
@@ -63,7 +63,6 @@ from ..telegram.guest import GuestWriter
 from ..telegram.out import TelegramOut
 from ..telegram.outcomes import AnswerRejectedError, ChatUnavailableError
 from ..telegram.rendering import answer_style
-from ..telegram.uploads import Attachment
 from ..telegram.writer import TYPING_EVERY, AnswerWriter
 from ..usage.accounting import Accounting
 from . import notices
@@ -81,10 +80,9 @@ from .pictures import Pictures, asks_for_picture, drawn
 from .record import ClaimReads, TurnState
 from .state import TurnStates
 from .topics import TopicThreads, TopicTitles
-from .values import Drawn, Reply, Rules, Turn, TurnEnded, Writer
+from .values import Drawn, Output, Reply, Rules, Turn, TurnEnded, Writer
 
 if TYPE_CHECKING:
-    from .speaking import VoiceAnswers
     from .tools import ToolLoop
 
 log = logging.getLogger("replychain.engine")
@@ -117,7 +115,7 @@ class Engine:
         topics: TopicTitles | None = None,
         threads: TopicThreads | None = None,
         tools: ToolLoop | None = None,
-        speech: VoiceAnswers | None = None,
+        outputs: Sequence[Output] = (),
         pictures: Pictures | None = None,
         stars: Stars | None = None,
     ) -> None:
@@ -163,8 +161,8 @@ class Engine:
             durably=self._durably, system_prompt=rules.system_prompt,
             root_prompt=self._root_prompt, inputs=inputs, voice=voice, threads=threads,
         )  # fmt: skip
-        #: Answers read aloud (TTS_MODEL), else ``None``.
-        self.speech = speech
+        #: What answers send after their text, in order (bot/capabilities.py).
+        self.outputs = tuple(outputs)
         #: Pictures made and changed (IMAGE_MODEL), else ``None``.
         self.pictures = pictures
         #: Answers being generated now, for Telegram's stop button.
@@ -374,26 +372,23 @@ class Engine:
         )
 
     async def _attachments(self, turn: Turn, reply: Reply, text: str) -> list[int]:
-        """After the answer's text, its attachments: its pictures, then the text read
-        aloud (when the asker wants it); every part's id. A voice note that could not be
-        sent leaves one line under the text instead (:mod:`bot.turn.speaking`)."""
-        writer, node = turn.writer, reply.node
-        if not isinstance(writer, AnswerWriter) or node is None:
+        """After the answer's text, its attachments: what each registered output sends
+        (:class:`~bot.turn.values.Output`: its pictures, then the text read aloud), and
+        the lines they leave under the text for what they could not send; every part's
+        id."""
+        writer = turn.writer
+        if not isinstance(writer, AnswerWriter) or reply.node is None:
             return self._ids(writer)  # (a guest answer is one message of text)
-        scope = turn.inbound.scope
-        speaks = self.speech is not None and not reply.captioned and self.speech.wanted(turn)
-        if reply.pictures or speaks:
+        outputs = [output for output in self.outputs if output.wanted(turn, reply)]
+        if outputs:
             await writer.settle()  # before an attachment is announced
-        for number, shown in enumerate(reply.pictures, 1):
-            if number <= len(writer.attached):
-                continue  # on screen: an earlier run of this turn sent it
-            image = shown.image
-            data = (await self.store.blobs(scope, [image.digest]))[image.digest]
-            await writer.attach(number, Attachment("photo", data, shown.caption, image.mime))
-        if speaks and self.speech is not None:
-            line = await self.speech.speak(turn, writer, node, text, first=len(reply.pictures) + 1)
-            if line:  # the text answer stands, with one line under it
-                await writer.finish(f"{text}\n\n{line}", reasoning=reply.reasoning)
+        first, lines = 1, []
+        for output in outputs:
+            sent = await output.send(turn, writer, reply, text=text, first=first)
+            first = sent.next
+            lines += [sent.line] if sent.line else []
+        if lines:  # the text answer stands, with those lines under it
+            await writer.finish("\n\n".join([text, *lines]), reasoning=reply.reasoning)
         return writer.every_id
 
     @staticmethod

@@ -40,6 +40,8 @@ from ..i18n import _, clock_time
 from ..media_texts import IMAGE_BUDGET, IMAGE_FAILED, IMAGE_FAILURES
 from ..model import ModelError, Usage
 from ..model.images import ImageMaker
+from ..telegram.uploads import Attachment
+from ..telegram.writer import AnswerWriter
 from ..tools.box import ToolCallContext, ToolResult
 from ..usage.accounting import Accounting
 from ..usage.calls import CallRecord, next_reset
@@ -47,7 +49,7 @@ from ..usage.costs import image_cost
 from .limits import Spending
 from .speaking import announce
 from .state import TurnStates
-from .values import Drawn, Reply, Turn, TurnEnded
+from .values import Drawn, Reply, Sent, Turn, TurnEnded
 
 log = logging.getLogger("replychain.pictures")
 
@@ -130,6 +132,30 @@ def with_thread(prompt: str, path: Sequence[Node]) -> str:
             if size >= THREAD_CHARS:
                 return prompt + THREAD_LEAD + "\n".join(lines)
     return prompt + THREAD_LEAD + "\n".join(lines) if lines else prompt
+
+
+class PictureAttachments:
+    """The pictures an answer shows, sent after its text (an
+    :class:`~bot.turn.values.Output`; registered whether or not an image model is set up:
+    an answer stored with pictures shows them)."""
+
+    def __init__(self, store: TranscriptStore) -> None:
+        self.store = store
+
+    def wanted(self, turn: Turn, reply: Reply) -> bool:
+        return bool(reply.pictures)
+
+    async def send(
+        self, turn: Turn, writer: AnswerWriter, reply: Reply, *, text: str, first: int
+    ) -> Sent:
+        scope = turn.inbound.scope
+        for number, shown in enumerate(reply.pictures, first):
+            if number <= len(writer.attached):
+                continue  # on screen: an earlier run of this turn sent it
+            image = shown.image
+            data = (await self.store.blobs(scope, [image.digest]))[image.digest]
+            await writer.attach(number, Attachment("photo", data, shown.caption, image.mime))
+        return Sent(first + len(reply.pictures))
 
 
 class Pictures:

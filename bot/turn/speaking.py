@@ -37,7 +37,7 @@ from ..usage.calls import CallRecord
 from ..usage.costs import speech_cost
 from .limits import Spending
 from .state import TurnStates
-from .values import Turn
+from .values import Reply, Sent, Turn
 
 log = logging.getLogger("replychain.voice")
 
@@ -46,7 +46,8 @@ SPEECH_VIEW = "speech"
 
 
 class VoiceAnswers:
-    """Reads answers aloud (one per bot; TTS_MODEL)."""
+    """Reads answers aloud (one per bot; TTS_MODEL): an
+    :class:`~bot.turn.values.Output`, after the answer's pictures."""
 
     def __init__(
         self, speaker: Speaker, *, accounting: Accounting, prices: Prices, spending: Spending
@@ -54,36 +55,39 @@ class VoiceAnswers:
         self.speaker, self.accounting = speaker, accounting
         self.prices, self.spending = prices, spending
 
-    @staticmethod
-    def wanted(turn: Turn) -> bool:
+    def wanted(self, turn: Turn, reply: Reply) -> bool:
         """Whether this turn's answer is spoken: the asker's ``/voice``, and by default
-        (``auto``) when the question was a voice note."""
+        (``auto``) when the question was a voice note; never a picture's caption."""
+        if reply.captioned:
+            return False
         choice = turn.mine.voice
         if choice is not None and choice != "auto":
             return choice == "on"
         return any(ref.kind == "voice" for ref in turn.inbound.media)
 
-    async def speak(
-        self, turn: Turn, writer: AnswerWriter, node: NodeId, text: str, *, first: int = 1
-    ) -> str:
+    async def send(
+        self, turn: Turn, writer: AnswerWriter, reply: Reply, *, text: str, first: int
+    ) -> Sent:
         """Send ``text`` read aloud as the answer's attachments from number ``first`` on
-        (those before are its pictures); the line to show under the text instead of what
-        could not be sent ("" when nothing is missing)."""
-        inbound = turn.inbound
+        (those before are its pictures), with the line to show under the text instead of
+        what could not be sent ("" when nothing is missing)."""
+        inbound, node = turn.inbound, reply.node
+        assert node is not None  # (the engine sends attachments of answers only)
         parts = spoken_parts(text, Unread(_(SPOKEN_CODE), _(SPOKEN_TABLE), _(SPOKEN_FORMULA)))
+        after = Sent(first + len(parts))
         for number, part in enumerate(parts, first):
             if number <= len(writer.attached):
                 continue  # on screen: an earlier run of this turn sent it
             if await self.spending.spent(inbound.user_id):  # (no read without a limit)
                 log.info("no voice note in chat %s: the user's day is spent", inbound.chat_id)
-                return _(VOICE_BUDGET)
+                return Sent(after.next, _(VOICE_BUDGET))
             try:
                 speech = await self.speaker.speak(part)
             except ModelError as exc:
                 log.warning("speech for chat %s failed: %s", inbound.chat_id, exc.kind)
                 failed = self._call(turn, node, exc.latency, cost=0, error=exc.kind)
                 await self.accounting.record(failed)
-                return _(SPEECH_FAILED)
+                return Sent(after.next, _(SPEECH_FAILED))
             cost = speech_cost(self.prices, speech.characters)
             call = self._call(turn, node, speech.latency, cost=cost)
             # the voice note is announced on the same round trip as its cost
@@ -93,8 +97,8 @@ class VoiceAnswers:
                 await writer.attach(number, Attachment("voice", speech.audio))
             except AnswerRejectedError as exc:  # (a user who takes no voice messages, say)
                 log.warning("Telegram refused a voice note in chat %s: %s", inbound.chat_id, exc)
-                return ""
-        return ""
+                return after
+        return after
 
     def _call(
         self, turn: Turn, node: NodeId, latency: float, *, cost: int, error: str | None = None

@@ -1,8 +1,10 @@
-"""What a turn is made of: its rules, the reply it ends with, and one run of it."""
+"""What a turn is made of: its rules, the reply it ends with, one run of it, and the
+outputs an answer sends after its text."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from aiogram.types import InlineKeyboardMarkup
 
@@ -121,3 +123,37 @@ class Turn:
 
 #: An answer's writer: streaming into a chat of the bot's, or one guest answer.
 Writer = AnswerWriter | GuestWriter
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """What an :class:`Output` did: the number its next attachment takes, and a line to
+    show under the answer's text instead of what it could not send ("": nothing)."""
+
+    next: int
+    line: str = ""
+
+
+class Output(Protocol):
+    """A capability that sends something after an answer's text, as the answer's
+    *attachments* (its pictures, its voice notes): registered in ``bot/capabilities.py``,
+    run in that order by the engine's last step.
+
+    Attachments are numbered from 1 across the outputs of one answer; an output sends
+    the ones numbered ``first`` on, skipping those already on screen (``number <=
+    len(writer.attached)``: an earlier run of the turn sent them), each announced in the
+    part ledger before it is sent (:class:`~bot.telegram.onscreen.OnScreen`). A run again
+    after a crash numbers them the same way, so its numbering must follow from the
+    answer alone.
+    """
+
+    def wanted(self, turn: Turn, reply: Reply) -> bool:
+        """Whether this answer gets anything from this output."""
+        ...
+
+    async def send(
+        self, turn: Turn, writer: AnswerWriter, reply: Reply, *, text: str, first: int
+    ) -> Sent:
+        """Send this output's attachments of ``reply`` (whose text as shown is ``text``)
+        from number ``first`` on."""
+        ...
