@@ -1,7 +1,8 @@
 """Stand-ins for the services the bot talks to, served over real HTTP on loopback.
 
 - ``telegram``: the Bot API server (``FakeTelegram``), split by concern: ``telegram_core``
-  (state, HTTP plumbing, faults, getUpdates and webhooks), ``telegram_messages``,
+  (state, HTTP plumbing, faults, getUpdates), ``telegram_setup`` (webhooks, command
+  menus), ``telegram_messages``,
   ``telegram_files``, ``telegram_guest``, ``telegram_payments``, ``telegram_markup``
   (HTML and Markdown parsing) and ``telegram_types`` (records and the Bot API's rules);
   ``rich_messages`` checks rich messages.
