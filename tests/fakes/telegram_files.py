@@ -14,7 +14,7 @@ from aiohttp import web
 
 from .telegram_markup import _reply_markup
 from .telegram_messages import Messages
-from .telegram_types import JSON, _ApiError, _error_response, _opt_int
+from .telegram_types import JSON, StoredMessage, _ApiError, _Chat, _error_response, _opt_int
 
 # sendPhoto (core.telegram.org/bots/api#sendphoto): "The photo must be at most 10 MB in
 # size. The photo's width and height must not exceed 10000 in total. Width and height
@@ -230,26 +230,10 @@ class Files(Messages):
         width, height = _image_size(data)
         if width + height > 10000 or max(width, height) > 20 * min(width, height):
             raise _ApiError(400, "Bad Request: PHOTO_INVALID_DIMENSIONS")
-        caption, entities, mode, raw_caption = self._format(params, caption=True)
-        thread_id, reply = self._placement(chat, params)
-        markup = _reply_markup(params, chat)
-        extra: JSON = {"photo": _photo_sizes(data, width, height, chat.id, chat.next_message_id)}
-        if caption:
-            extra["caption"] = caption
-            if entities:
-                extra["caption_entities"] = copy.deepcopy(entities)
-        message = self._store(
-            chat,
-            self._bot_user(),
-            is_bot=True,
-            thread_id=thread_id,
-            reply=reply,
-            html=raw_caption or None,
-            parse_mode=mode,
-            reply_markup=markup,
-            extra=extra,
-            caption=caption or None,
-        )
+        formatted = self._format(params, caption=True)
+        placed = self._placement(chat, params)
+        photo = {"photo": _photo_sizes(data, width, height, chat.id, chat.next_message_id)}
+        message = self._store_file_message(chat, params, photo, formatted, placed)
         message.photo = data
         return copy.deepcopy(message.raw)
 
@@ -295,31 +279,19 @@ class Files(Messages):
             raise _ApiError(400, "Bad Request: file must be non-empty")
         if len(data) > _MAX_UPLOAD_BYTES:
             raise _ApiError(413, "Request Entity Too Large")
-        caption, entities, mode, raw = self._format(params, caption=True)
-        thread_id, reply = self._placement(chat, params)
+        formatted = self._format(params, caption=True)
+        placed = self._placement(chat, params)
         name = str(document.get("filename") or "document")
-        message = self._store(
-            chat,
-            self._bot_user(),
-            is_bot=True,
-            thread_id=thread_id,
-            reply=reply,
-            html=raw or None,
-            parse_mode=mode,
-            reply_markup=_reply_markup(params, chat),
-            caption=caption or None,
-            extra={
-                "document": {
-                    "file_id": f"BQACAgIAAxkDoc{abs(chat.id)}x{chat.next_message_id}",
-                    "file_unique_id": f"AgADoc{chat.next_message_id}",
-                    "file_name": name,
-                    "mime_type": document.get("content_type") or "application/octet-stream",
-                    "file_size": len(data),
-                },
-                **({"caption": caption} if caption else {}),
-                **({"caption_entities": entities} if caption and entities else {}),
-            },
-        )
+        sent = {
+            "document": {
+                "file_id": f"BQACAgIAAxkDoc{abs(chat.id)}x{chat.next_message_id}",
+                "file_unique_id": f"AgADoc{chat.next_message_id}",
+                "file_name": name,
+                "mime_type": document.get("content_type") or "application/octet-stream",
+                "file_size": len(data),
+            }
+        }
+        message = self._store_file_message(chat, params, sent, formatted, placed)
         message.document = (name, data)
         return copy.deepcopy(message.raw)
 
@@ -333,8 +305,8 @@ class Files(Messages):
         (``file_bytes``); ``duration`` is the one sent, else the file's own."""
         chat = self._target_chat(params)
         file_id, data = self._voice_upload(params)
-        caption, entities, mode, raw_caption = self._format(params, caption=True)
-        thread_id, reply = self._placement(chat, params)
+        formatted = self._format(params, caption=True)
+        placed = self._placement(chat, params)
         if file_id is None:
             stem = f"{abs(chat.id)}x{chat.next_message_id}"
             file_id = f"AwACAgIAAxkDVO{stem}"
@@ -348,12 +320,26 @@ class Files(Messages):
             "mime_type": "audio/ogg",
             "file_size": len(data),
         }
-        extra: JSON = {"voice": voice}
+        message = self._store_file_message(chat, params, {"voice": voice}, formatted, placed)
+        return copy.deepcopy(message.raw)
+
+    def _store_file_message(
+        self,
+        chat: _Chat,
+        params: JSON,
+        extra: JSON,
+        formatted: tuple[str, list[JSON], str | None, str],
+        placed: tuple[int | None, StoredMessage | None],
+    ) -> StoredMessage:
+        """The bot's message carrying a file (``extra``: its photo, document or voice),
+        with the caption as formatted and the place (thread, reply) as checked."""
+        caption, entities, mode, raw_caption = formatted
+        thread_id, reply = placed
         if caption:
             extra["caption"] = caption
             if entities:
                 extra["caption_entities"] = copy.deepcopy(entities)
-        message = self._store(
+        return self._store(
             chat,
             self._bot_user(),
             is_bot=True,
@@ -365,7 +351,6 @@ class Files(Messages):
             extra=extra,
             caption=caption or None,
         )
-        return copy.deepcopy(message.raw)
 
     def _voice_upload(self, params: JSON) -> tuple[str | None, bytes]:
         """(the file_id of a voice message sent again, else None; the voice's bytes)."""
