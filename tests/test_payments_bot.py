@@ -316,11 +316,28 @@ async def test_a_refund_calls_refund_star_payment_once_takes_the_credit_back_and
         assert (await balance(redis)).credit == 0 and tg.stars.charges[charge].refunded
         second = await asyncio.to_thread(refund, settings, charge, force=False)
         assert second == 0  # said: refunded already
-        # Telegram's refunded_payment message: taken (logged), not answered
-        await tg.wait_for(lambda: any("was refunded" in r.getMessage() for r in caplog.records))
+        # Telegram's refunded_payment message: the user is told what it took, once,
+        # even when Telegram delivers the update again
+        refunded = [m for m in tg.messages(USER) if "refunded_payment" in m.raw]
+        assert len(refunded) == 1
+        await tg.wait_for(lambda: len(replies(tg, USER, refunded[0].message_id)) == 1)
+        update = next(
+            u
+            for u, body in tg.stars.updates.items()
+            if "refunded_payment" in body.get("message", {})
+        )
+        tg.redeliver(update)
+        await tg.wait_for(
+            lambda: sum("was refunded" in r.getMessage() for r in caplog.records) == 2
+        )
+        await tg.wait_for(lambda: tg.pending_updates == 0)
+    # (the bot's shutdown ran every answer it had begun)
+    told = replies(tg, USER, refunded[0].message_id)
+    assert [m.text for m in told] == [
+        "Your payment of 250 Stars was refunded; $2.50 was taken from your credit, which is "
+        "now $0.00."
+    ]
     assert [c.status for c in tg.calls_to("refundStarPayment")] == [200]
-    refunded = [m for m in tg.messages(USER) if "refunded_payment" in m.raw]
-    assert len(refunded) == 1 and not replies(tg, USER, refunded[0].message_id)
     assert (await balance(redis)).refunded == 250 * CENT
     assert (await Ledger(redis).stars_received()).refunds == 1
     assert not tg.violations

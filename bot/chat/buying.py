@@ -9,8 +9,10 @@ whoever presses it. A ``pre_checkout_query`` is answered in its handler: Telegra
 intake as a turn of its own kind, which credits it once and confirms it once
 (bot/turn/paying.py); it is taken in whoever paid (the Stars are spent: ALLOWED_USER_IDS
 decided at the pre-checkout). A ``refunded_payment`` (the owner's ``python -m bot
-refund``) is only logged. Answers are local, never sent to the model; a reply to one
-starts a new conversation.
+refund``) is answered once the ledger holds the refund (a bounded wait: the command
+records it right after Telegram's refund) with what it took from the user's credit,
+once per refund. Answers are local, never sent to the model; a reply to one starts a
+new conversation.
 """
 
 from __future__ import annotations
@@ -27,7 +29,17 @@ from aiogram.types import CallbackQuery, Message, PreCheckoutQuery
 from ..bus.inbound import PAYMENT, Inbound, Paid
 from ..bus.intake import Intake
 from ..i18n import N_, _
-from ..payments import BUY_DATA, Invoices, NotStarsError, Stars, Terms, texts
+from ..payments import (
+    BUY_DATA,
+    Entry,
+    Invoices,
+    Ledger,
+    NotStarsError,
+    PaymentNotFoundError,
+    Stars,
+    Terms,
+    texts,
+)
 from ..telegram.notifier import Notifier
 from .messages import Checked, is_group, notice, thread_of
 
@@ -45,6 +57,9 @@ HELP = N_(
 )
 #: Payments /balance lists.
 LAST_PAYMENTS = 5
+#: How long a ``refunded_payment`` waits for the refund's record, and how often it looks.
+REFUND_WAIT = 10.0
+REFUND_POLL = 0.25
 
 
 def buy_router() -> Router:
@@ -175,11 +190,42 @@ async def on_paid(
         await asyncio.Event().wait()  # stopping before it was stored: never confirm it
 
 
-async def on_refunded(message: Message) -> None:
-    """Telegram's note that a payment was refunded (the owner's ``refund`` did it)."""
+async def on_refunded(message: Message, *, notifier: Notifier, stars: Stars | None) -> None:
+    """Telegram's note that a payment was refunded (the owner's ``refund`` did it): the
+    user is told what the refund took from their credit, once."""
     refunded = message.refunded_payment
     charge = refunded.telegram_payment_charge_id if refunded else "?"
     log.info("payment %s in chat %s was refunded", charge, message.chat.id)
+    if stars is None or refunded is None:
+        return
+    ledger = stars.ledger
+
+    async def tell() -> None:
+        entry = await _refund_recorded(ledger, charge)
+        if entry is None:
+            log.warning("refund of %s not in the ledger: the user is not told", charge)
+        elif await ledger.refund_told(entry):  # (not a redelivered update)
+            credit = (await ledger.balance(entry.payment.user_id)).credit
+            notice(notifier, message, texts.refunded(entry, credit))
+
+    notifier.run(tell, name=f"refund-{message.chat.id}")
+
+
+async def _refund_recorded(ledger: Ledger, charge: str) -> Entry | None:
+    """The payment once its refund is recorded, waiting at most :data:`REFUND_WAIT`
+    (``None``: not a payment of the ledger's, or its refund never finished)."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + REFUND_WAIT
+    while True:
+        try:
+            entry = await ledger.find(charge)
+        except PaymentNotFoundError:
+            return None
+        if entry.refund is not None:
+            return entry
+        if loop.time() >= until:
+            return None
+        await asyncio.sleep(REFUND_POLL)
 
 
 def help_line(stars: Stars | None) -> str:

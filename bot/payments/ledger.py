@@ -16,6 +16,8 @@ is then made again on the promoted replica). Money is whole nano-dollars.
   the refund begun), Telegram's ``refundStarPayment`` (the caller's; an "already
   refunded" answer counts as done), *finish* (the record, and the credit taken back,
   never below zero). Run again after a crash anywhere, it goes on from there.
+- :meth:`Ledger.refund_told` notes, once, that the user was told of a refund
+  ("!<charge>" beside its record), so a redelivered ``refunded_payment`` tells them once.
 
 The values it answers with, and its errors, are in :mod:`bot.payments.records`.
 """
@@ -182,6 +184,13 @@ class Ledger:
         for bucket, ids in enumerate(await guarded(pipe.execute())):
             found += await self._entries(bucket, [text(i) for i in ids]) if ids else []
         return sorted(found, key=lambda e: (-e.payment.at, e.payment.charge_id))[:last]
+
+    async def refund_told(self, entry: Entry) -> bool:
+        """Note that the user is told of the refund of ``entry``: ``True`` the first time
+        only (a field beside the refund's record, in the same slot)."""
+        payment = entry.payment
+        found = keys.refunds_key(keys.usage_bucket(payment.user_id))
+        return bool(await guarded(self.redis.hsetnx(found, "!" + payment.charge_id, 1)))
 
     async def stars_received(self) -> StarsTotals:
         """Stars received and refunded by the bot, over every bucket (one round trip)."""
