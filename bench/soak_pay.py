@@ -41,7 +41,8 @@ charges it made and refunded) against the bot's (the ledger's readers of
   counts equal Telegram's); a refused pre-checkout charged nothing;
 * each payment confirmed once in the payer's chat (a second confirmation whose first
   copy Telegram accepted within 250 ms of a SIGKILL is the documented window);
-* each refund: refundStarPayment once, the credit the payment added taken back;
+* each refund: refundStarPayment once, the credit the payment added taken back; the
+  user told of it at most once (a reply to Telegram's ``refunded_payment`` message);
 * per user, to the nano-dollar: credit = Σ payments − Σ refunds − spend, where the
   payments are Telegram's charges, the refunds what the ledger took back and the spend
   what the ledger drew; and what it drew (plus what it wrote off) is the user's
@@ -151,6 +152,11 @@ class PayResult:
     refund_retries: int = 0
     refund_refused: int = 0
     refund_mismatches: int = 0  # failures
+    #: The user told of a refund (a reply to Telegram's refunded_payment message): once;
+    #: twice (failures); never (a SIGKILL between noting it and sending it, say).
+    refund_told: int = 0
+    refund_told_twice: int = 0
+    refund_never_told: int = 0
     credit_mismatches: int = 0  # failures: credit != payments - refunds - spend
     spend_mismatches: int = 0  # failures: drawn + written off != spend over the allowance
     spend_unchecked: str = ""
@@ -171,6 +177,7 @@ class PayResult:
             or self.confirmed_twice
             or self.not_confirmed
             or self.refund_mismatches
+            or self.refund_told_twice
             or self.credit_mismatches
             or self.spend_mismatches
         )
@@ -477,6 +484,7 @@ class Payments:
                     result.problems.append(
                         f"{charge_id}: refund took {entry.refund.taken} of {payment.credit}"
                     )
+        self.check_refund_notices(result)
         result.credited = len(credited)
         totals = await ledger.stars_received()
         result.credited_twice = max(totals.payments - result.credited, 0)
@@ -486,6 +494,26 @@ class Payments:
         self.check_confirmations(result, accepted_at, requested_at, kill_times)
         await self.check_credit(result, ledger, spending, UsageReads(redis, clock=utc_now))
         return result
+
+    def check_refund_notices(self, result: PayResult) -> None:
+        """Each refund's notice: the bot's replies to its refunded_payment message."""
+        for user in self.users:
+            told: Counter[int] = Counter(
+                m.reply_to for m in self.tg.bot_messages(user) if m.reply_to and not m.deleted
+            )
+            for message in self.tg.messages(user):
+                refunded = message.raw.get("refunded_payment")
+                if not refunded:
+                    continue
+                n = told[message.message_id]
+                if n == 1:
+                    result.refund_told += 1
+                elif n == 0:
+                    result.refund_never_told += 1
+                else:
+                    result.refund_told_twice += 1
+                    charge = refunded["telegram_payment_charge_id"]
+                    result.problems.append(f"{charge}: told of its refund {n} times")
 
     def check_confirmations(
         self,
@@ -598,6 +626,8 @@ class Payments:
                 f"{result.refund_refused}",
             ),
             ("  refunds not as Telegram's (failures)", result.refund_mismatches),
+            ("  users told of the refund once / never / twice (failures)",
+             f"{result.refund_told} / {result.refund_never_told} / {result.refund_told_twice}"),
             (
                 f"credit = payments - refunds - spend, {result.users} users ($)",
                 f"{usd(result.credit_total)} = {usd(result.paid_total)} - "
