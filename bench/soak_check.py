@@ -15,6 +15,8 @@ from typing import Any, Literal
 from redis.crc import key_slot
 
 from bot.data.keys import INTAKE_STREAM
+from bot.payments import texts as payment_texts
+from bot.retry import WHILE_AWAY
 from bot.turn import notices
 from tests.fakes.telegram import StoredMessage
 from transcript.keys import scope_prefix
@@ -78,7 +80,7 @@ class Copy:
 
     @property
     def notice(self) -> bool:
-        return NOTICE in self.text
+        return NOTICE in self.text or self.text.startswith(_PLAIN_NOTICES)
 
     @property
     def depth(self) -> int | None:
@@ -118,16 +120,22 @@ class Copy:
 
 
 _LOST_TRACK = notices.LOST_TRACK[:60]
+#: Notices without the warning sign: nothing left to spend (with the /buy button), as a
+#: user who asks before their first payment is credited meets it.
+_NO_CREDIT = (payment_texts.NO_CREDIT[:40], payment_texts.NO_CREDIT_PAID_ONLY[:30])
+_PLAIN_NOTICES = _NO_CREDIT
 _NOTICE_KINDS = (
     ("lost track", _LOST_TRACK),
     ("damaged history", notices.DAMAGED_HISTORY[:40]),
     ("gave up", notices.GAVE_UP[:40]),
+    *(("no credit", start) for start in _NO_CREDIT),
 )
 
 
 def starts_answer(message: StoredMessage, seen_depth: bool) -> bool:
     text = message.text or ""
-    return text.startswith("[depth:") or (text.startswith(NOTICE) and not seen_depth)
+    notice = text.startswith(NOTICE) or text.startswith(_PLAIN_NOTICES)
+    return text.startswith("[depth:") or (notice and not seen_depth)
 
 
 def copies(parts: Iterable[StoredMessage]) -> tuple[list[Copy], list[StoredMessage]]:
@@ -357,10 +365,12 @@ class Checker:
         """(from when nothing more could be recorded, when the bot died) for every
         SIGKILL: the kill itself, or when Redis went if the bot died before it was
         back (a part announced before Redis went and accepted meanwhile cannot be
-        recorded: the same window, as long as the outage)."""
+        recorded: the same window, as long as the outage and until the bot's next try
+        once Redis is back, at most :data:`~bot.retry.WHILE_AWAY`'s longest wait)."""
         ends = [(kill, kill) for kill in self.kill_times]
         for gone, back in self.store_outages:
-            ends += [(gone, kill) for kill in self.kill_times if gone <= kill <= back]
+            until = back + WHILE_AWAY.maximum
+            ends += [(gone, kill) for kill in self.kill_times if gone <= kill <= until]
         return ends
 
     def _failover_after(self, chat_id: int, first: float | None, last: float | None) -> bool:
