@@ -498,3 +498,41 @@ async def test_drafts_of_a_writer_are_rich_until_the_server_says_no(
     await writer.close()
     assert tg.message(USER, part).parse_mode == "HTML"
     assert len(tg.bot_messages(USER)) == 1
+
+
+async def test_a_run_again_keeps_an_earlier_runs_later_part_while_it_streams(
+    tg: FakeTelegram, bot: Bot
+) -> None:
+    """A turn run again (a takeover) streams its answer anew over the parts the first
+    run left on screen: the second part stays while the text is still short, so a
+    reply to it keeps its place, and the final text edits it (soak seed 4322 with three
+    processes: it was deleted at the first push and sent again as a new message). HTML
+    messages: a rich one holds more text."""
+    question = tg.send_user_message(USER, USER, "long")["message_id"]
+    words = " ".join(f"w{i}" for i in range(1000))
+    first = AnswerWriter(
+        TelegramOut(bot, rich=False),
+        chat_id=USER,
+        reply_to=question,
+        thread_id=None,
+        edit_interval=0.1,
+    )
+    first.prefix = "[depth:2] "
+    await first.start()
+    first.ended()
+    parts = await first.finish(words)
+    await first.close()
+    assert len(parts) == 2
+    again = AnswerWriter(
+        TelegramOut(bot, rich=False), chat_id=USER, reply_to=question, thread_id=None,
+        edit_interval=0.1, existing=parts,
+    )  # fmt: skip
+    again.prefix = "[depth:2] "
+    await again.start()
+    again.update("w0 w1 w2")
+    await tg.wait_for(lambda: (tg.message(USER, parts[0]).text or "").endswith("w2"))
+    assert not tg.message(USER, parts[1]).deleted  # needed again: kept while streaming
+    again.ended()
+    assert await again.finish(words) == parts
+    await again.close()
+    assert [m.message_id for m in tg.bot_messages(USER) if not m.deleted] == parts

@@ -379,7 +379,8 @@ class AnswerWriter(OnScreen):
             else:
                 await self._start_typing()
             return
-        await self._drop_extra(len(chunks))
+        if final:  # (while streaming, a part an earlier run sent may be needed again)
+            await self._drop_extra(len(chunks))
         self._shown, self._shown_thoughts = text, thinking
 
     def next_new_part(self, text: str, reasoning: str = "") -> int:
