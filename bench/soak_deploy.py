@@ -190,22 +190,49 @@ class Fleet:
                 await worker.bot.kill()
 
 
-async def pending_turns(client: Redis, consumer: str) -> list[tuple[int, int]]:
-    """(chat, message) of every intake entry ``consumer`` holds unacknowledged: the turns
-    a process killed just now left unfinished."""
-    found: list[tuple[int, int]] = []
+@dataclass(frozen=True)
+class Held:
+    """An intake entry a process holds unacknowledged: its turn, and how often it has
+    been delivered so far (a takeover delivers it again)."""
+
+    chat_id: int
+    message_id: int
+    entry_id: bytes
+    delivered: int
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.chat_id, self.message_id)
+
+
+async def pending_turns(client: Redis, consumer: str) -> list[Held]:
+    """Every intake entry ``consumer`` holds unacknowledged: the turns a process killed
+    just now left unfinished."""
+    found: list[Held] = []
     stream = keys.INTAKE_STREAM
     held: Any = await client.xpending_range(
         stream, keys.INTAKE_GROUP, "-", "+", 10_000, consumername=consumer
     )
     for entry in held or []:
-        entries: Any = await client.xrange(stream, entry["message_id"], entry["message_id"])
+        entry_id = entry["message_id"]
+        entries: Any = await client.xrange(stream, entry_id, entry_id)
         for _id, fields in entries or []:
             raw = (fields or {}).get(b"m")
             inbound = Inbound.decode(raw) if isinstance(raw, bytes) else None
             if inbound is not None:
-                found.append((inbound.chat_id, inbound.message_id))
+                found.append(
+                    Held(inbound.chat_id, inbound.message_id, entry_id, entry["times_delivered"])
+                )
     return found
+
+
+async def redelivered(client: Redis, held: Held) -> bool:
+    """Whether ``held``'s entry was delivered again (claimed by a process) or acknowledged
+    since it was read."""
+    pending: Any = await client.xpending_range(
+        keys.INTAKE_STREAM, keys.INTAKE_GROUP, held.entry_id, held.entry_id, 1
+    )
+    return not pending or int(pending[0]["times_delivered"]) > held.delivered
 
 
 class SingleRedis:
