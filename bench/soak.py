@@ -1017,6 +1017,15 @@ class Soak:
                     f"claimed late (None: never) {slow}, never finished "
                     f"{sorted(orphans.waiting)}"
                 )
+            elif orphans.taken_over:
+                times = {
+                    k: f"{orphans.claimed[k]:.1f}/{orphans.finished.get(k, -1):.1f}"
+                    for k in sorted(orphans.held)
+                }
+                print(
+                    f"takeover: {orphans.worker} killed at {orphans.killed_at:.1f}s: "
+                    f"seconds to claim/finish {times}"
+                )
         self.print_problems(result.problems)
         if paid is not None and paid.problems:
             print(f"\npayment problems ({len(paid.problems)}):")

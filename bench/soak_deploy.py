@@ -174,6 +174,7 @@ class Fleet:
             bot = worker.bot
             if bot is None or not bot.alive:
                 continue
+            worker.down = True  # stopped on purpose: the watchdog must not start it again
             try:
                 code = await bot.terminate(timeout=timeout)
                 self.sink(f"{worker.label} SOAK bot exited with {code} after SIGTERM")
