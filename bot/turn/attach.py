@@ -52,6 +52,18 @@ class Early:
     placement: Placement
 
 
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where a message attaches, as far as its claim needs to know (:meth:`Attach.place`)."""
+
+    #: A private topic's newest answer, which a message replying to nothing goes on from.
+    follows: NodeId | None = None
+    #: The user's node, ready to be written with the claim (``None``: stored after it).
+    early: Early | None = None
+    #: The node it continues when that is known now (the branch's reads are its).
+    target: NodeId | None = None
+
+
 class NothingToDo(Exception):
     """An edit that asks nothing new (unchanged wording, or a message never taken in)."""
 
@@ -87,7 +99,18 @@ class Attach:
         #: Private chats' topics as threads (TOPIC_THREADS), else ``None``.
         self.threads = threads
 
-    async def follows(self, inbound: Inbound) -> NodeId | None:
+    async def place(self, inbound: Inbound, *, target: bool = False) -> Place:
+        """Where ``inbound`` attaches, found before its turn is claimed: the topic's newest
+        answer it follows, its user node when that can go with the claim, and (``target``:
+        the branch's reads need it) the node it continues when its alias is known."""
+        follows = await self._follows(inbound)
+        early = await self._early(inbound, follows)
+        if early is not None:
+            return Place(follows, early, early.parent)
+        known = await self._known_target(inbound, follows) if target else None
+        return Place(follows, None, known)
+
+    async def _follows(self, inbound: Inbound) -> NodeId | None:
         """In a private chat's topic (TOPIC_THREADS): wait for the topic's turns taken in
         before this one, so its messages are answered in order, then the node a message
         replying to nothing goes on from: the topic's newest answer (``None``: none, or
@@ -143,7 +166,7 @@ class Attach:
             )
         return replace(inbound, thread_id=state.topic) if state.topic else inbound
 
-    async def known_target(self, inbound: Inbound, follows: NodeId | None) -> NodeId | None:
+    async def _known_target(self, inbound: Inbound, follows: NodeId | None) -> NodeId | None:
         """The node the message will route to, when its alias is known: an edit's first
         wording, else the message replied to (the lookup the route repeats, cached), else
         the topic's newest answer ``follows``."""
@@ -155,7 +178,7 @@ class Attach:
         except RecordError:
             return None  # the steps meet it again, and answer with their notice
 
-    async def early(self, inbound: Inbound, follows: NodeId | None) -> Early | None:
+    async def _early(self, inbound: Inbound, follows: NodeId | None) -> Early | None:
         """The user's node, prepared to be written with the turn's claim (one round trip
         less), when storing it needs nothing but the message: a text replying to a
         message whose node is known, or going on from its topic's newest answer

@@ -67,7 +67,7 @@ from ..telegram.writer import TYPING_EVERY, AnswerWriter
 from ..usage.accounting import Accounting
 from . import notices
 from .asking import Asking
-from .attach import Attach, NothingToDo
+from .attach import Attach, NothingToDo, Place
 from .branch import Branch, Branches, Prefs
 from .context import ContextWindow
 from .giving_up import give_up
@@ -184,8 +184,8 @@ class Engine:
 
     async def _run(self, inbound: Inbound, ack: Ack) -> bool:
         started = time.monotonic()
-        follows = await self.attach.follows(inbound)
-        state, prefs, mine, spend = await self._claim_reading(inbound, follows)
+        place = await self.attach.place(inbound, target=self.branches is not None)
+        state, prefs, mine, spend = await self._claim_reading(inbound, place)
         if state is None:
             raise TurnBusy
         if state.done:
@@ -202,7 +202,7 @@ class Engine:
         writer = self._writer(inbound, state, mine, journal)
         turn = Turn(
             inbound, state, writer, journal, ack, lost=lost_part(state), album=tuple(album),
-            prefs=prefs, mine=mine, follows=follows,
+            prefs=prefs, mine=mine, follows=place.follows,
             allowance=spend.allowance if spend else None,
         )  # fmt: skip
         try:
@@ -417,18 +417,19 @@ class Engine:
 
     async def _claim(self, inbound: Inbound) -> TurnState | None:
         """Claim the turn and read its state (``None``: another worker has it)."""
-        return (await self._claim_reading(inbound))[0]
+        place = await self.attach.place(inbound, target=self.branches is not None)
+        return (await self._claim_reading(inbound, place))[0]
 
     async def _claim_reading(
-        self, inbound: Inbound, follows: NodeId | None = None
+        self, inbound: Inbound, place: Place
     ) -> tuple[TurnState | None, Prefs, UserPrefs, SpendReads | None]:
         """Claim the turn and read its state (``None``: another worker has it); the
-        user's node goes along when it can (:meth:`_early_user_node`), and so do the
+        user's node goes along when it can (``place.early``), and so do the
         reads that resolve the branch's model (:class:`~bot.turn.branch.BranchReads`):
         the tree's choices, fresh on every turn, and the user's defaults; the asker's
         own settings (:class:`~bot.data.userprefs.UserReads`); and with payments, the
         asker's spend settled (:class:`~bot.payments.SpendReads`)."""
-        early = await self.attach.early(inbound, follows)
+        early = place.early
         mine = UserReads(inbound.user_id)
         reads: list[ClaimReads] = [mine]
         spend = self.limits.reads(inbound.user_id) if inbound.kind != PAYMENT else None
@@ -436,9 +437,7 @@ class Engine:
             reads.append(spend)
         branch = None
         if self.branches is not None:
-            node = early.parent if early is not None else None
-            node = node or await self.attach.known_target(inbound, follows)
-            branch = self.branches.reads(inbound, node)
+            branch = self.branches.reads(inbound, place.target)
             reads.append(branch)
         if early is None:
             state = await self.states.begin(inbound, reads)
