@@ -58,6 +58,25 @@ async def test_a_lost_parts_range_never_adopts_while_another_turn_may_be_sending
     assert await parts.store.resolve(SCOPE, 57) == root.id
 
 
+async def test_a_message_two_lost_ranges_hold_is_adopted_by_neither(redis: Redis) -> None:
+    """Two sibling turns of one chat whose records a failover lost together (lossy soak,
+    seed 4322): both ran again and finished, so the ledger names neither, and each noted
+    that its first part may be on screen between ids around 57. A reply to message 57,
+    whose text can be either's first part, is adopted by neither (the lost-track notice
+    follows); where the text can be only one's part, that one adopts it."""
+    parts = parts_of(redis)
+    first = await parts.store.start(SCOPE, [ChatMessage("system", "s")])
+    second = await parts.store.start(SCOPE, [ChatMessage("system", "t")])
+    orphans = keys.orphans_key(SCOPE)
+    await redis.hset(orphans, "5", f"50:60:{first.id.ref}:1:2")
+    await redis.hset(orphans, "9", f"52:58:{second.id.ref}:1:2")  # narrower, same depth
+    assert await parts.adopt(SCOPE, 57, "[depth:2] an answer") is None
+    assert await parts.store.resolve(SCOPE, 57) is None
+    await redis.hset(orphans, "9", f"52:58:{second.id.ref}:1:3")  # its part is [depth:3]
+    assert await parts.adopt(SCOPE, 57, "[depth:2] an answer") == first.id
+    assert await parts.store.resolve(SCOPE, 57) == first.id
+
+
 async def test_a_holder_whose_renewals_do_not_come_back_sends_nothing_new(
     redis: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -247,25 +247,32 @@ class Parts:
         records too. So the text decides (an answer's first part starts with its
         ``[depth:N]`` tag, a later part with none), and the chat's part ledger must
         name no other turn's part inside the range nor another turn's announcement
-        that may land there: a message it cannot place is nobody's, and its reply gets
+        that may land there, and no other turn's lost part may be it (two turns a
+        failover lost together, both run again and finished: their ranges overlap and
+        the ledger is clear): a message it cannot place is nobody's, and its reply gets
         the lost-track notice, never another thread.
         """
         ranges = await guarded(self._redis.hgetall(keys.orphans_key(scope)))
-        best: tuple[int, str, int, int, str] | None = None  # the narrowest range
+        found: list[tuple[str, int, int, str]] = []  # the ranges whose part it can be
         for field, value in ranges.items():
             owner = field.decode() if isinstance(field, bytes) else str(field)
             text = value.decode() if isinstance(value, bytes) else value
             low, high, tree, rest = text.split(":", 3)
             seg, *noted = rest.split(":")
-            width = int(high) - int(low)
-            if not int(low) < message_id < int(high) or (best is not None and width >= best[0]):
+            if not int(low) < message_id < int(high):
                 continue
             if noted and not LostPart.parse(noted[0], noted[1]).shown_as(head):
                 continue
-            best = (width, f"{tree}:{seg}", int(low), int(high), owner)
-        if best is None:
+            found.append((f"{tree}:{seg}", int(low), int(high), owner))
+        if not found:
             return None
-        _, ref, start, end, owner = best
+        if len(found) > 1:  # two turns lost a part there, and its text can be either's
+            log.info(
+                "message %s of chat %s may be a part of %d turns: not adopted",
+                message_id, scope, len(found),
+            )  # fmt: skip
+            return None
+        [(ref, start, end, owner)] = found
         if (await self.ledger(scope)).others_in(owner, start, end):
             log.info(
                 "message %s of chat %s may be another turn's part: not adopted", message_id, scope

@@ -309,6 +309,9 @@ class TelegramCore:
         self._delivery: asyncio.Task[None] | None = None
         #: Awaited after a successful call is applied, before the client gets the answer.
         self.after_call: Callable[[Call], Awaitable[None]] | None = None
+        #: Awaited after a call met a fault :meth:`fail_next` queued, before the client
+        #: gets the error (a test may freeze the client right in that call).
+        self.after_fault: Callable[[Call], Awaitable[None]] | None = None
         self._clock = clock
         self._chats: dict[int, _Chat] = {}
         self._users: dict[int, _User] = {}
@@ -632,7 +635,10 @@ class TelegramCore:
                     self._clock() + exc.retry_after
                 )
             injected = "fail_next" if exc.injected else None
-            self._record(Call(method, params, started, exc.status, exc.description, fault=injected))
+            failed = Call(method, params, started, exc.status, exc.description, fault=injected)
+            self._record(failed)
+            if exc.injected and self.after_fault is not None:
+                await self.after_fault(failed)
             return _error_response(exc)
         except _Broken as broken:
             self._record(Call(method, params, started, broken.status, fault=broken.fault))
