@@ -43,7 +43,7 @@ from bot.payments.terms import nano
 from bot.usage.calls import day_of, utc_now
 
 from .fakes.model import FakeOpenAI
-from .fakes.telegram import FakeTelegram, StoredMessage
+from .fakes.telegram import Call, FakeTelegram, StoredMessage
 from .harness import (
     OTHER_USER,
     USER,
@@ -110,7 +110,8 @@ async def intake_drained(redis: Redis, added: int, timeout: float = 30.0) -> Non
 async def test_buy_sends_an_xtr_invoice_per_pack_and_a_payment_is_credited_and_confirmed_once(
     tg: FakeTelegram, start_bot: BotFactory, redis: Redis
 ) -> None:
-    async with start_bot(**STARS, owner_user_ids=frozenset({USER})) as app:
+    support = "@help_desk <support@example.com>"  # plain text: never parsed as HTML
+    async with start_bot(**STARS, owner_user_ids=frozenset({USER}), pay_support=support) as app:
         buy = sent(tg, USER, "/buy")
         await tg.wait_for(lambda: len(invoices_of(tg, USER)) == 3, what="three invoices")
         [intro] = replies(tg, USER, buy)
@@ -144,6 +145,16 @@ async def test_buy_sends_an_xtr_invoice_per_pack_and_a_payment_is_credited_and_c
         await tg.wait_for(lambda: bool(replies(tg, USER, shown)))
         [text] = [m.text or "" for m in replies(tg, USER, shown)]
         assert text.startswith("Credit: $2.50\n") and ": 250 Stars, $2.50" in text, text
+        # what Telegram asks of a bot that sells: where to get help, and its terms
+        help_asked, terms_asked = sent(tg, USER, "/paysupport"), sent(tg, USER, "/terms")
+        await tg.wait_for(lambda: bool(replies(tg, USER, terms_asked)))
+        await tg.wait_for(lambda: bool(replies(tg, USER, help_asked)))
+        [support_text] = [m.text for m in replies(tg, USER, help_asked)]
+        assert support_text == f"Help with a payment or a refund: {support}. Name the " \
+            "payment by its day and Stars, as /balance lists them."  # fmt: skip
+        [terms_text] = [m.text or "" for m in replies(tg, USER, terms_asked)]
+        assert terms_text.startswith("Credit pays for this bot's answers: one Star buys $0.01.")
+        assert "/paysupport" in terms_text and "free" not in terms_text  # no free allowance
         usage = sent(tg, USER, "/usage")
         await tg.wait_for(lambda: bool(replies(tg, USER, usage)))
         assert "Credit: $2.50" in (replies(tg, USER, usage)[0].text or "")
@@ -157,7 +168,8 @@ async def test_buy_sends_an_xtr_invoice_per_pack_and_a_payment_is_credited_and_c
         await tg.wait_for(lambda: bool(replies(tg, USER, again["message_id"])))
         assert (replies(tg, USER, again["message_id"])[0].text or "").startswith("[depth:2] ")
     menus = [c.params for c in tg.calls_to("setMyCommands") if "language_code" not in c.params]
-    assert {"buy", "balance"} <= {c["command"] for c in menus[-1]["commands"]}
+    listed = {c["command"] for c in menus[-1]["commands"]}
+    assert {"buy", "balance", "paysupport", "terms"} <= listed
     assert not tg.violations
 
 
@@ -384,26 +396,37 @@ async def test_a_payment_is_credited_and_confirmed_once_whatever_kills_the_bot(
 async def test_two_processes_running_one_payments_turn_credit_and_confirm_it_once(
     tmp_path: Path, tg: FakeTelegram, llm: FakeOpenAI, redis_server: RedisServer, redis: Redis
 ) -> None:
-    """The process running the payment's turn is frozen (SIGSTOP) after the credit, while
-    Telegram fails the confirmation; the other takes the turn over and confirms; the
-    first comes back mid-retry and sends nothing (its claim is no longer confirmed)."""
+    """The process running the payment's turn is frozen (SIGSTOP) after the credit, inside
+    the confirmation's call that Telegram fails; the other takes the turn over and
+    confirms; the first comes back mid-retry and sends nothing (its claim is no longer
+    confirmed)."""
     env = env_with_stars(tg, llm, redis_server.url, TAKEOVER_SECONDS="3")
     processes = {name: BotProcess({**env, "BOT_INSTANCE": name}, tmp_path) for name in "ab"}
     for process in processes.values():
         await process.start()
     await tg.wait_for(lambda: tg.polling, 60, what="a process polls")
     await tg.wait_for(lambda: sum(c.method == "getMe" for c in tg.calls) >= 2, 60)
+    held: list[BotProcess] = []
+
+    async def freeze(_call: Call) -> None:
+        """In the failing call (credited, noted, its confirmation failing), before its
+        answer: the lease's holder stops, whatever the machine's load (not after a
+        retry or three, which would end its run with the error)."""
+        tg.after_fault = None
+        [lease] = [key async for key in redis.scan_iter(match=f"rc:{{{USER}}}:lease:*")]
+        owner = await redis.get(lease)
+        process = processes[owner.decode() if isinstance(owner, bytes) else str(owner)]
+        assert process.proc is not None
+        os.kill(process.proc.pid, signal.SIGSTOP)
+        tg.clear_faults()
+        held.append(process)
+
+    tg.after_fault = freeze
     tg.fail_next("sendMessage", status=500, count=1000, chat_id=USER)
     tg.checkout(USER, payload_of(Order(50, USER), signing_key(tg.token)), 50)
-    await tg.wait_for(
-        lambda: any(c.method == "sendMessage" and c.status == 500 for c in tg.calls), 30
-    )  # credited, noted, its confirmation failing
-    [lease] = [key async for key in redis.scan_iter(match=f"rc:{{{USER}}}:lease:*")]
-    owner = await redis.get(lease)
-    frozen = processes[owner.decode() if isinstance(owner, bytes) else str(owner)]
+    await tg.wait_for(lambda: bool(held), 30, what="the holder frozen in its failing call")
+    [frozen] = held
     assert frozen.proc is not None
-    os.kill(frozen.proc.pid, signal.SIGSTOP)
-    tg.clear_faults()
     try:
         await tg.wait_for(lambda: len(confirmations(tg, USER)) == 1, 60, what="a confirmation")
     finally:
