@@ -102,6 +102,9 @@ class SettingsFields(BaseSettings):
     #: drawn on; unset = USER_DAILY_BUDGET_USD when set, else 0. Without STARS_USD
     #: nothing is drawn on, so it is not used.
     free_daily_usd: Decimal | None = Field(None, ge=0)
+    #: With STARS_USD: where users get help with a payment (a @username, a link, an
+    #: e-mail address), shown by /paysupport; unset: "ask the person who runs this bot".
+    pay_support: str | None = None
     #: Longest user message (characters) sent to the model.
     max_input_chars: int = Field(16000, ge=100)
     #: Rename a private-chat topic whose name Telegram made up after its first answer.

@@ -52,6 +52,7 @@ SETTINGS_HELP: dict[str, str] = {
     "STAR_PACKS": "comma-separated packs of Stars that /buy offers (50,250,1000)",
     "FREE_DAILY_USD": "with STARS_USD, dollars a user spends per UTC day before their credit "
     "(default USER_DAILY_BUDGET_USD if set, else 0)",
+    "PAY_SUPPORT": "with STARS_USD, where users get help with a payment (/paysupport)",
     "MAX_INPUT_CHARS": "longest user message sent to the model (16000)",
     "TOPIC_TITLES": "title private-chat topics whose name Telegram made up, or the bot "
     "opened (true)",

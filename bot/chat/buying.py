@@ -49,11 +49,14 @@ log = logging.getLogger("replychain.payments")
 COMMANDS = (
     ("buy", N_("Buy credit with Telegram Stars")),
     ("balance", N_("Your credit, today's free allowance and your payments")),
+    ("paysupport", N_("Help with a payment")),
+    ("terms", N_("The terms of payments")),
 )
 #: /help's line with payments on.
 HELP = N_(
     "/buy adds credit with Telegram Stars, used once your free allowance for the day is "
-    "spent; /balance shows your credit and your payments."
+    "spent; /balance shows your credit and your payments; /terms, what credit is; "
+    "/paysupport, where to get help with a payment."
 )
 #: Payments /balance lists.
 LAST_PAYMENTS = 5
@@ -67,6 +70,8 @@ def buy_router() -> Router:
     router = Router(name="buy")
     router.message.register(on_buy, Command("buy"))
     router.message.register(on_balance, Command("balance"))
+    router.message.register(on_pay_support, Command("paysupport"))
+    router.message.register(on_terms, Command("terms"))
     router.callback_query.register(on_buy_button, Checked(F.data == BUY_DATA))
     return router
 
@@ -131,6 +136,21 @@ async def on_balance(message: Message, *, notifier: Notifier, stars: Stars | Non
         notice(notifier, message, text, personal=True)
 
     notifier.run(reply, name=f"balance-{message.chat.id}")
+
+
+async def on_pay_support(message: Message, *, notifier: Notifier, stars: Stars | None) -> None:
+    """Where to get help with a payment (Telegram asks every bot that takes payments to
+    answer /paysupport)."""
+    text = texts.pay_support(stars.terms) if stars is not None else _(texts.PAYMENTS_OFF)
+    notice(notifier, message, text)
+
+
+async def on_terms(message: Message, *, notifier: Notifier, stars: Stars | None) -> None:
+    """The terms of payments (Telegram asks a bot that sells to show them)."""
+    if stars is None:
+        notice(notifier, message, _(texts.PAYMENTS_OFF))
+        return
+    notice(notifier, message, texts.terms(stars.terms, stars.spending.clock()))
 
 
 async def credit_lines(stars: Stars | None, user: int) -> list[str]:

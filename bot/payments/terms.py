@@ -32,6 +32,8 @@ class Terms:
     free_daily: int | None = None
     #: ALLOWED_USER_IDS (empty: everyone).
     allowed: frozenset[int] = frozenset()
+    #: Where users get help with a payment (PAY_SUPPORT; empty: the bot's owner).
+    support: str = ""
 
     @property
     def on(self) -> bool:
@@ -61,4 +63,5 @@ class Terms:
             packs=settings.star_packs,
             free_daily=free,
             allowed=settings.allowed_user_ids,
+            support=(settings.pay_support or "").strip(),
         )

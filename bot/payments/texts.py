@@ -49,6 +49,22 @@ REFUNDED = N_(
     "Your payment of {stars} was refunded; {taken} was taken from your credit, which is "
     "now {balance}."
 )
+PAY_SUPPORT = N_(
+    "Help with a payment or a refund: {contact}. Name the payment by its day and Stars, "
+    "as /balance lists them."
+)
+PAY_SUPPORT_OWNER = N_(
+    "Help with a payment or a refund: ask the person who runs this bot. Name the payment "
+    "by its day and Stars, as /balance lists them."
+)
+TERMS = N_(
+    "Credit pays for this bot's answers: one Star buys {star}. It does not expire, and it "
+    "is not money: it cannot be withdrawn or given to someone else. Refunds are up to the "
+    "person who runs this bot; ask through /paysupport."
+)
+TERMS_FREE = N_(
+    "Each day {free} of answers are free (renewed at {reset} UTC); credit pays for the rest."
+)
 STARS_RECEIVED = N_("Stars received: {stars} in {payments} payments, {refunded} refunded.")
 
 
@@ -76,6 +92,22 @@ def invoice_description(credit: int) -> str:
 def buy_intro(terms: Terms) -> str:
     """What /buy says above its invoices."""
     return _(BUY_INTRO).format(star=money(terms.nano_per_star))
+
+
+def pay_support(terms: Terms) -> str:
+    """/paysupport: where to get help with a payment (PAY_SUPPORT), else the owner."""
+    if not terms.support:
+        return _(PAY_SUPPORT_OWNER)
+    return _(PAY_SUPPORT).format(contact=terms.support)
+
+
+def terms(terms: Terms, now: datetime) -> str:
+    """/terms: what a Star buys, what credit is, and the free allowance if there is one."""
+    text = _(TERMS).format(star=money(terms.nano_per_star))
+    if terms.free_daily:
+        reset = clock_time(next_reset(now))
+        text += "\n\n" + _(TERMS_FREE).format(free=money(terms.free_daily), reset=reset)
+    return text
 
 
 def paid(credited: Credited, balance: int) -> str:
