@@ -69,6 +69,12 @@ def tagged_depth(text: str) -> int | None:
     return None if found is None else int(found.group(1))
 
 
+def untagged(text: str) -> str:
+    """``text`` without the ``[depth:N]`` tag it starts with (if it does)."""
+    found = _DEPTH_TAG.match(text)
+    return text if found is None else text[found.end() :]
+
+
 HORIZONTAL_RULE = "———"
 BULLET = "• "
 LIST_INDENT = "  "

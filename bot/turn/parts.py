@@ -39,7 +39,7 @@ from ..bus.inbound import Inbound
 from ..data import keys
 from ..data.connection import Queued
 from ..retry import Outage
-from ..telegram.format import tagged_depth
+from ..telegram.format import tagged_depth, untagged
 from ..telegram.onscreen import JournalUnavailableError
 from .record import TurnState
 from .state import TurnStates
@@ -89,6 +89,11 @@ class LostPart:
         if self.part == 1:
             return tagged is not None and tagged == self.depth
         return bool(head) and tagged is None
+
+
+def _letters(text: str) -> str:
+    """The letters and digits of ``text``, case folded (markup and spacing dropped)."""
+    return "".join(ch for ch in text.casefold() if ch.isalnum())
 
 
 def lost_part(state: TurnState) -> LostPart | None:
@@ -237,6 +242,19 @@ class Parts:
         raw = await guarded(self._redis.hgetall(keys.pending_parts_key(scope)))
         return PartLedger.parse(raw)
 
+    async def _can_be_part_of(self, answer: NodeId, head: str) -> bool:
+        """Whether the words a message starts with (``head``, its depth tag aside) are in
+        ``answer`` or the question above it, letters and digits alone compared (what
+        Telegram shows has no markup). A lost part the answer stored before it was sent
+        passes; one streamed by a run whose model call was lost (the answer was asked
+        again) may not, and then it is nobody's: another answer's part whose records a
+        failover lost shows another answer's words."""
+        words = _letters(untagged(head))
+        if not words:  # a voice note, a bare tag: nothing to compare
+            return True
+        shown = (await self.store.path(answer))[-2:]
+        return words in _letters(" ".join(m.content or "" for n in shown for m in n.messages))
+
     async def adopt(self, scope: str, message_id: int, head: str) -> NodeId | None:
         """The node a lost part with this id belongs to, aliased to it now; ``None``
         unless it falls in a noted range, the start of its text, ``head``, can be that
@@ -279,6 +297,12 @@ class Parts:
             )
             return None
         home = NodeId.parse(scope, ref)
+        if not await self._can_be_part_of(home, head):
+            log.info(
+                "message %s of chat %s shows words its range's answer has not: not adopted",
+                message_id, scope,
+            )  # fmt: skip
+            return None
         log.info("adopted message %s of chat %s into its thread", message_id, scope)
         await self.store.alias(scope, [message_id], home)
         return home
