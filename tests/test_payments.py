@@ -307,15 +307,15 @@ def test_paysupport_names_pay_support_or_the_owner_and_terms_name_the_free_allow
         assert "mailto:x@example.com." in texts.pay_support(
             Terms(nano_per_star=cent, support="mailto:x@example.com")
         )
-        assert "Each day" not in texts.terms(without, now)  # no free allowance: no line
-        free = texts.terms(Terms(nano_per_star=cent, free_daily=5 * cent), now)
+        assert "Each day" not in texts.payment_terms(without, now)  # no free allowance: no line
+        free = texts.payment_terms(Terms(nano_per_star=cent, free_daily=5 * cent), now)
         assert "one Star buys $0.01" in free
         assert "\n\nEach day $0.05 of answers are free (renewed at " in free
         assert free.endswith(" UTC); credit pays for the rest.")
     with speaking("de"):  # in the asker's language, the contact as the owner wrote it
         german = texts.pay_support(Terms(nano_per_star=cent, support="@hilfe"))
         assert german.startswith("Hilfe bei einer Zahlung oder Erstattung: @hilfe.")
-        assert "Jeden Tag" in texts.terms(Terms(nano_per_star=cent, free_daily=cent), now)
+        assert "Jeden Tag" in texts.payment_terms(Terms(nano_per_star=cent, free_daily=cent), now)
 
 
 async def test_without_payments_nothing_is_drawn_and_with_no_free_allowance_credit_is_needed(

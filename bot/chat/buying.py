@@ -141,8 +141,10 @@ async def on_balance(message: Message, *, notifier: Notifier, stars: Stars | Non
 async def on_pay_support(message: Message, *, notifier: Notifier, stars: Stars | None) -> None:
     """Where to get help with a payment (Telegram asks every bot that takes payments to
     answer /paysupport)."""
-    text = texts.pay_support(stars.terms) if stars is not None else _(texts.PAYMENTS_OFF)
-    notice(notifier, message, text)
+    if stars is None:
+        notice(notifier, message, _(texts.PAYMENTS_OFF))
+        return
+    notice(notifier, message, texts.pay_support(stars.terms))
 
 
 async def on_terms(message: Message, *, notifier: Notifier, stars: Stars | None) -> None:
@@ -150,7 +152,7 @@ async def on_terms(message: Message, *, notifier: Notifier, stars: Stars | None)
     if stars is None:
         notice(notifier, message, _(texts.PAYMENTS_OFF))
         return
-    notice(notifier, message, texts.terms(stars.terms, stars.spending.clock()))
+    notice(notifier, message, texts.payment_terms(stars.terms, stars.spending.clock()))
 
 
 async def credit_lines(stars: Stars | None, user: int) -> list[str]:

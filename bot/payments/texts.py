@@ -68,6 +68,11 @@ TERMS_FREE = N_(
 STARS_RECEIVED = N_("Stars received: {stars} in {payments} payments, {refunded} refunded.")
 
 
+def _reset(now: datetime) -> str:
+    """When the daily allowances renew next (UTC midnight), as a time of day."""
+    return clock_time(next_reset(now))
+
+
 def stars(count: int) -> str:
     """``count`` Stars, in the current language."""
     return ngettext("{count} Star", "{count} Stars", count).format(count=number(count))
@@ -101,12 +106,12 @@ def pay_support(terms: Terms) -> str:
     return _(PAY_SUPPORT).format(contact=terms.support)
 
 
-def terms(terms: Terms, now: datetime) -> str:
+def payment_terms(terms: Terms, now: datetime) -> str:
     """/terms: what a Star buys, what credit is, and the free allowance if there is one."""
     text = _(TERMS).format(star=money(terms.nano_per_star))
     if terms.free_daily:
-        reset = clock_time(next_reset(now))
-        text += "\n\n" + _(TERMS_FREE).format(free=money(terms.free_daily), reset=reset)
+        free = money(terms.free_daily)
+        text += "\n\n" + _(TERMS_FREE).format(free=free, reset=_reset(now))
     return text
 
 
@@ -123,8 +128,7 @@ def credit_lines(allowance: Allowance, now: datetime) -> list[str]:
     lines = [_(BALANCE_CREDIT).format(credit=money(allowance.credit))]
     left, free = allowance.free_left, allowance.free
     if left is not None and free:
-        reset = clock_time(next_reset(now))
-        lines.append(_(BALANCE_FREE).format(left=money(left), free=money(free), reset=reset))
+        lines.append(_(BALANCE_FREE).format(left=money(left), free=money(free), reset=_reset(now)))
     return lines
 
 
@@ -147,7 +151,7 @@ def balance(allowance: Allowance, entries: Sequence[Entry], now: datetime) -> st
 def no_credit(allowance: Allowance, now: datetime) -> str:
     """The notice instead of a model call when nothing is left (with the /buy button)."""
     if allowance.free:
-        return _(NO_CREDIT).format(reset=clock_time(next_reset(now)))
+        return _(NO_CREDIT).format(reset=_reset(now))
     return _(NO_CREDIT_PAID_ONLY)
 
 

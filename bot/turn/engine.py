@@ -184,7 +184,7 @@ class Engine:
 
     async def _run(self, inbound: Inbound, ack: Ack) -> bool:
         started = time.monotonic()
-        place = await self.attach.place(inbound, target=self.branches is not None)
+        place = await self._place(inbound)
         state, prefs, mine, spend = await self._claim_reading(inbound, place)
         if state is None:
             raise TurnBusy
@@ -417,8 +417,12 @@ class Engine:
 
     async def _claim(self, inbound: Inbound) -> TurnState | None:
         """Claim the turn and read its state (``None``: another worker has it)."""
-        place = await self.attach.place(inbound, target=self.branches is not None)
-        return (await self._claim_reading(inbound, place))[0]
+        return (await self._claim_reading(inbound, await self._place(inbound)))[0]
+
+    async def _place(self, inbound: Inbound) -> Place:
+        """Where the message attaches, before the claim (the branch's node when the
+        catalogue's reads need it)."""
+        return await self.attach.place(inbound, target=self.branches is not None)
 
     async def _claim_reading(
         self, inbound: Inbound, place: Place
