@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from ..i18n import N_, _, clock_time, day, dollars, ngettext, number
-from ..usage.calls import next_reset
+from ..i18n import N_, _, day, dollars, ngettext, number
+from ..usage.calls import resets_at
 from .records import Credited, Entry, StarsTotals
 from .spending import Allowance
 from .terms import Terms
@@ -68,11 +68,6 @@ TERMS_FREE = N_(
 STARS_RECEIVED = N_("Stars received: {stars} in {payments} payments, {refunded} refunded.")
 
 
-def _reset(now: datetime) -> str:
-    """When the daily allowances renew next (UTC midnight), as a time of day."""
-    return clock_time(next_reset(now))
-
-
 def stars(count: int) -> str:
     """``count`` Stars, in the current language."""
     return ngettext("{count} Star", "{count} Stars", count).format(count=number(count))
@@ -111,7 +106,7 @@ def payment_terms(terms: Terms, now: datetime) -> str:
     text = _(TERMS).format(star=money(terms.nano_per_star))
     if terms.free_daily:
         free = money(terms.free_daily)
-        text += "\n\n" + _(TERMS_FREE).format(free=free, reset=_reset(now))
+        text += "\n\n" + _(TERMS_FREE).format(free=free, reset=resets_at(now))
     return text
 
 
@@ -128,7 +123,8 @@ def credit_lines(allowance: Allowance, now: datetime) -> list[str]:
     lines = [_(BALANCE_CREDIT).format(credit=money(allowance.credit))]
     left, free = allowance.free_left, allowance.free
     if left is not None and free:
-        lines.append(_(BALANCE_FREE).format(left=money(left), free=money(free), reset=_reset(now)))
+        reset = resets_at(now)
+        lines.append(_(BALANCE_FREE).format(left=money(left), free=money(free), reset=reset))
     return lines
 
 
@@ -151,7 +147,7 @@ def balance(allowance: Allowance, entries: Sequence[Entry], now: datetime) -> st
 def no_credit(allowance: Allowance, now: datetime) -> str:
     """The notice instead of a model call when nothing is left (with the /buy button)."""
     if allowance.free:
-        return _(NO_CREDIT).format(reset=_reset(now))
+        return _(NO_CREDIT).format(reset=resets_at(now))
     return _(NO_CREDIT_PAID_ONLY)
 
 

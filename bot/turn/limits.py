@@ -15,11 +15,11 @@ from transcript import Node, TranscriptStore
 
 from .. import choice_texts
 from ..data.connection import Queued
-from ..i18n import _, clock_time, dollars, number
+from ..i18n import _, dollars, number
 from ..payments import SpendReads, Stars, buy_button
 from ..payments import texts as payment_texts
 from ..usage.accounting import Accounting
-from ..usage.calls import next_reset
+from ..usage.calls import resets_at
 from . import notices
 from .values import Reply, Rules, Turn, TurnEnded
 
@@ -72,7 +72,7 @@ class Limits:
                 text = notices.daily_limit(daily, self.accounting.clock())
                 raise TurnEnded(Reply(text, user.id, notice=True, personal=True))
             if budget and today.dollars >= budget:
-                reset = clock_time(next_reset(self.accounting.clock()))  # as the token limit's
+                reset = resets_at(self.accounting.clock())  # as the token limit's
                 text = _(choice_texts.BUDGET_REACHED).format(budget=dollars(budget, 2), reset=reset)
                 raise TurnEnded(Reply(text, user.id, notice=True, personal=True))
 

@@ -36,7 +36,7 @@ from transcript import ChatMessage, Image, Node, NodeId, TranscriptStore
 
 from ..bus.inbound import IMAGE, IMAGE_COMMAND, RETRY, Inbound
 from ..catalogue import Prices
-from ..i18n import _, clock_time
+from ..i18n import _
 from ..media_texts import IMAGE_BUDGET, IMAGE_FAILED, IMAGE_FAILURES
 from ..model import ModelError, Usage
 from ..model.images import ImageMaker
@@ -44,7 +44,7 @@ from ..telegram.uploads import Attachment
 from ..telegram.writer import AnswerWriter
 from ..tools.box import ToolCallContext, ToolResult
 from ..usage.accounting import Accounting
-from ..usage.calls import CallRecord, next_reset
+from ..usage.calls import CallRecord, resets_at
 from ..usage.costs import image_cost
 from .limits import Spending
 from .speaking import announce
@@ -179,7 +179,7 @@ class Pictures:
         # (a new conversation has none: its root holds the system prompt alone)
         source = drawn(above)
         if await self.spending.spent(inbound.user_id):
-            reset = clock_time(next_reset(self.accounting.clock()))
+            reset = resets_at(self.accounting.clock())
             raise TurnEnded(Reply(_(IMAGE_BUDGET).format(reset=reset), user.id, notice=True))
         try:
             if source:

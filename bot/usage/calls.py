@@ -17,6 +17,7 @@ from transcript import NodeId
 
 from .. import catalogue
 from ..bus.inbound import Inbound
+from ..i18n import clock_time
 from ..model import Usage
 
 #: USD per million tokens (the catalogue's; named here for usage's readers).
@@ -167,6 +168,12 @@ def next_reset(moment: datetime) -> datetime:
     """The next UTC midnight, when daily limits reset."""
     utc = moment.astimezone(UTC)
     return datetime(utc.year, utc.month, utc.day, tzinfo=UTC) + timedelta(days=1)
+
+
+def resets_at(moment: datetime) -> str:
+    """When daily limits and allowances renew next (UTC midnight), as a time of day in
+    the current language."""
+    return clock_time(next_reset(moment))
 
 
 def _text(value: Any) -> str:

@@ -9,10 +9,10 @@ from datetime import date
 from transcript import TranscriptStore
 
 from .. import choice_texts
-from ..i18n import N_, _, clock_time, day, dollars, ngettext, number
+from ..i18n import N_, _, day, dollars, ngettext, number
 from . import chart
 from .accounting import Accounting
-from .calls import Prices, Totals, next_reset
+from .calls import Prices, Totals, resets_at
 
 OWNER_ONLY_TEXT = N_("/stats is only for the bot's owner (OWNER_USER_IDS).")
 
@@ -88,7 +88,7 @@ async def usage_report(
         left = max(0, daily_limit - today.tokens)
         lines.append(
             _("Daily limit: {limit}, {left} left; resets at {time} UTC").format(
-                limit=_tokens(daily_limit), left=number(left), time=clock_time(next_reset(now))
+                limit=_tokens(daily_limit), left=number(left), time=resets_at(now)
             )
         )
     all_time = await accounting.user_all_time(user_id)
