@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from .http_site import open_site
 from .metrics import CHECK_TIMEOUT, Backlog, CacheStats, Metrics
 from .retry import Outage
 
@@ -338,15 +339,7 @@ class MetricsServer:
         app.router.add_get("/healthz", self._healthz)
         for mount in self.mounts:
             mount(app)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await runner.setup()
-        try:
-            await web.TCPSite(runner, self.host, self.port).start()
-        except BaseException:
-            await runner.cleanup()
-            raise
-        self._runner = runner
-        self.port = int(runner.addresses[0][1])  # the port given, or the one picked for 0
+        self._runner, self.port = await open_site(app, self.host, self.port, shutdown_timeout=1.0)
         log.info("metrics at http://%s:%d/metrics", self.host, self.port)
 
     async def stop(self) -> None:

@@ -32,6 +32,7 @@ from redis.asyncio import Redis
 
 from transcript import MissingNodeError, StoreUnavailableError, TranscriptError, TranscriptStore
 
+from ..http_site import open_site
 from ..settings import Settings
 from ..usage.calls import Prices
 from . import view
@@ -230,15 +231,9 @@ class ViewerServer:
 
     async def start(self) -> None:
         """Listen on WEBAPP_LISTEN; OSError when the address cannot be bound."""
-        runner = web.AppRunner(self.web, access_log=None, shutdown_timeout=STOP_TIMEOUT)
-        await runner.setup()
-        try:
-            await web.TCPSite(runner, self.host, self.port).start()
-        except BaseException:
-            await runner.cleanup()
-            raise
-        self._runner = runner
-        self.port = int(runner.addresses[0][1])  # the port given, or the one picked for 0
+        self._runner, self.port = await open_site(
+            self.web, self.host, self.port, shutdown_timeout=STOP_TIMEOUT
+        )
         log.info("serving the thread viewer on %s:%d", self.host, self.port)
 
     async def stop(self) -> None:
