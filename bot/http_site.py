@@ -1,4 +1,5 @@
-"""Serving an aiohttp application on an address: the metrics server and the viewer's own."""
+"""Serving an aiohttp application on an address: the webhook, the metrics server and the
+viewer's own."""
 
 from __future__ import annotations
 
@@ -9,15 +10,26 @@ if TYPE_CHECKING:
 
 
 async def open_site(
-    app: web.Application, host: str, port: int, *, shutdown_timeout: float
+    app: web.Application,
+    host: str,
+    port: int,
+    *,
+    shutdown_timeout: float,
+    handler_cancellation: bool = False,
 ) -> tuple[web.AppRunner, int]:
     """Serve ``app`` on ``host``:``port``: its runner, and the port bound (the one given,
     or the one picked for 0). OSError when the address cannot be bound (nothing is left
-    running then)."""
+    running then). ``handler_cancellation``: aiohttp's option of that name (a handler is
+    cancelled when its client goes away)."""
     # imported here: aiohttp.web costs start-up time only when a server is on
     from aiohttp import web  # noqa: PLC0415
 
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
+    runner = web.AppRunner(
+        app,
+        access_log=None,
+        handler_cancellation=handler_cancellation,
+        shutdown_timeout=shutdown_timeout,
+    )
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port).start()

@@ -21,6 +21,8 @@ from aiogram import Bot, Dispatcher
 from aiogram.webhook.aiohttp_server import SimpleRequestHandler
 from aiohttp import web
 
+from ..http_site import open_site
+
 log = logging.getLogger("replychain.webhook")
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
@@ -66,17 +68,10 @@ class WebhookServer:
 
     async def start(self) -> None:
         """Listen on WEBHOOK_LISTEN; OSError when the address cannot be bound."""
-        runner = web.AppRunner(
-            self.app, access_log=None, handler_cancellation=True, shutdown_timeout=STOP_TIMEOUT
-        )
-        await runner.setup()
         host, port = self.listen
-        try:
-            await web.TCPSite(runner, host, port).start()
-        except BaseException:
-            await runner.cleanup()
-            raise
-        self._runner = runner
+        self._runner, _port = await open_site(
+            self.app, host, port, shutdown_timeout=STOP_TIMEOUT, handler_cancellation=True
+        )
         log.info("serving the webhook on %s:%d", host, port)
 
     async def stop(self) -> None:
