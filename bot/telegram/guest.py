@@ -185,6 +185,12 @@ class GuestWriter:
         self.first_shown_at: float | None = None
         self._latest = ""
 
+    @property
+    def every_id(self) -> list[int]:
+        """The ids of every part on screen: the one message (a guest answer has no
+        attachments)."""
+        return self.message_ids
+
     async def start(self) -> None:
         """Nothing to show while the model writes: no chat action reaches a guest chat."""
 

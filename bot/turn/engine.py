@@ -74,7 +74,7 @@ from .giving_up import give_up
 from .inputs import Inputs
 from .limits import Limits
 from .media import VoiceReader, voice_quote
-from .parts import AnswerParts, Parts, lost_part
+from .parts import AnswerParts, Parts
 from .paying import Paying
 from .pictures import Pictures, asks_for_picture, drawn
 from .record import ClaimReads, TurnState
@@ -201,8 +201,8 @@ class Engine:
         journal = self.parts.journal(inbound, state)
         writer = self._writer(inbound, state, mine, journal)
         turn = Turn(
-            inbound, state, writer, journal, ack, lost=lost_part(state), album=tuple(album),
-            prefs=prefs, mine=mine, follows=place.follows,
+            inbound, state, writer, journal, ack, album=tuple(album), prefs=prefs, mine=mine,
+            follows=place.follows,
             allowance=spend.allowance if spend else None,
         )  # fmt: skip
         try:
@@ -224,11 +224,11 @@ class Engine:
                 await self.topics.answered(inbound, reply.node, titler)  # a topic's first answer
         except ChatUnavailableError as exc:
             log.info("chat %s is unavailable (%s); dropping its answer", inbound.chat_id, exc)
-            await self.states.finish(inbound, state, self._ids(writer), with_writes=[ack])
+            await self.states.finish(inbound, state, writer.every_id, with_writes=[ack])
             self.metrics.turn("chat_unavailable", started)
         except AnswerRejectedError as exc:
             log.warning("Telegram refused the answer in chat %s: %s", inbound.chat_id, exc)
-            ids, shown = self._ids(writer), state.answer or state.user
+            ids, shown = writer.every_id, state.answer or state.user
             writes: list[Queued] = [ack]
             if shown is not None:  # a reply to what is on screen goes on from there
                 writes.append(lambda pipe: self.store.queue_alias(pipe, inbound.scope, ids, shown))
@@ -360,11 +360,7 @@ class Engine:
             writes.append(lambda pipe: self.store.queue_unthreaded(pipe, inbound.scope, ids))
         else:
             writes.append(lambda pipe: self.store.queue_alias(pipe, inbound.scope, ids, node))
-            writer = turn.writer
-            earlier = writer.existing
-            if isinstance(writer, AnswerWriter):
-                earlier += writer.existing_attached
-            lost = turn.journal.lost_range(node, ids, earlier, lost=turn.lost, depth=turn.depth)
+            lost = turn.journal.lost_range(node, ids, depth=turn.depth)
             if lost is not None:  # a part an earlier run sent may be on screen unrecorded
                 writes.append(lost)
         await self._durably(
@@ -378,7 +374,7 @@ class Engine:
         id."""
         writer = turn.writer
         if not isinstance(writer, AnswerWriter) or reply.node is None:
-            return self._ids(writer)  # (a guest answer is one message of text)
+            return writer.every_id  # (a guest answer is one message of text)
         outputs = [output for output in self.outputs if output.wanted(turn, reply)]
         if outputs:
             await writer.settle()  # before an attachment is announced
@@ -390,11 +386,6 @@ class Engine:
         if lines:  # the text answer stands, with those lines under it
             await writer.finish("\n\n".join([text, *lines]), reasoning=reply.reasoning)
         return writer.every_id
-
-    @staticmethod
-    def _ids(writer: Writer) -> list[int]:
-        """The ids of every part of the answer on screen (its attachments too)."""
-        return writer.every_id if isinstance(writer, AnswerWriter) else writer.message_ids
 
     async def _personal(self, turn: Turn, reply: Reply) -> list[int] | None:
         """A notice for the asker alone, as an ephemeral message of a group where the

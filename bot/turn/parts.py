@@ -173,6 +173,9 @@ class AnswerParts:
         # would keep every finished turn in memory until a full garbage collection.
         self.states, self.inbound, self.state = states, inbound, state
         self._durably, self._outage = durably, outage
+        #: What the claim read: the part an earlier run announced and never recorded
+        #: (:func:`lost_part`), and the parts and attachments that run recorded.
+        self._lost, self._recorded = lost_part(state), (*state.parts, *state.attached)
 
     async def sending(
         self, count: int, *, wait: bool, again: bool = False, attached: bool = False
@@ -198,21 +201,17 @@ class AnswerParts:
             lambda: self.states.add_part(self.inbound, self.state, parts, attached=attached)
         )
 
-    def lost_range(
-        self, node: NodeId, ids: list[int], existing: tuple[int, ...], *,
-        lost: LostPart | None, depth: int,
-    ) -> Queued | None:  # fmt: skip
-        """The range where ``lost``, the part an earlier run announced and never recorded
-        (read with the claim, :func:`lost_part`), may be on screen, to note with the
-        turn's final write: above the parts that run recorded (``existing``, text and
-        attachments: each was recorded before the next was announced), below the first
-        one sent now (``ids``: every part). Without a new part there is no bound, and a
-        guest answer has no message id: no range."""
-        inbound = self.inbound
-        new = [i for i in ids if i not in existing]
+    def lost_range(self, node: NodeId, ids: list[int], *, depth: int) -> Queued | None:
+        """The range where the part an earlier run announced and never recorded (read
+        with the claim) may be on screen, to note with the turn's final write: above the
+        parts that run recorded (text and attachments: each was recorded before the next
+        was announced), below the first one sent now (``ids``: every part). Without a
+        new part there is no bound, and a guest answer has no message id: no range."""
+        inbound, lost, recorded = self.inbound, self._lost, self._recorded
+        new = [i for i in ids if i not in recorded]
         if lost is None or not new or inbound.guest is not None:
             return None
-        low, high = max([inbound.message_id, *existing]), min(new)
+        low, high = max([inbound.message_id, *recorded]), min(new)
         part = LostPart(lost.part, depth, lost.attached)
 
         def queue(pipe: Pipeline) -> None:

@@ -18,7 +18,7 @@ from ..payments import Allowance
 from ..telegram.guest import GuestWriter
 from ..telegram.writer import AnswerWriter
 from .branch import Branch, Prefs
-from .parts import AnswerParts, LostPart
+from .parts import AnswerParts
 from .record import TurnState
 
 
@@ -91,10 +91,6 @@ class Turn:
     journal: AnswerParts
     #: Queues the bus's acknowledgement on the turn's final write.
     ack: Ack
-    #: An earlier run may have left a part on screen unrecorded: it announced this part
-    #: in the chat's part ledger and never recorded it (read with the claim; ``None``:
-    #: none).
-    lost: LostPart | None = None
     #: The answer's depth, its first part's ``[depth:N]`` (0 until the user's node is known).
     depth: int = 0
     #: The message ids of an album's photos (the user's node is aliased to each).
