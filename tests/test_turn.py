@@ -315,7 +315,8 @@ async def test_a_reply_resumed_after_its_claim_and_node_asks_once_and_stores_onc
     await rig.engine.run(inbound(1))
     [first] = rig.telegram.shown
     reply = inbound(3, "and then?", reply_to=first)
-    state = await rig.engine._claim(reply)  # the run died right after its first write
+    engine = rig.engine  # the run died right after its first write, the claim:
+    state, *_ = await engine._claim_reading(reply, await engine._place(reply))
     assert state is not None and state.user is not None
     fresh = Rig(rig.redis)
     fresh.telegram.next_id = 2000  # a later message id than the first answer's

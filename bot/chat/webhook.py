@@ -69,7 +69,7 @@ class WebhookServer:
     async def start(self) -> None:
         """Listen on WEBHOOK_LISTEN; OSError when the address cannot be bound."""
         host, port = self.listen
-        self._runner, _port = await open_site(
+        self._runner, port = await open_site(
             self.app, host, port, shutdown_timeout=STOP_TIMEOUT, handler_cancellation=True
         )
         log.info("serving the webhook on %s:%d", host, port)

@@ -406,10 +406,6 @@ class Engine:
 
     # ----------------------------------------------------------------- the steps
 
-    async def _claim(self, inbound: Inbound) -> TurnState | None:
-        """Claim the turn and read its state (``None``: another worker has it)."""
-        return (await self._claim_reading(inbound, await self._place(inbound)))[0]
-
     async def _place(self, inbound: Inbound) -> Place:
         """Where the message attaches, before the claim (the branch's node when the
         catalogue's reads need it)."""
